@@ -1,0 +1,1 @@
+"""rayq: a RocketMQ-style message broker whose server parts are Ray actors."""

@@ -1,0 +1,282 @@
+"""The commit-log record: one stored message, encoded and decoded by pure functions.
+
+All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
+
+    offset  size  type    field
+    0       4     int32   total_size        whole record, this field included
+    4       4     uint32  magic             MAGIC "RAYQ" | BLANK_MAGIC | QUARANTINE_MAGIC
+    8       4     uint32  crc               CRC-32C of bytes [12, total_size): all that follows it
+    12      4     int32   queue_id
+    16      4     int32   flag              user flag
+    20      8     int64   queue_offset      logical offset within topic/queue_id
+    28      8     int64   commitlog_offset  physical offset of this record
+    36      4     int32   sys_flag          COMPRESSED_FLAG, ...
+    40      8     int64   born_timestamp    ms, producer clock
+    48      8     bytes   born_host         IPv4 (4 bytes) + port (int32)
+    56      8     int64   store_timestamp   ms, store clock
+    64      8     bytes   store_host        IPv4 (4 bytes) + port (int32)
+    72      4     int32   reconsume_times
+    76      8     int64   prepared_transaction_offset
+    84      4     int32   body_length       N
+    88      N     bytes   body
+    88+N    1     uint8   topic_length      T
+    89+N    T     bytes   topic             ASCII
+    89+N+T  2     uint16  properties_length P (at most 32767)
+    91+N+T  P     bytes   properties        UTF-8, see properties.py
+
+``total_size == 91 + N + T + P`` always; a reader checks it against the three lengths.
+
+Blank record: a segment that cannot fit the next record plus 8 bytes is closed by
+``total_size`` = bytes left in the segment and ``magic`` = BLANK_MAGIC (8 bytes
+written, the rest stays zero). A total_size of 0 means "nothing written yet".
+
+Quarantine: recovery rewrites the magic of a record whose CRC fails but whose
+framing holds (a valid record follows it) to QUARANTINE_MAGIC; readers skip it.
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+import struct
+import zlib
+from typing import Final
+
+from crc32c import crc32c
+
+from . import properties as P
+from .message import COMPRESSED_FLAG, MessageExt
+
+HEADER: Final[struct.Struct] = struct.Struct(
+    ">"
+    "i"  # total_size
+    "I"  # magic
+    "I"  # crc
+    "i"  # queue_id
+    "i"  # flag
+    "q"  # queue_offset
+    "q"  # commitlog_offset
+    "i"  # sys_flag
+    "q"  # born_timestamp
+    "8s"  # born_host
+    "q"  # store_timestamp
+    "8s"  # store_host
+    "i"  # reconsume_times
+    "q"  # prepared_transaction_offset
+    "i"  # body_length
+)
+HEADER_SIZE: Final[int] = HEADER.size  # 88
+PREFIX: Final[struct.Struct] = struct.Struct(">iI")  # total_size, magic
+CRC: Final[struct.Struct] = struct.Struct(">I")
+TOPIC_LEN: Final[struct.Struct] = struct.Struct(">B")
+PROPS_LEN: Final[struct.Struct] = struct.Struct(">H")
+INT64: Final[struct.Struct] = struct.Struct(">q")
+
+CRC_OFFSET: Final[int] = 8
+CRC_START: Final[int] = 12  # the CRC covers [CRC_START, total_size)
+QUEUE_ID_OFFSET: Final[int] = 12
+COMMITLOG_OFFSET_OFFSET: Final[int] = 28
+STORE_TIMESTAMP_OFFSET: Final[int] = 56
+FIXED_SIZE: Final[int] = HEADER_SIZE + TOPIC_LEN.size + PROPS_LEN.size  # 91
+BLANK_SIZE_MIN: Final[int] = PREFIX.size  # 8: a blank record must always fit
+
+MAGIC: Final[int] = 0x52415951
+BLANK_MAGIC: Final[int] = 0x424C4E4B
+QUARANTINE_MAGIC: Final[int] = 0x51524E54
+
+HOST_SIZE: Final[int] = 8
+_HOST_PORT: Final[struct.Struct] = struct.Struct(">i")
+
+
+def record_size(body_length: int, topic_length: int, properties_length: int) -> int:
+    return FIXED_SIZE + body_length + topic_length + properties_length
+
+
+def encode_host(host: str) -> bytes:
+    """``"10.0.0.1:10911"`` -> 8 bytes (IPv4 + port); non-IPv4 hosts map to 0.0.0.0."""
+    ip, _, port = host.rpartition(":")
+    try:
+        packed_ip = socket.inet_aton(ip)
+    except OSError:
+        packed_ip = b"\x00\x00\x00\x00"
+    return packed_ip + _HOST_PORT.pack(int(port) if port.isdigit() else 0)
+
+
+def decode_host(raw: bytes) -> str:
+    return f"{socket.inet_ntoa(raw[:4])}:{_HOST_PORT.unpack(raw[4:8])[0]}"
+
+
+def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
+    """RocketMQ's offset message id: store host and physical offset as 32 hex digits."""
+    return (store_host + INT64.pack(commitlog_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int] | None:
+    """``(store_host, commitlog_offset)`` of an offset message id, or None."""
+    if len(msg_id) != 32:
+        return None
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        return None
+    return decode_host(raw[:8]), INT64.unpack(raw[8:])[0]
+
+
+def pack_record_into(
+    buf: memoryview,
+    pos: int,
+    *,
+    topic_field: bytes,
+    queue_id: int,
+    queue_offset: int,
+    body: bytes,
+    properties: bytes,
+    flag: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = b"\x00" * HOST_SIZE,
+    store_timestamp: int = 0,
+    store_host: bytes = b"\x00" * HOST_SIZE,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    commitlog_offset: int,
+) -> int:
+    """Write one record at ``buf[pos:]``; ``topic_field`` is length byte + topic. Returns size."""
+    body_len = len(body)
+    size = FIXED_SIZE - 1 + len(topic_field) + body_len + len(properties)
+    HEADER.pack_into(
+        buf, pos, size, MAGIC, 0, queue_id, flag, queue_offset, commitlog_offset, sys_flag,
+        born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+        prepared_transaction_offset, body_len,
+    )  # fmt: skip
+    p = pos + HEADER_SIZE
+    buf[p : p + body_len] = body
+    p += body_len
+    buf[p : p + len(topic_field)] = topic_field
+    p += len(topic_field)
+    PROPS_LEN.pack_into(buf, p, len(properties))
+    buf[p + 2 : pos + size] = properties
+    CRC.pack_into(buf, pos + CRC_OFFSET, crc32c(buf[pos + CRC_START : pos + size]))
+    return size
+
+
+def topic_field(topic: str) -> bytes:
+    raw = topic.encode("ascii")
+    return TOPIC_LEN.pack(len(raw)) + raw
+
+
+def encode_record(*, topic: str, commitlog_offset: int = 0, **fields: object) -> bytes:
+    """One record as bytes (tests, golden bytes); same code as the append path."""
+    body = fields.get("body", b"")
+    props = fields.pop("properties", b"")
+    tf = topic_field(topic)
+    out = bytearray(FIXED_SIZE + len(tf) + len(body) + len(props))  # type: ignore[arg-type]
+    size = pack_record_into(
+        memoryview(out), 0, topic_field=tf, properties=props,  # type: ignore[arg-type]
+        commitlog_offset=commitlog_offset, **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+    return bytes(out[:size])
+
+
+class Check(enum.Enum):
+    """What :func:`check_record` found at a position."""
+
+    OK = "OK"
+    END = "END"  # total_size 0: nothing written from here on
+    BLANK = "BLANK"  # end-of-segment filler
+    QUARANTINED = "QUARANTINED"  # an earlier recovery set this record aside
+    BAD_CRC = "BAD_CRC"  # framing holds, content does not
+    BAD_FRAMING = "BAD_FRAMING"  # sizes or magic wrong, or cut short
+
+
+def check_record(buf: memoryview, pos: int, limit: int) -> tuple[Check, int]:
+    """Validate the record at ``pos`` (not past ``limit``): ``(verdict, total_size)``."""
+    if pos + BLANK_SIZE_MIN > limit:
+        return Check.END, 0
+    total_size, magic = PREFIX.unpack_from(buf, pos)
+    if total_size == 0 and magic == 0:
+        return Check.END, 0
+    if magic == BLANK_MAGIC:
+        ok = total_size == limit - pos
+        return (Check.BLANK if ok else Check.BAD_FRAMING), total_size
+    if magic not in (MAGIC, QUARANTINE_MAGIC) or not FIXED_SIZE <= total_size <= limit - pos:
+        return Check.BAD_FRAMING, total_size
+    body_len = HEADER.unpack_from(buf, pos)[-1]
+    tpos = pos + HEADER_SIZE + body_len
+    if body_len < 0 or tpos + 3 > pos + total_size:
+        return Check.BAD_FRAMING, total_size
+    topic_len = buf[tpos]
+    ppos = tpos + 1 + topic_len
+    if ppos + 2 > pos + total_size:
+        return Check.BAD_FRAMING, total_size
+    (props_len,) = PROPS_LEN.unpack_from(buf, ppos)
+    if ppos + 2 + props_len != pos + total_size:
+        return Check.BAD_FRAMING, total_size
+    if magic == QUARANTINE_MAGIC:
+        return Check.QUARANTINED, total_size
+    (crc,) = CRC.unpack_from(buf, pos + CRC_OFFSET)
+    if crc != crc32c(buf[pos + CRC_START : pos + total_size]):
+        return Check.BAD_CRC, total_size
+    return Check.OK, total_size
+
+
+def read_topic_and_properties(buf: memoryview, pos: int, body_len: int) -> tuple[str, str]:
+    tpos = pos + HEADER_SIZE + body_len
+    topic_len = buf[tpos]
+    topic = bytes(buf[tpos + 1 : tpos + 1 + topic_len]).decode("ascii")
+    ppos = tpos + 1 + topic_len
+    (props_len,) = PROPS_LEN.unpack_from(buf, ppos)
+    props = bytes(buf[ppos + 2 : ppos + 2 + props_len]).decode("utf-8")
+    return topic, props
+
+
+def decode_record(
+    buf: bytes | memoryview, pos: int = 0, *, decompress: bool = True, broker_name: str = ""
+) -> MessageExt:
+    """Decode the record at ``pos`` into a MessageExt (framing is trusted here)."""
+    mv = memoryview(buf)
+    (
+        total_size, _magic, crc, queue_id, flag, queue_offset, commitlog_offset, sys_flag,
+        born_ts, born_host, store_ts, store_host, reconsume_times, prepared, body_len,
+    ) = HEADER.unpack_from(mv, pos)  # fmt: skip
+    body = bytes(mv[pos + HEADER_SIZE : pos + HEADER_SIZE + body_len])
+    if decompress and sys_flag & COMPRESSED_FLAG:
+        body = zlib.decompress(body)
+    topic, props_text = read_topic_and_properties(mv, pos, body_len)
+    props = P.decode_properties(props_text)
+    omid = offset_msg_id(store_host, commitlog_offset)
+    return MessageExt(
+        topic=topic,
+        body=body,
+        tags=props.get(P.TAGS),
+        keys=P.split_keys(props.get(P.KEYS)),
+        properties=props,
+        msg_id=props.get(P.UNIQ_KEY) or omid,
+        offset_msg_id=omid,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commitlog_offset=commitlog_offset,
+        store_size=total_size,
+        born_timestamp=born_ts,
+        store_timestamp=store_ts,
+        born_host=decode_host(born_host),
+        store_host=decode_host(store_host),
+        reconsume_times=reconsume_times,
+        flag=flag,
+        sys_flag=sys_flag,
+        body_crc=crc,
+        prepared_transaction_offset=prepared,
+        broker_name=broker_name,
+    )
+
+
+def decode_records(buffer: bytes, *, broker_name: str = "") -> list[MessageExt]:
+    """Decode records laid back to back (a GetResult buffer)."""
+    out: list[MessageExt] = []
+    pos = 0
+    end = len(buffer)
+    while pos < end:
+        (size,) = PREFIX.unpack_from(buffer, pos)[:1]
+        out.append(decode_record(buffer, pos, broker_name=broker_name))
+        pos += size
+    return out

@@ -1,0 +1,194 @@
+"""The commit log: every message of every topic, appended in arrival order.
+
+Files: ``commitlog/<20-digit start offset>``, each ``commitlog_segment_size_bytes``
+(1 GiB by default), segment k starting at ``k * size`` (segment.py). Records are
+laid out as codec.py describes; a segment that cannot hold the next record plus
+an 8-byte blank record is closed by a blank record and the record goes to the next
+segment. A record never spans two segments.
+
+The commit log knows nothing of consume queues: ``append`` returns a
+``DispatchBatch`` (one column per field) that the store hands to the consume queues
+and the key index, and ``scan`` produces the same from the files during recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from . import codec
+from . import properties as P
+from .codec import Check
+from .filters import tags_code
+from .segment import Segment, SegmentedFile
+
+logger = logging.getLogger(__name__)
+
+
+class DispatchBatch(msgspec.Struct, kw_only=True):
+    """Columns describing appended records, for consume queues and the key index."""
+
+    topics: list[str] = []
+    queue_ids: list[int] = []
+    queue_offsets: list[int] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    tags_codes: list[int] = []
+    store_timestamps: list[int] = []
+    index_keys: list[str] = []  # "topic#key", for the key index
+    index_offsets: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, topic: str, queue_id: int, queue_offset: int, offset: int, size: int,
+            props: dict[str, str], store_timestamp: int) -> None:  # fmt: skip
+        """Add one record (used by recovery; the append path fills columns in bulk)."""
+        self.topics.append(topic)
+        self.queue_ids.append(queue_id)
+        self.queue_offsets.append(queue_offset)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.tags_codes.append(tags_code(props.get(P.TAGS)))
+        self.store_timestamps.append(store_timestamp)
+        for key in index_keys_of(topic, props):
+            self.index_keys.append(key)
+            self.index_offsets.append(offset)
+
+
+def index_keys_of(topic: str, props: dict[str, str]) -> list[str]:
+    keys = [f"{topic}#{k}" for k in P.split_keys(props.get(P.KEYS))]
+    uniq = props.get(P.UNIQ_KEY)
+    if uniq:
+        keys.append(f"{topic}#{uniq}")
+    return keys
+
+
+class CommitLog:
+    """Segments of records plus the write position."""
+
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.file = SegmentedFile(directory, segment_size)
+        self.segment_size = segment_size
+
+    @property
+    def min_offset(self) -> int:
+        return self.file.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """One past the last valid byte: the next record's physical offset."""
+        return self.file.max_offset
+
+    def writable_segment(self, size: int) -> Segment:
+        """The segment the next record of ``size`` bytes goes to (rolling if needed)."""
+        seg = self.file.last()
+        if seg is None:
+            return self.file.create(0)
+        if seg.wrote + size + codec.BLANK_SIZE_MIN <= seg.size:
+            return seg
+        if seg.wrote + codec.BLANK_SIZE_MIN <= seg.size:
+            codec.PREFIX.pack_into(seg.mv, seg.wrote, seg.size - seg.wrote, codec.BLANK_MAGIC)
+        seg.wrote = seg.size
+        return self.file.create(seg.end)
+
+    def record_view(self, offset: int, size: int) -> memoryview | None:
+        seg = self.file.find(offset)
+        if seg is None:
+            return None
+        local = offset - seg.start
+        if local + size > seg.wrote:
+            return None
+        return seg.mv[local : local + size]
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The record bytes at ``offset`` (``size`` from its consume-queue entry)."""
+        seg = self.file.find(offset)
+        if seg is None:
+            return None
+        local = offset - seg.start
+        if local + size > seg.wrote:
+            return None
+        if codec.PREFIX.unpack_from(seg.mm, local) != (size, codec.MAGIC):
+            return None
+        return seg.mm[local : local + size]
+
+    def read_at(self, offset: int) -> bytes | None:
+        """The record starting at ``offset``, whatever its size, or None."""
+        seg = self.file.find(offset)
+        if seg is None or offset - seg.start + codec.PREFIX.size > seg.wrote:
+            return None
+        size, magic = codec.PREFIX.unpack_from(seg.mm, offset - seg.start)
+        if magic != codec.MAGIC:
+            return None
+        return self.read(offset, size)
+
+    def store_timestamp_at(self, offset: int) -> int | None:
+        seg = self.file.find(offset)
+        if seg is None:
+            return None
+        local = offset - seg.start
+        if local + codec.HEADER_SIZE > seg.wrote:
+            return None
+        return codec.INT64.unpack_from(seg.mm, local + codec.STORE_TIMESTAMP_OFFSET)[0]
+
+    def scan(self, start: int, *, check_crc: bool = True) -> Iterator[tuple[Check, int, int]]:
+        """Walk records from ``start`` over the data on disk: ``(verdict, offset, size)``.
+
+        Stops after the first END or BAD_FRAMING; jumps over blank records.
+        """
+        pos = start
+        while True:
+            seg = self.file.find(pos)
+            if seg is None:
+                return
+            local = pos - seg.start
+            verdict, size = codec.check_record(seg.mv, local, seg.size)
+            if verdict is Check.BAD_CRC and not check_crc:
+                verdict = Check.OK
+            yield verdict, pos, size
+            if verdict in (Check.END, Check.BAD_FRAMING):
+                return
+            pos = seg.end if verdict is Check.BLANK else pos + size
+
+    def quarantine(self, offset: int) -> None:
+        seg = self.file.find(offset)
+        assert seg is not None
+        codec.PREFIX.pack_into(
+            seg.mv, offset - seg.start, codec.PREFIX.unpack_from(seg.mv, offset - seg.start)[0],
+            codec.QUARANTINE_MAGIC,
+        )  # fmt: skip
+
+    def dispatch_info(self, offset: int, batch: DispatchBatch) -> None:
+        """Parse the record at ``offset`` and add it to ``batch``."""
+        seg = self.file.find(offset)
+        assert seg is not None
+        local = offset - seg.start
+        header = codec.HEADER.unpack_from(seg.mv, local)
+        body_len = header[-1]
+        topic, props_text = codec.read_topic_and_properties(seg.mv, local, body_len)
+        batch.add(topic, header[3], header[5], offset, header[0],
+                  P.decode_properties(props_text), header[10])  # fmt: skip
+
+    def truncate(self, offset: int) -> None:
+        """Make ``offset`` the end: later segments deleted, stale bytes zeroed."""
+        seg = self.file.find(offset) if offset > self.file.min_offset else None
+        if seg is None and self.file.segments and offset == self.file.segments[-1].end:
+            seg = self.file.segments[-1]
+        if seg is not None:
+            seg.wrote = max(seg.wrote, seg.data_end(offset - seg.start))
+        self.file.truncate(offset)
+        for s in self.file.segments[:-1]:
+            s.wrote = s.size
+
+    def delete_first_segment(self) -> None:
+        self.file.drop_first()
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()

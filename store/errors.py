@@ -1,0 +1,142 @@
+"""The single rayq exception tree (defined here, at the bottom layer, re-exported by ``rayq``).
+
+::
+
+    RayqError
+    ├── ClientError                 bad input; fix the call
+    │   ├── InvalidTopicError
+    │   ├── InvalidGroupError
+    │   ├── InvalidMessageError
+    │   │   └── MessageTooLargeError
+    │   ├── InvalidOffsetError
+    │   ├── TopicNotFoundError
+    │   ├── PermissionDeniedError
+    │   └── ConfigError
+    ├── BrokerError                 the server side could not serve
+    │   ├── BrokerUnavailableError
+    │   ├── BrokerBusyError
+    │   └── DiskFullError
+    ├── StoreError                  the files on disk
+    │   ├── CorruptRecordError
+    │   └── StoreLockedError
+    ├── ClosedError                 you closed it
+    └── BrokenError                 something else broke it
+
+Every class takes one message plus keyword arguments with defaults, so instances
+survive pickling through Ray (an actor's exception is pickled to its caller).
+``retriable`` says whether the same call may succeed when simply retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class RayqError(Exception):
+    """Root of every error rayq raises on purpose."""
+
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.details))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[RayqError], message: str, details: dict[str, Any]) -> RayqError:
+    return cls(message, **details)
+
+
+class ClientError(RayqError):
+    """The caller passed something invalid; the message says how to fix it."""
+
+
+class InvalidTopicError(ClientError):
+    """A topic name breaks the naming rules."""
+
+
+class InvalidGroupError(ClientError):
+    """A producer or consumer group name breaks the naming rules."""
+
+
+class InvalidMessageError(ClientError):
+    """A message (body, properties, tags, keys) is not acceptable."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """A body or the properties exceed their configured limit."""
+
+
+class InvalidOffsetError(ClientError):
+    """An offset or queue id is outside what the queue holds."""
+
+
+class TopicNotFoundError(ClientError):
+    """The topic does not exist and may not be auto-created."""
+
+
+class PermissionDeniedError(ClientError):
+    """The topic or broker does not allow this operation."""
+
+
+class ConfigError(ClientError):
+    """A configuration value is invalid."""
+
+
+class BrokerError(RayqError):
+    """The broker could not serve the request."""
+
+
+class BrokerUnavailableError(BrokerError):
+    """No broker could be reached for the request."""
+
+    retriable = True
+
+
+class BrokerBusyError(BrokerError):
+    """The broker is overloaded; retry later."""
+
+    retriable = True
+
+
+class DiskFullError(BrokerError):
+    """The store's disk is past its warning ratio; writes are refused."""
+
+    retriable = True
+
+
+class StoreError(RayqError):
+    """Something is wrong with the files on disk."""
+
+
+class CorruptRecordError(StoreError):
+    """A record failed its magic, size or CRC check."""
+
+
+class StoreLockedError(StoreError):
+    """Another store already has this directory open."""
+
+
+class ClosedError(RayqError):
+    """The object was closed (by you) and cannot be used any more."""
+
+
+class BrokenError(RayqError):
+    """The object was broken by an earlier failure and cannot be used any more."""
+
+
+def all_error_classes() -> list[type[RayqError]]:
+    """Every class of the tree, root first (used by the pickling round-trip test)."""
+    found: list[type[RayqError]] = []
+    todo: list[type[RayqError]] = [RayqError]
+    while todo:
+        cls = todo.pop(0)
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found

@@ -1,0 +1,688 @@
+"""MessageStore: the facade the broker holds (RocketMQ ``DefaultMessageStore``).
+
+Directory layout under the store root::
+
+    lock                          flock'ed while a store has the directory open
+    abort                         present while open; found on open => last run crashed
+    checkpoint                    durable offsets (checkpoint.py)
+    commitlog/<20 digits>         records (commitlog.py, codec.py)
+    consumequeue/<topic>/<qid>/<20 digits>   20-byte entries (consume_queue.py)
+    index/<20 digits>             key index (index_file.py)
+    config/dispatch.json          known queues and their sizes, for damage detection
+    config/*.json                 topics, groups, offsets (config_files.py, the broker's)
+
+One writer: ``put_messages`` appends a batch to the commit log and dispatches it
+to consume queues and the index in the same call. Readers use ``get_messages``
+(raw records, RocketMQ's statuses) and the lookups. ``flush`` makes everything
+durable and writes the checkpoint; the same steps can run in another process
+(flush.py). ``retention_tick`` deletes expired segments (retention.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import msgspec
+from crc32c import crc32c
+
+from . import codec
+from . import properties as P
+from .checkpoint import ABORT_NAME, load_checkpoint
+from .clock import SYSTEM_CLOCK, Clock
+from .commitlog import CommitLog, DispatchBatch, index_keys_of
+from .config import DEFAULT_STORE_CONFIG, StoreConfig
+from .config_files import JsonFile
+from .consume_queue import ENTRY, HOLE_SIZE, ConsumeQueue, pack_entries
+from .errors import ClosedError, InvalidOffsetError, StoreLockedError
+from .filters import TagFilter, tags_code
+from .flush import DiskFlusher
+from .index_file import IndexService
+from .message import (
+    AppendResult,
+    GetResult,
+    GetStatus,
+    InnerMessage,
+    MessageExt,
+    PutResult,
+    PutStatus,
+)
+from .names import NAME_PATTERN, validate_topic
+from .recovery import RecoveryReport, rebuild_scan, validate_tail
+from .retention import RetentionPolicy, RetentionReport
+
+logger = logging.getLogger(__name__)
+
+QueueKey = tuple[str, int]
+QUEUE_ID_MAX = 65535
+
+
+class DispatchManifest(msgspec.Struct, kw_only=True):
+    """What the store knew of its consume queues and index at the last persist."""
+
+    queues: dict[str, dict[int, int]] = {}
+    indexed_from: int = -1
+
+
+class MessageStore:
+    """The storage engine of one broker. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        config: StoreConfig = DEFAULT_STORE_CONFIG,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        store_host: str = "127.0.0.1:10911",
+        disk_usage: Callable[[Path], float] | None = None,
+        broker_name: str = "",
+    ) -> None:
+        self.root = Path(root)
+        self.config = config
+        self.clock = clock
+        self.broker_name = broker_name
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock(self.root)
+        self._closed = False
+        self._store_host = codec.encode_host(store_host)
+        self._store_host_hex = self._store_host.hex().upper()
+        self._topic_fields: dict[str, bytes] = {}
+        self._born_hosts: dict[str, bytes] = {}
+        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_size_bytes)
+        self.index = IndexService(
+            self.root / "index", config.index_hash_slots, config.index_entries_max
+        )
+        self.queues: dict[QueueKey, ConsumeQueue] = {}
+        self._queue_offsets: dict[QueueKey, int] = {}
+        (self.root / "config").mkdir(exist_ok=True)
+        self._manifest_file = JsonFile(self.root / "config" / "dispatch.json", DispatchManifest)
+        self._manifest = self._manifest_file.load() or DispatchManifest()
+        self.retention = RetentionPolicy(config, disk_usage or _disk_used_ratio)
+        self._disk_full = False
+        self.flusher = DiskFlusher(self.root, config.commitlog_segment_size_bytes, clock)
+        try:
+            self.recovery = self._recover()
+        except BaseException:
+            self._close_files()
+            raise
+        (self.root / ABORT_NAME).touch()
+
+    # ------------------------------------------------------------------ open
+    def _load_queues(self) -> None:
+        cq_root = self.root / "consumequeue"
+        if not cq_root.is_dir():
+            return
+        for topic_dir in sorted(cq_root.iterdir()):
+            if not NAME_PATTERN.match(topic_dir.name):
+                logger.warning("ignoring %s: not a topic name", topic_dir)
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if queue_dir.name.isdigit():
+                    self._open_queue(topic_dir.name, int(queue_dir.name))
+
+    def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = ConsumeQueue(self.root, topic, queue_id, self.config.cq_entries_per_file)
+        self.queues[(topic, queue_id)] = cq
+        self._queue_offsets[(topic, queue_id)] = cq.max_offset
+        return cq
+
+    def _damaged_queues(self) -> list[QueueKey]:
+        damaged: list[QueueKey] = []
+        for topic, recorded in self._manifest.queues.items():
+            for queue_id, max_offset in recorded.items():
+                cq = self.queues.get((topic, queue_id))
+                if cq is None or cq.gaps or cq.max_offset < max_offset:
+                    damaged.append((topic, queue_id))
+        damaged.extend(k for k, cq in self.queues.items() if cq.gaps and k not in damaged)
+        return damaged
+
+    def _index_damaged(self) -> bool:
+        if not self.config.message_index_enable or self._manifest.indexed_from < 0:
+            return False
+        begin = self.index.begin_phy_offset
+        return begin < 0 or begin > max(self._manifest.indexed_from, self.commitlog.min_offset)
+
+    def _recover(self) -> RecoveryReport:
+        abnormal = (self.root / ABORT_NAME).exists()
+        self._load_queues()
+        cl = self.commitlog
+        for seg in cl.file.segments:
+            seg.wrote = seg.size  # provisional; validate_tail decides the end
+        start = self._recover_start(load_checkpoint(self.root).recover_from)
+        report = RecoveryReport(abnormal=abnormal, start_offset=start)
+        if abnormal:
+            logger.warning("store %s was not closed cleanly; recovering from %d", self.root, start)
+        self._rebuild_damaged(start, report)
+        for cq in self.queues.values():
+            report.cq_entries_dropped += cq.truncate_from_commitlog(start)
+            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        data_end = self._data_end()
+        end = validate_tail(cl, start, report, self._dispatch)
+        if end < data_end:
+            report.truncated_at, report.truncated_bytes = end, data_end - end
+            logger.error(
+                "recovery: truncated commit log at %d, dropping %d bytes", end, data_end - end
+            )
+        cl.truncate(end)
+        for cq in self.queues.values():
+            cq.truncate_from_commitlog(end)
+            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        report.end_offset = end
+        self.flusher.reset(min(start, end))
+        self._persist_manifest()
+        return report
+
+    def _recover_start(self, checkpointed: int) -> int:
+        cl = self.commitlog
+        segs = cl.file.segments
+        if not segs:
+            return 0
+        start = max(checkpointed, cl.min_offset)
+        if start >= segs[-1].end or cl.file.find(start) is None:
+            start = segs[-1].start  # checkpoint beyond the files: re-validate the last segment
+        return start
+
+    def _data_end(self) -> int:
+        segs = self.commitlog.file.segments
+        return segs[-1].start + segs[-1].data_end(0) if segs else 0
+
+    def _rebuild_damaged(self, upto: int, report: RecoveryReport) -> None:
+        damaged = set(self._damaged_queues())
+        rebuild_index = self._index_damaged()
+        if not damaged and not rebuild_index:
+            return
+        for key in damaged:
+            logger.error("consume queue %s/%d is damaged; rebuilding it", *key)
+            cq = self.queues.pop(key, None)
+            if cq is not None:
+                cq.destroy()
+            report.queues_rebuilt.append(f"{key[0]}/{key[1]}")
+        if rebuild_index:
+            logger.error("index files are missing; rebuilding the key index")
+            self.index.destroy_all()
+            report.index_rebuilt = True
+
+        def sink(batch: DispatchBatch) -> None:
+            self._dispatch_queues(batch, only=damaged)
+            if rebuild_index:
+                self._dispatch_index(batch)
+
+        rebuild_scan(self.commitlog, upto, sink)
+        for key in damaged:
+            if key not in self.queues:
+                self._open_queue(*key)
+
+    # ---------------------------------------------------------------- append
+    def put_message(self, msg: InnerMessage) -> PutResult:
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: Sequence[InnerMessage]) -> PutResult:
+        """Append a batch: all of it or, if any message is invalid, none of it."""
+        self._check_open()
+        if self._disk_full:
+            return PutResult(
+                status=PutStatus.DISK_FULL,
+                error=f"disk usage is past disk_warning_ratio={self.config.disk_warning_ratio}; "
+                "writes are refused until retention frees space",
+            )
+        encoded, status, error = self._validate_batch(msgs)
+        if status is not PutStatus.PUT_OK:
+            return PutResult(status=status, error=error)
+        now = self.clock.now_ms()
+        results, batch = self._append(msgs, encoded, now)
+        self._dispatch(batch)
+        return PutResult(status=PutStatus.PUT_OK, results=results, store_timestamp=now)
+
+    def _validate_batch(self, msgs: Sequence[InnerMessage]) -> tuple[list[bytes], PutStatus, str]:
+        if not msgs:
+            return [], PutStatus.MESSAGE_ILLEGAL, "empty batch: nothing to append"
+        max_body = self.config.max_message_size_bytes
+        max_props = self.config.max_properties_size_bytes
+        encoded: list[bytes] = []
+        for i, m in enumerate(msgs):
+            if not isinstance(m, InnerMessage):
+                return (
+                    [],
+                    PutStatus.MESSAGE_ILLEGAL,
+                    f"message {i} is a {type(m).__name__}, not an InnerMessage",
+                )
+            try:
+                validate_topic(m.topic)
+            except Exception as exc:
+                return [], PutStatus.MESSAGE_ILLEGAL, f"message {i}: {exc}"
+            if not (isinstance(m.body, bytes) and 0 < len(m.body) <= max_body):
+                size = (
+                    len(m.body) if isinstance(m.body, bytes | bytearray) else type(m.body).__name__
+                )
+                return (
+                    [],
+                    PutStatus.MESSAGE_ILLEGAL,
+                    (
+                        f"message {i}: body must be 1..{max_body} bytes "
+                        f"(max_message_size_bytes), got {size}"
+                    ),
+                )
+            if not 0 <= m.queue_id <= QUEUE_ID_MAX:
+                return (
+                    [],
+                    PutStatus.MESSAGE_ILLEGAL,
+                    f"message {i}: queue_id {m.queue_id} outside 0..{QUEUE_ID_MAX}",
+                )
+            props = P.encode_properties(m.properties).encode("utf-8") if m.properties else b""
+            if len(props) > max_props:
+                return (
+                    [],
+                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                    (
+                        f"message {i}: properties are {len(props)} bytes encoded; "
+                        f"at most {max_props} (max_properties_size_bytes)"
+                    ),
+                )
+            encoded.append(props)
+        return encoded, PutStatus.PUT_OK, ""
+
+    def _append(
+        self, msgs: Sequence[InnerMessage], encoded: list[bytes], now: int
+    ) -> tuple[list[AppendResult], DispatchBatch]:
+        cl = self.commitlog
+        qoffs = self._queue_offsets
+        store_host = self._store_host
+        host_hex = self._store_host_hex
+        pack = codec.pack_record_into
+        batch = DispatchBatch()
+        topics, qids, queue_offsets = batch.topics, batch.queue_ids, batch.queue_offsets
+        offsets, sizes, codes = batch.offsets, batch.sizes, batch.tags_codes
+        index_keys, index_offsets = batch.index_keys, batch.index_offsets
+        results: list[AppendResult] = []
+        seg = cl.file.last()
+        index_on = self.config.message_index_enable
+        for m, props in zip(msgs, encoded, strict=True):
+            topic = m.topic
+            tf = self._topic_fields.get(topic) or self._topic_field(topic)
+            size = codec.FIXED_SIZE - 1 + len(tf) + len(m.body) + len(props)
+            if seg is None or seg.wrote + size + codec.BLANK_SIZE_MIN > seg.size:
+                seg = cl.writable_segment(size)
+            key = (topic, m.queue_id)
+            qoff = qoffs.get(key)
+            if qoff is None:
+                qoff = self._new_queue(key)
+            phys = seg.start + seg.wrote
+            pack(
+                seg.mv, seg.wrote, topic_field=tf, queue_id=m.queue_id, queue_offset=qoff,
+                body=m.body, properties=props, flag=m.flag, sys_flag=m.sys_flag,
+                born_timestamp=m.born_timestamp, born_host=self._born_host(m.born_host),
+                store_timestamp=now, store_host=store_host, reconsume_times=m.reconsume_times,
+                prepared_transaction_offset=m.prepared_transaction_offset, commitlog_offset=phys,
+            )  # fmt: skip
+            seg.wrote += size
+            qoffs[key] = qoff + 1
+            topics.append(topic)
+            qids.append(m.queue_id)
+            queue_offsets.append(qoff)
+            offsets.append(phys)
+            sizes.append(size)
+            mp = m.properties
+            codes.append(tags_code(mp.get(P.TAGS)) if mp else 0)
+            uniq = mp.get(P.UNIQ_KEY, "") if mp else ""
+            if index_on and mp:
+                for k in index_keys_of(topic, mp):
+                    index_keys.append(k)
+                    index_offsets.append(phys)
+            omid = f"{host_hex}{phys:016X}"
+            results.append(AppendResult(
+                msg_id=uniq or omid, offset_msg_id=omid, queue_offset=qoff,
+                commitlog_offset=phys, store_size=size,
+            ))  # fmt: skip
+        batch.store_timestamps = [now] * len(offsets)
+        return results, batch
+
+    def _topic_field(self, topic: str) -> bytes:
+        tf = codec.topic_field(topic)
+        self._topic_fields[topic] = tf
+        return tf
+
+    def _born_host(self, host: str) -> bytes:
+        raw = self._born_hosts.get(host)
+        if raw is None:
+            raw = self._born_hosts[host] = codec.encode_host(host)
+        return raw
+
+    def _new_queue(self, key: QueueKey) -> int:
+        cq = self.queues.get(key) or self._open_queue(*key)
+        self._manifest.queues.setdefault(key[0], {})[key[1]] = 0
+        self._persist_manifest()
+        return cq.max_offset
+
+    # -------------------------------------------------------------- dispatch
+    def _dispatch(self, batch: DispatchBatch) -> None:
+        self._dispatch_queues(batch)
+        self._dispatch_index(batch)
+
+    def _dispatch_queues(self, batch: DispatchBatch, only: set[QueueKey] | None = None) -> None:
+        n = len(batch)
+        if not n:
+            return
+        topics, qids = batch.topics, batch.queue_ids
+        if only is None and topics.count(topics[0]) == n and qids.count(qids[0]) == n:
+            groups = {(topics[0], qids[0]): range(n)}
+        else:
+            groups = {}
+            for i, key in enumerate(zip(topics, qids, strict=True)):
+                if only is None or key in only:
+                    groups.setdefault(key, []).append(i)  # type: ignore[attr-defined]
+        for key, idx in groups.items():
+            cq = self.queues.get(key) or self._open_queue(*key)
+            if isinstance(idx, range):
+                offs, sizes, codes = batch.offsets, batch.sizes, batch.tags_codes
+            else:
+                offs = [batch.offsets[i] for i in idx]
+                sizes = [batch.sizes[i] for i in idx]
+                codes = [batch.tags_codes[i] for i in idx]
+            first = batch.queue_offsets[idx[0]]
+            if batch.queue_offsets[idx[-1]] - first != len(idx) - 1:
+                for i in idx:  # not consecutive (a quarantined record left a hole)
+                    cq.put(batch.queue_offsets[i], pack_entries(
+                        [batch.offsets[i]], [batch.sizes[i]], [batch.tags_codes[i]]))  # fmt: skip
+            else:
+                cq.put(first, pack_entries(offs, sizes, codes))
+            if only is not None:
+                self._queue_offsets[key] = cq.max_offset
+
+    def _dispatch_index(self, batch: DispatchBatch) -> None:
+        if not self.config.message_index_enable or not batch.index_keys:
+            return
+        if self._manifest.indexed_from < 0:
+            self._manifest.indexed_from = batch.index_offsets[0]
+            self._persist_manifest()
+        if len(batch.store_timestamps) == len(batch.offsets):
+            at = dict(zip(batch.offsets, batch.store_timestamps, strict=True))
+            times = [at[o] for o in batch.index_offsets]
+        else:
+            times = batch.store_timestamps
+        self.index.put(batch.index_keys, batch.index_offsets, times)
+
+    # ------------------------------------------------------------------ read
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int = 32,
+        tag_filter: TagFilter | None = None,
+    ) -> GetResult:
+        """Up to ``max_nums`` records of a queue from ``offset`` (RocketMQ ``getMessage``)."""
+        self._check_open()
+        validate_topic(topic)
+        _check_int("queue_id", queue_id, 0, QUEUE_ID_MAX)
+        _check_int("offset", offset, 0, 2**63 - 1)
+        _check_int("max_nums", max_nums, 1, 2**31 - 1)
+        del group  # offsets are the broker's business; kept for RocketMQ's signature
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return GetResult(status=GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0,
+                             min_offset=0, max_offset=0)  # fmt: skip
+        lo, hi = cq.min_offset, cq.max_offset
+        status, next_offset = _offset_status(offset, lo, hi)
+        if status is not None:
+            return GetResult(status=status, next_begin_offset=next_offset,
+                             min_offset=lo, max_offset=hi)  # fmt: skip
+        return self._read_queue(cq, offset, max_nums, tag_filter, lo, hi)
+
+    def _read_queue(
+        self, cq: ConsumeQueue, offset: int, max_nums: int, tag_filter: TagFilter | None,
+        lo: int, hi: int,
+    ) -> GetResult:  # fmt: skip
+        cfg = self.config
+        cl = self.commitlog
+        cl_min, cl_max = cl.min_offset, cl.max_offset
+        codes = tag_filter.codes if tag_filter is not None else None
+        memory = _MEMORY_BYTES * cfg.access_message_in_memory_max_ratio
+        parts: list[bytes] = []
+        total = scanned = removed = filtered = 0
+        raw = cq.read(offset, max(max_nums, 1) if codes is None else cfg.max_filter_scan_entries)
+        for phys, size, code in ENTRY.iter_unpack(raw):
+            if size == HOLE_SIZE or size == 0:
+                scanned += 1
+                continue
+            on_disk = cl_max - phys > memory
+            cap_n = cfg.max_transfer_count_on_disk if on_disk else cfg.max_transfer_count_in_memory
+            cap_b = cfg.max_transfer_bytes_on_disk if on_disk else cfg.max_transfer_bytes_in_memory
+            if len(parts) >= min(max_nums, cap_n) or (parts and total + size > cap_b):
+                break
+            scanned += 1
+            if phys < cl_min:
+                removed += 1
+                continue
+            if codes is not None and code not in codes:
+                filtered += 1
+                continue
+            rec = cl.read(phys, size)
+            if rec is None or crc32c(rec[codec.CRC_START :]) != codec.CRC.unpack_from(rec, 8)[0]:
+                logger.error("record at %d (%s/%d) is unreadable or fails its CRC; skipped",
+                             phys, cq.topic, cq.queue_id)  # fmt: skip
+                continue
+            parts.append(rec)
+            total += size
+        if parts:
+            status = GetStatus.FOUND
+        elif filtered:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        elif removed:
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetStatus.OFFSET_FOUND_NULL
+        return GetResult(status=status, next_begin_offset=offset + scanned, min_offset=lo,
+                         max_offset=hi, buffer=b"".join(parts), count=len(parts))  # fmt: skip
+
+    def lookup_message(self, commitlog_offset: int) -> MessageExt | None:
+        """The message stored at a physical offset, or None."""
+        self._check_open()
+        _check_int("commitlog_offset", commitlog_offset, 0, 2**63 - 1)
+        raw = self.commitlog.read_at(commitlog_offset)
+        if raw is None or crc32c(raw[codec.CRC_START :]) != codec.CRC.unpack_from(raw, 8)[0]:
+            return None
+        return codec.decode_record(raw, broker_name=self.broker_name)
+
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` whose KEYS or UNIQ_KEY is ``key``, newest first."""
+        self._check_open()
+        validate_topic(topic)
+        _check_int("max_num", max_num, 1, 64 * 1024)
+        end = self.clock.now_ms() if end_ms is None else end_ms
+        out: list[MessageExt] = []
+        for phys in self.index.lookup(f"{topic}#{key}", begin_ms, end, max_num):
+            msg = self.lookup_message(phys) if phys >= self.commitlog.min_offset else None
+            if msg is None or msg.topic != topic or not begin_ms <= msg.store_timestamp <= end:
+                continue
+            if key in msg.keys or msg.properties.get(P.UNIQ_KEY) == key:
+                out.append(msg)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt | None:
+        """A message by offset message id, or by unique id (in ``topic`` or any topic)."""
+        self._check_open()
+        decoded = codec.decode_offset_msg_id(msg_id)
+        if decoded is not None and decoded[1] >= 0:
+            msg = self.lookup_message(decoded[1])
+            if msg is not None and msg.offset_msg_id == msg_id.upper():
+                return msg
+        for t in [topic] if topic else self.topics():
+            found = self.query_message(t, msg_id, max_num=1)
+            if found:
+                return found[0]
+        return None
+
+    # --------------------------------------------------------------- offsets
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self.queues})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for t, q in self.queues if t == topic)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_offset if cq is not None else 0
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
+
+    def store_time_of(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        cq = self.queues.get((topic, queue_id))
+        e = cq.entry(queue_offset) if cq is not None else None
+        if e is None or e[1] in (0, HOLE_SIZE):
+            return None
+        return self.commitlog.store_timestamp_at(e[0])
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop a topic's consume queues (its records age out of the commit log)."""
+        self._check_open()
+        validate_topic(topic)
+        keys = [k for k in self.queues if k[0] == topic]
+        for key in keys:
+            self.queues.pop(key).destroy()
+            self._queue_offsets.pop(key, None)
+        shutil.rmtree(self.root / "consumequeue" / topic, ignore_errors=True)
+        self._manifest.queues.pop(topic, None)
+        self._persist_manifest()
+        return len(keys)
+
+    # ------------------------------------------------------------ durability
+    @property
+    def written_offset(self) -> int:
+        """Commit-log bytes written so far (what a flusher should make durable)."""
+        return self.commitlog.max_offset
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Flush commit log, consume queues and index, then write the checkpoint."""
+        self._check_open()
+        written = self.commitlog.max_offset
+        flushed = self.flusher.flush_commitlog(written, least_pages)
+        self.flusher.flush_logics(written)
+        self.flusher.checkpoint()
+        return flushed
+
+    def _persist_manifest(self) -> None:
+        for (topic, qid), cq in self.queues.items():
+            self._manifest.queues.setdefault(topic, {})[qid] = cq.max_offset
+        self._manifest_file.save(self._manifest)
+
+    # ------------------------------------------------------------- retention
+    def retention_tick(self) -> RetentionReport:
+        """Delete expired segments if it is time (or the disk is filling), update disk state."""
+        self._check_open()
+        report = self.retention.tick(self.root, self.clock.now_ms(), self._segment_ages())
+        for _ in range(report.segments_to_delete):
+            self.commitlog.delete_first_segment()
+        if report.segments_to_delete:
+            cl_min = self.commitlog.min_offset
+            for cq in self.queues.values():
+                report.cq_segments_deleted += cq.delete_expired(cl_min)
+            report.index_files_deleted = self.index.delete_before(cl_min)
+            self._persist_manifest()
+            logger.info("retention: %s", report)
+        self._disk_full = report.disk_full
+        return report
+
+    def _segment_ages(self) -> list[int | None]:
+        """For every commit-log segment but the last: when it was last written (ms).
+
+        A segment's last record is older than the next segment's first record.
+        """
+        segs = self.commitlog.file.segments
+        return [self.commitlog.store_timestamp_at(s.start) for s in segs[1:]]
+
+    # ----------------------------------------------------------------- close
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"message store {self.root} is closed")
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint and release the directory."""
+        if self._closed:
+            return
+        self.flush()
+        self._persist_manifest()
+        self._closed = True
+        self._close_files()
+        (self.root / ABORT_NAME).unlink(missing_ok=True)
+        _unlock(self._lock_fd)
+
+    def crash(self) -> None:
+        """Close without flushing or cleaning up (tests: a process killed here)."""
+        self._closed = True
+        self._close_files()
+        _unlock(self._lock_fd)
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        for cq in self.queues.values():
+            cq.close()
+        self.index.close()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _offset_status(offset: int, lo: int, hi: int) -> tuple[GetStatus | None, int]:
+    if hi == 0:
+        return GetStatus.NO_MESSAGE_IN_QUEUE, 0
+    if offset < lo:
+        return GetStatus.OFFSET_TOO_SMALL, lo
+    if offset == hi:
+        return GetStatus.OFFSET_OVERFLOW_ONE, offset
+    if offset > hi:
+        return GetStatus.OFFSET_OVERFLOW_BADLY, hi
+    return None, offset
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidOffsetError(f"{name} must be an int in [{lo}, {hi}], got {value!r}",
+                                 value=repr(value))  # fmt: skip
+
+
+def _lock(root: Path) -> int:
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(
+            f"store directory {root} is already open in another MessageStore or process; "
+            "close it first or use another directory",
+            path=str(root),
+        ) from None
+    return fd
+
+
+def _unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+
+
+def _disk_used_ratio(path: Path) -> float:
+    usage = shutil.disk_usage(path)
+    return usage.used / usage.total if usage.total else 0.0
+
+
+_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

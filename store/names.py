@@ -1,0 +1,66 @@
+"""Validation of names that become directory names or index keys.
+
+Checked before any path is built: a topic is a directory under ``consumequeue/``,
+so ``../x`` must never reach the file system.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from .errors import InvalidGroupError, InvalidTopicError
+
+NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_LENGTH: Final[int] = 127
+GROUP_MAX_LENGTH: Final[int] = 255
+
+_valid_topics: set[str] = set()
+
+
+def validate_topic(topic: object) -> str:
+    """Return ``topic`` if it is a legal topic name, else raise InvalidTopicError."""
+    if topic.__class__ is str and topic in _valid_topics:
+        return topic  # type: ignore[return-value]
+    if not isinstance(topic, str):
+        raise InvalidTopicError(
+            f"topic must be a str, got {type(topic).__name__}", value=repr(topic)
+        )
+    if not topic:
+        raise InvalidTopicError("topic must not be empty")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise InvalidTopicError(
+            f"topic {topic[:32]!r}... is {len(topic)} characters; at most {TOPIC_MAX_LENGTH}",
+            value=topic,
+            limit=TOPIC_MAX_LENGTH,
+        )
+    if not NAME_PATTERN.match(topic):
+        raise InvalidTopicError(
+            f"topic {topic!r} may only contain letters, digits, '%', '|', '_' and '-'",
+            value=topic,
+        )
+    if len(_valid_topics) < 100_000:
+        _valid_topics.add(topic)
+    return topic
+
+
+def validate_group(group: object) -> str:
+    """Return ``group`` if it is a legal group name, else raise InvalidGroupError."""
+    if not isinstance(group, str):
+        raise InvalidGroupError(
+            f"group must be a str, got {type(group).__name__}", value=repr(group)
+        )
+    if not group:
+        raise InvalidGroupError("group must not be empty")
+    if len(group) > GROUP_MAX_LENGTH:
+        raise InvalidGroupError(
+            f"group is {len(group)} characters; at most {GROUP_MAX_LENGTH}",
+            value=group,
+            limit=GROUP_MAX_LENGTH,
+        )
+    if not NAME_PATTERN.match(group):
+        raise InvalidGroupError(
+            f"group {group!r} may only contain letters, digits, '%', '|', '_' and '-'",
+            value=group,
+        )
+    return group

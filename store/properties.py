@@ -1,0 +1,74 @@
+"""RocketMQ's message property string: ``NAME\\x01VALUE\\x02NAME\\x01VALUE\\x02``.
+
+Tags, keys and the unique id are properties too (TAGS, KEYS, UNIQ_KEY), exactly as
+in RocketMQ; several keys are joined by a space.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .errors import InvalidMessageError
+
+NAME_VALUE_SEPARATOR: Final[str] = "\x01"
+PROPERTY_SEPARATOR: Final[str] = "\x02"
+KEY_SEPARATOR: Final[str] = " "
+
+KEYS: Final[str] = "KEYS"
+TAGS: Final[str] = "TAGS"
+UNIQ_KEY: Final[str] = "UNIQ_KEY"
+WAIT: Final[str] = "WAIT"
+DELAY: Final[str] = "DELAY"
+DELIVER_AT_MS: Final[str] = "__DELIVER_AT_MS"
+REAL_TOPIC: Final[str] = "REAL_TOPIC"
+REAL_QID: Final[str] = "REAL_QID"
+RETRY_TOPIC: Final[str] = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID: Final[str] = "ORIGIN_MESSAGE_ID"
+RECONSUME_TIME: Final[str] = "RECONSUME_TIME"
+MAX_RECONSUME_TIMES: Final[str] = "MAX_RECONSUME_TIMES"
+PRODUCER_GROUP: Final[str] = "PGROUP"
+SHARDING_KEY: Final[str] = "__SHARDINGKEY"
+
+_FORBIDDEN: Final[tuple[str, str]] = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    """Encode a property dict; names and values must not contain \\x01 or \\x02."""
+    if not props:
+        return ""
+    return "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Inverse of :func:`encode_properties` (tolerates a missing final separator)."""
+    if not text:
+        return {}
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        if item:
+            name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+            out[name] = value
+    return out
+
+
+def check_properties(props: dict[str, str]) -> None:
+    """Raise InvalidMessageError if a name or value cannot be encoded."""
+    for name, value in props.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise InvalidMessageError(
+                f"property {name!r}={value!r}: names and values must be str", name=repr(name)
+            )
+        if not name:
+            raise InvalidMessageError("property names must not be empty")
+        for sep in _FORBIDDEN:
+            if sep in name or sep in value:
+                raise InvalidMessageError(
+                    f"property {name!r} contains a control character \\x01 or \\x02, "
+                    "which the property encoding reserves",
+                    name=name,
+                )
+
+
+def split_keys(value: str | None) -> list[str]:
+    """The KEYS property value as a list of keys."""
+    return [k for k in value.split(KEY_SEPARATOR) if k] if value else []
