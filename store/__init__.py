@@ -6,6 +6,7 @@ each module (codec.py, segment.py, consume_queue.py, index_file.py, checkpoint.p
 config_files.py) and summarised in docs/STORAGE.md.
 """
 
+from .batch import EncodedBatch, encode_batch
 from .clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
 from .codec import decode_record, decode_records
 from .config import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
@@ -34,6 +35,7 @@ __all__ = [
     "AppendResult",
     "Clock",
     "DiskFlusher",
+    "EncodedBatch",
     "FakeClock",
     "FlushDiskType",
     "GetResult",
@@ -53,5 +55,6 @@ __all__ = [
     "UniqIdGenerator",
     "decode_record",
     "decode_records",
+    "encode_batch",
     "java_string_hash",
 ]

@@ -5,16 +5,16 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
     offset  size  type    field
     0       4     int32   total_size        whole record, this field included
     4       4     uint32  magic             MAGIC "RAYQ" | BLANK_MAGIC | QUARANTINE_MAGIC
-    8       4     uint32  crc               CRC-32C of bytes [12, total_size): all that follows it
-    12      4     int32   queue_id
-    16      4     int32   flag              user flag
-    20      8     int64   queue_offset      logical offset within topic/queue_id
-    28      8     int64   commitlog_offset  physical offset of this record
-    36      4     int32   sys_flag          COMPRESSED_FLAG, ...
-    40      8     int64   born_timestamp    ms, producer clock
-    48      8     bytes   born_host         IPv4 (4 bytes) + port (int32)
-    56      8     int64   store_timestamp   ms, store clock
-    64      8     bytes   store_host        IPv4 (4 bytes) + port (int32)
+    8       4     uint32  crc               CRC-32C of [44, total_size): what the producer wrote
+    12      8     int64   queue_offset      \
+    20      8     int64   commitlog_offset   | assigned by the store on append:
+    28      8     int64   store_timestamp    | one 32-byte block (STORE_BLOCK)
+    36      8     bytes   store_host        /  IPv4 (4 bytes) + port (int32)
+    44      4     int32   queue_id
+    48      4     int32   flag              user flag
+    52      4     int32   sys_flag          COMPRESSED_FLAG, ...
+    56      8     int64   born_timestamp    ms, producer clock
+    64      8     bytes   born_host         IPv4 (4 bytes) + port (int32)
     72      4     int32   reconsume_times
     76      8     int64   prepared_transaction_offset
     84      4     int32   body_length       N
@@ -24,6 +24,11 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
     89+N+T  2     uint16  properties_length P (at most 32767)
     91+N+T  P     bytes   properties        UTF-8, see properties.py
 
+A producer encodes whole records once (batch.py) with the store block zeroed and
+the CRC set; the store checks them, fills the store block and copies them in. The
+store block is outside the CRC, and recovery checks it otherwise:
+``commitlog_offset`` must equal the record's position, and queue offsets must run on
+from the consume queue.
 ``total_size == 91 + N + T + P`` always; a reader checks it against the three lengths.
 
 Blank record: a segment that cannot fit the next record plus 8 bytes is closed by
@@ -52,15 +57,15 @@ HEADER: Final[struct.Struct] = struct.Struct(
     "i"  # total_size
     "I"  # magic
     "I"  # crc
-    "i"  # queue_id
-    "i"  # flag
     "q"  # queue_offset
     "q"  # commitlog_offset
+    "q"  # store_timestamp
+    "8s"  # store_host
+    "i"  # queue_id
+    "i"  # flag
     "i"  # sys_flag
     "q"  # born_timestamp
     "8s"  # born_host
-    "q"  # store_timestamp
-    "8s"  # store_host
     "i"  # reconsume_times
     "q"  # prepared_transaction_offset
     "i"  # body_length
@@ -73,10 +78,14 @@ PROPS_LEN: Final[struct.Struct] = struct.Struct(">H")
 INT64: Final[struct.Struct] = struct.Struct(">q")
 
 CRC_OFFSET: Final[int] = 8
-CRC_START: Final[int] = 12  # the CRC covers [CRC_START, total_size)
-QUEUE_ID_OFFSET: Final[int] = 12
-COMMITLOG_OFFSET_OFFSET: Final[int] = 28
-STORE_TIMESTAMP_OFFSET: Final[int] = 56
+STORE_BLOCK_OFFSET: Final[int] = 12  # queue_offset, commitlog_offset, store_timestamp, host
+STORE_BLOCK_SIZE: Final[int] = 32
+CRC_START: Final[int] = 44  # the CRC covers [CRC_START, total_size)
+QUEUE_OFFSET_OFFSET: Final[int] = 12
+COMMITLOG_OFFSET_OFFSET: Final[int] = 20
+STORE_TIMESTAMP_OFFSET: Final[int] = 28
+QUEUE_ID_OFFSET: Final[int] = 44
+BODY_LENGTH_OFFSET: Final[int] = 84
 FIXED_SIZE: Final[int] = HEADER_SIZE + TOPIC_LEN.size + PROPS_LEN.size  # 91
 BLANK_SIZE_MIN: Final[int] = PREFIX.size  # 8: a blank record must always fit
 
@@ -84,6 +93,7 @@ MAGIC: Final[int] = 0x52415951
 BLANK_MAGIC: Final[int] = 0x424C4E4B
 QUARANTINE_MAGIC: Final[int] = 0x51524E54
 
+QUEUE_ID_MAX: Final[int] = 65535
 HOST_SIZE: Final[int] = 8
 _HOST_PORT: Final[struct.Struct] = struct.Struct(">i")
 
@@ -145,8 +155,8 @@ def pack_record_into(
     body_len = len(body)
     size = FIXED_SIZE - 1 + len(topic_field) + body_len + len(properties)
     HEADER.pack_into(
-        buf, pos, size, MAGIC, 0, queue_id, flag, queue_offset, commitlog_offset, sys_flag,
-        born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+        buf, pos, size, MAGIC, 0, queue_offset, commitlog_offset, store_timestamp, store_host,
+        queue_id, flag, sys_flag, born_timestamp, born_host, reconsume_times,
         prepared_transaction_offset, body_len,
     )  # fmt: skip
     p = pos + HEADER_SIZE
@@ -189,8 +199,14 @@ class Check(enum.Enum):
     BAD_FRAMING = "BAD_FRAMING"  # sizes or magic wrong, or cut short
 
 
-def check_record(buf: memoryview, pos: int, limit: int) -> tuple[Check, int]:
-    """Validate the record at ``pos`` (not past ``limit``): ``(verdict, total_size)``."""
+def check_record(
+    buf: memoryview, pos: int, limit: int, base: int | None = None
+) -> tuple[Check, int]:
+    """Validate the record at ``pos`` (not past ``limit``): ``(verdict, total_size)``.
+
+    With ``base`` (the file offset of ``buf[0]``), the record's commitlog_offset
+    must also equal its position.
+    """
     if pos + BLANK_SIZE_MIN > limit:
         return Check.END, 0
     total_size, magic = PREFIX.unpack_from(buf, pos)
@@ -217,6 +233,8 @@ def check_record(buf: memoryview, pos: int, limit: int) -> tuple[Check, int]:
     (crc,) = CRC.unpack_from(buf, pos + CRC_OFFSET)
     if crc != crc32c(buf[pos + CRC_START : pos + total_size]):
         return Check.BAD_CRC, total_size
+    if base is not None and INT64.unpack_from(buf, pos + COMMITLOG_OFFSET_OFFSET)[0] != base + pos:
+        return Check.BAD_CRC, total_size  # a valid record, but not written here
     return Check.OK, total_size
 
 
@@ -236,8 +254,8 @@ def decode_record(
     """Decode the record at ``pos`` into a MessageExt (framing is trusted here)."""
     mv = memoryview(buf)
     (
-        total_size, _magic, crc, queue_id, flag, queue_offset, commitlog_offset, sys_flag,
-        born_ts, born_host, store_ts, store_host, reconsume_times, prepared, body_len,
+        total_size, _magic, crc, queue_offset, commitlog_offset, store_ts, store_host, queue_id,
+        flag, sys_flag, born_ts, born_host, reconsume_times, prepared, body_len,
     ) = HEADER.unpack_from(mv, pos)  # fmt: skip
     body = bytes(mv[pos + HEADER_SIZE : pos + HEADER_SIZE + body_len])
     if decompress and sys_flag & COMPRESSED_FLAG:

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 import msgspec
+from crc32c import crc32c
 
 from . import codec
 from . import properties as P
 from .codec import Check
 from .filters import tags_code
+from .index_file import HASH_MASK, topic_seed
 from .segment import Segment, SegmentedFile
 
 logger = logging.getLogger(__name__)
@@ -37,9 +40,9 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
     offsets: list[int] = []
     sizes: list[int] = []
     tags_codes: list[int] = []
-    store_timestamps: list[int] = []
-    index_keys: list[str] = []  # "topic#key", for the key index
+    index_hashes: list[int] = []  # key_hash("topic#key") of KEYS and UNIQ_KEY
     index_offsets: list[int] = []
+    index_times: list[int] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -53,18 +56,24 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
         self.offsets.append(offset)
         self.sizes.append(size)
         self.tags_codes.append(tags_code(props.get(P.TAGS)))
-        self.store_timestamps.append(store_timestamp)
-        for key in index_keys_of(topic, props):
-            self.index_keys.append(key)
+        for h in index_hashes_of(topic, props.get(P.KEYS, ""), props.get(P.UNIQ_KEY, "")):
+            self.index_hashes.append(h)
             self.index_offsets.append(offset)
+            self.index_times.append(store_timestamp)
 
 
-def index_keys_of(topic: str, props: dict[str, str]) -> list[str]:
-    keys = [f"{topic}#{k}" for k in P.split_keys(props.get(P.KEYS))]
-    uniq = props.get(P.UNIQ_KEY)
-    if uniq:
-        keys.append(f"{topic}#{uniq}")
-    return keys
+@lru_cache(maxsize=4096)
+def _seed(topic: str) -> int:
+    return topic_seed(topic)
+
+
+def index_hashes_of(topic: str, keys: str, uniq_key: str) -> list[int]:
+    """Index hashes of ``topic#k`` for every key in ``keys`` and for ``uniq_key``."""
+    seed = _seed(topic)
+    out = [crc32c(k.encode(), seed) & HASH_MASK for k in keys.split()]
+    if uniq_key:
+        out.append(crc32c(uniq_key.encode(), seed) & HASH_MASK)
+    return out
 
 
 class CommitLog:
@@ -146,7 +155,7 @@ class CommitLog:
             if seg is None:
                 return
             local = pos - seg.start
-            verdict, size = codec.check_record(seg.mv, local, seg.size)
+            verdict, size = codec.check_record(seg.mv, local, seg.size, seg.start)
             if verdict is Check.BAD_CRC and not check_crc:
                 verdict = Check.OK
             yield verdict, pos, size
@@ -170,8 +179,8 @@ class CommitLog:
         header = codec.HEADER.unpack_from(seg.mv, local)
         body_len = header[-1]
         topic, props_text = codec.read_topic_and_properties(seg.mv, local, body_len)
-        batch.add(topic, header[3], header[5], offset, header[0],
-                  P.decode_properties(props_text), header[10])  # fmt: skip
+        batch.add(topic, header[7], header[3], offset, header[0],
+                  P.decode_properties(props_text), header[5])  # fmt: skip
 
     def truncate(self, offset: int) -> None:
         """Make ``offset`` the end: later segments deleted, stale bytes zeroed."""

@@ -121,7 +121,7 @@ class ConsumeQueue:
             seg = self._segment_for_write(byte_offset)
             local = byte_offset - seg.start
             n = min(len(data) - pos, seg.size - local)
-            seg.mv[local : local + n] = data[pos : pos + n]
+            seg.write(local, data[pos : pos + n])
             seg.wrote = max(seg.wrote, local + n)
             pos += n
             byte_offset += n

@@ -35,13 +35,17 @@ the index got.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 from crc32c import crc32c
+
+from .segment import _preallocate
 
 HEADER: Final[struct.Struct] = struct.Struct(">qqqqii")
 HEADER_SIZE: Final[int] = HEADER.size  # 40
@@ -55,28 +59,46 @@ assert ENTRY.size == ENTRY_SIZE
 
 
 def key_hash(key: str) -> int:
+    """Hash of an index key ``topic#key``."""
     return crc32c(key.encode("utf-8")) & 0x7FFFFFFF
+
+
+def topic_seed(topic: str) -> int:
+    """CRC-32C state after ``topic#``: ``key_hash(f"{t}#{k}") == crc32c(k, seed) & mask``."""
+    return crc32c(f"{topic}#".encode())
+
+
+HASH_MASK: Final[int] = 0x7FFFFFFF
 
 
 def index_file_size(slots: int, entries_max: int) -> int:
     return HEADER_SIZE + slots * SLOT_SIZE + entries_max * ENTRY_SIZE
 
 
+def _touch(mm: mmap.mmap, length: int, chunk: int = 1 << 20) -> None:
+    zeros = bytes(chunk)
+    for pos in range(0, length, chunk):
+        n = min(chunk, length - pos)
+        mm[pos : pos + n] = zeros[:n]
+
+
 class IndexFile:
     """One index file: a hash table of chains, filled until ``entries_max``."""
 
     def __init__(self, path: Path, slots: int, entries_max: int, now_ms: int = 0) -> None:
-        import mmap  # local: keeps the module's import list about the format
-
         self.path = path
         self.slots = slots
         self.entries_max = entries_max
         size = index_file_size(slots, entries_max)
         existed = path.exists()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self._fd).st_size != size:
+        fresh = os.fstat(self._fd).st_size != size
+        if fresh:
             os.ftruncate(self._fd, size)
+            _preallocate(self._fd, size)
         self.mm = mmap.mmap(self._fd, size)
+        if fresh:  # slots are hit at random: fault them in now, in bulk, not one by one later
+            _touch(self.mm, HEADER_SIZE + slots * SLOT_SIZE)
         self._slot_arr = np.frombuffer(self.mm, dtype=">i4", count=slots, offset=HEADER_SIZE)
         self._entries = np.frombuffer(
             self.mm, dtype=ENTRY_DTYPE, count=entries_max, offset=HEADER_SIZE + slots * SLOT_SIZE
@@ -199,17 +221,17 @@ class IndexService:
             )
         return self.files[-1]
 
-    def put(self, keys: list[str], phys: list[int], times_ms: list[int]) -> None:
-        """Index ``keys[i]`` (already ``topic#key``) -> ``phys[i]`` stored at ``times_ms[i]``."""
-        if not keys:
+    def put(self, hashes: Sequence[int], phys: Sequence[int], times_ms: Sequence[int]) -> None:
+        """Index entries: key hash (``key_hash``, masked here) -> commit-log offset, store time."""
+        if not len(hashes):
             return
-        hashes = np.fromiter((key_hash(k) for k in keys), dtype=np.int64, count=len(keys))
+        hash_arr = np.asarray(hashes, dtype=np.int64) & HASH_MASK
         phy_arr = np.asarray(phys, dtype=np.int64)
         time_arr = np.asarray(times_ms, dtype=np.int64)
         done = 0
-        while done < len(keys):
+        while done < len(hash_arr):
             f = self._writable(int(time_arr[done]))
-            done += f.put(hashes[done:], phy_arr[done:], time_arr[done:])
+            done += f.put(hash_arr[done:], phy_arr[done:], time_arr[done:])
 
     def lookup(self, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[int]:
         """Commit-log offsets for ``key`` (``topic#key``), newest first, de-duplicated."""

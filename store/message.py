@@ -35,12 +35,17 @@ class Message(msgspec.Struct):
 class InnerMessage(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """One record as the store appends it (RocketMQ ``MessageExtBrokerInner``).
 
-    ``properties`` already holds TAGS, KEYS and UNIQ_KEY.
+    ``tags``, ``keys`` (space-separated) and ``uniq_key`` are stored as the TAGS,
+    KEYS and UNIQ_KEY properties; ``properties`` holds every other property and
+    must not repeat those three.
     """
 
     topic: str
     queue_id: int
     body: bytes
+    tags: str | None = None
+    keys: str = ""
+    uniq_key: str = ""
     properties: dict[str, str] = {}
     flag: int = 0
     sys_flag: int = 0
@@ -114,16 +119,36 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class PutResult(msgspec.Struct, frozen=True, kw_only=True):
-    """Outcome of one batch append: one status for the batch, one result per message."""
+    """Outcome of one batch append: one status for the batch, columns per message."""
 
     status: PutStatus
-    results: list[AppendResult] = []
+    msg_ids: list[str] = []
+    queue_offsets: list[int] = []
+    commitlog_offsets: list[int] = []
+    store_sizes: list[int] = []
     store_timestamp: int = 0
+    store_host: str = ""  # 16 hex digits, for offset message ids
     error: str = ""
 
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+    @property
+    def offset_msg_ids(self) -> list[str]:
+        return [f"{self.store_host}{o:016X}" for o in self.commitlog_offsets]
+
+    @property
+    def results(self) -> list[AppendResult]:
+        """One AppendResult per message (built on demand)."""
+        return [
+            AppendResult(msg_id=m or omid, offset_msg_id=omid, queue_offset=q,
+                         commitlog_offset=c, store_size=z)
+            for m, omid, q, c, z in zip(
+                self.msg_ids, self.offset_msg_ids, self.queue_offsets,
+                self.commitlog_offsets, self.store_sizes, strict=True,
+            )
+        ]  # fmt: skip
 
 
 class GetResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,22 +28,37 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
+import numpy as np
 from crc32c import crc32c
 
 from . import codec
 from . import properties as P
+from .batch import (
+    BatchRejected,
+    EncodedBatch,
+    check_encoded,
+    encode_batch,
+    fill_store_block,
+    split_by_queue,
+)
 from .checkpoint import ABORT_NAME, load_checkpoint
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import CommitLog, DispatchBatch, index_keys_of
+from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
 from .config_files import JsonFile
 from .consume_queue import ENTRY, HOLE_SIZE, ConsumeQueue, pack_entries
-from .errors import ClosedError, InvalidOffsetError, StoreLockedError
-from .filters import TagFilter, tags_code
+from .errors import (
+    ClosedError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    MessageTooLargeError,
+    RayqError,
+    StoreLockedError,
+)
+from .filters import TagFilter
 from .flush import DiskFlusher
 from .index_file import IndexService
 from .message import (
-    AppendResult,
     GetResult,
     GetStatus,
     InnerMessage,
@@ -58,7 +73,8 @@ from .retention import RetentionPolicy, RetentionReport
 logger = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
-QUEUE_ID_MAX = 65535
+QUEUE_ID_MAX = codec.QUEUE_ID_MAX
+INDEX_BATCH = 8192  # index entries are buffered and written this many at a time
 
 
 class DispatchManifest(msgspec.Struct, kw_only=True):
@@ -90,14 +106,14 @@ class MessageStore:
         self._closed = False
         self._store_host = codec.encode_host(store_host)
         self._store_host_hex = self._store_host.hex().upper()
-        self._topic_fields: dict[str, bytes] = {}
-        self._born_hosts: dict[str, bytes] = {}
         self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_size_bytes)
         self.index = IndexService(
             self.root / "index", config.index_hash_slots, config.index_entries_max
         )
         self.queues: dict[QueueKey, ConsumeQueue] = {}
         self._queue_offsets: dict[QueueKey, int] = {}
+        self._pending_index: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_count = 0
         (self.root / "config").mkdir(exist_ok=True)
         self._manifest_file = JsonFile(self.root / "config" / "dispatch.json", DispatchManifest)
         self._manifest = self._manifest_file.load() or DispatchManifest()
@@ -152,6 +168,9 @@ class MessageStore:
         cl = self.commitlog
         for seg in cl.file.segments:
             seg.wrote = seg.size  # provisional; validate_tail decides the end
+        if cl.file.segments:
+            last = cl.file.segments[-1]
+            last.wrote = last.data_end(0)
         start = self._recover_start(load_checkpoint(self.root).recover_from)
         report = RecoveryReport(abnormal=abnormal, start_offset=start)
         if abnormal:
@@ -172,6 +191,7 @@ class MessageStore:
             cq.truncate_from_commitlog(end)
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         report.end_offset = end
+        self._write_index()
         self.flusher.reset(min(start, end))
         self._persist_manifest()
         return report
@@ -212,6 +232,7 @@ class MessageStore:
                 self._dispatch_index(batch)
 
         rebuild_scan(self.commitlog, upto, sink)
+        self._write_index()
         for key in damaged:
             if key not in self.queues:
                 self._open_queue(*key)
@@ -221,135 +242,94 @@ class MessageStore:
         return self.put_messages([msg])
 
     def put_messages(self, msgs: Sequence[InnerMessage]) -> PutResult:
-        """Append a batch: all of it or, if any message is invalid, none of it."""
+        """Encode and append messages (any topics/queues): all of them or none."""
         self._check_open()
+        cfg = self.config
+        try:
+            if not msgs:
+                raise InvalidMessageError("empty batch: nothing to append")
+            batches = [
+                encode_batch(group, max_body_bytes=cfg.max_message_size_bytes,
+                             max_properties_bytes=cfg.max_properties_size_bytes)
+                for group in split_by_queue(msgs)
+            ]  # fmt: skip
+        except MessageTooLargeError as exc:
+            props = exc.details.get("field") == "properties"
+            status = PutStatus.PROPERTIES_SIZE_EXCEEDED if props else PutStatus.MESSAGE_ILLEGAL
+            return PutResult(status=status, error=str(exc))
+        except (RayqError, AttributeError, TypeError) as exc:
+            return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+        return self._put_batches(batches)
+
+    def put_encoded(self, batch: EncodedBatch) -> PutResult:
+        """Append a batch a producer encoded (batch.py): the broker's hot path."""
+        self._check_open()
+        return self._put_batches([batch])
+
+    def _put_batches(self, batches: list[EncodedBatch]) -> PutResult:
         if self._disk_full:
             return PutResult(
                 status=PutStatus.DISK_FULL,
                 error=f"disk usage is past disk_warning_ratio={self.config.disk_warning_ratio}; "
                 "writes are refused until retention frees space",
             )
-        encoded, status, error = self._validate_batch(msgs)
-        if status is not PutStatus.PUT_OK:
-            return PutResult(status=status, error=error)
-        now = self.clock.now_ms()
-        results, batch = self._append(msgs, encoded, now)
-        self._dispatch(batch)
-        return PutResult(status=PutStatus.PUT_OK, results=results, store_timestamp=now)
-
-    def _validate_batch(self, msgs: Sequence[InnerMessage]) -> tuple[list[bytes], PutStatus, str]:
-        if not msgs:
-            return [], PutStatus.MESSAGE_ILLEGAL, "empty batch: nothing to append"
-        max_body = self.config.max_message_size_bytes
-        max_props = self.config.max_properties_size_bytes
-        encoded: list[bytes] = []
-        for i, m in enumerate(msgs):
-            if not isinstance(m, InnerMessage):
-                return (
-                    [],
-                    PutStatus.MESSAGE_ILLEGAL,
-                    f"message {i} is a {type(m).__name__}, not an InnerMessage",
-                )
+        checked = []
+        for b in batches:
             try:
-                validate_topic(m.topic)
-            except Exception as exc:
-                return [], PutStatus.MESSAGE_ILLEGAL, f"message {i}: {exc}"
-            if not (isinstance(m.body, bytes) and 0 < len(m.body) <= max_body):
-                size = (
-                    len(m.body) if isinstance(m.body, bytes | bytearray) else type(m.body).__name__
-                )
-                return (
-                    [],
-                    PutStatus.MESSAGE_ILLEGAL,
-                    (
-                        f"message {i}: body must be 1..{max_body} bytes "
-                        f"(max_message_size_bytes), got {size}"
-                    ),
-                )
-            if not 0 <= m.queue_id <= QUEUE_ID_MAX:
-                return (
-                    [],
-                    PutStatus.MESSAGE_ILLEGAL,
-                    f"message {i}: queue_id {m.queue_id} outside 0..{QUEUE_ID_MAX}",
-                )
-            props = P.encode_properties(m.properties).encode("utf-8") if m.properties else b""
-            if len(props) > max_props:
-                return (
-                    [],
-                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                    (
-                        f"message {i}: properties are {len(props)} bytes encoded; "
-                        f"at most {max_props} (max_properties_size_bytes)"
-                    ),
-                )
-            encoded.append(props)
-        return encoded, PutStatus.PUT_OK, ""
+                checked.append((b, self._check_encoded(b)))
+            except (BatchRejected, RayqError) as exc:
+                return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
+        now = self.clock.now_ms()
+        out = PutResult(status=PutStatus.PUT_OK, store_timestamp=now,
+                        store_host=self._store_host_hex)  # fmt: skip
+        for b, starts in checked:
+            self._write_batch(b, starts, now, out)
+        return out
 
-    def _append(
-        self, msgs: Sequence[InnerMessage], encoded: list[bytes], now: int
-    ) -> tuple[list[AppendResult], DispatchBatch]:
-        cl = self.commitlog
-        qoffs = self._queue_offsets
-        store_host = self._store_host
-        host_hex = self._store_host_hex
-        pack = codec.pack_record_into
-        batch = DispatchBatch()
-        topics, qids, queue_offsets = batch.topics, batch.queue_ids, batch.queue_offsets
-        offsets, sizes, codes = batch.offsets, batch.sizes, batch.tags_codes
-        index_keys, index_offsets = batch.index_keys, batch.index_offsets
-        results: list[AppendResult] = []
-        seg = cl.file.last()
-        index_on = self.config.message_index_enable
-        for m, props in zip(msgs, encoded, strict=True):
-            topic = m.topic
-            tf = self._topic_fields.get(topic) or self._topic_field(topic)
-            size = codec.FIXED_SIZE - 1 + len(tf) + len(m.body) + len(props)
-            if seg is None or seg.wrote + size + codec.BLANK_SIZE_MIN > seg.size:
-                seg = cl.writable_segment(size)
-            key = (topic, m.queue_id)
-            qoff = qoffs.get(key)
-            if qoff is None:
-                qoff = self._new_queue(key)
-            phys = seg.start + seg.wrote
-            pack(
-                seg.mv, seg.wrote, topic_field=tf, queue_id=m.queue_id, queue_offset=qoff,
-                body=m.body, properties=props, flag=m.flag, sys_flag=m.sys_flag,
-                born_timestamp=m.born_timestamp, born_host=self._born_host(m.born_host),
-                store_timestamp=now, store_host=store_host, reconsume_times=m.reconsume_times,
-                prepared_transaction_offset=m.prepared_transaction_offset, commitlog_offset=phys,
+    def _check_encoded(self, b: EncodedBatch) -> np.ndarray:
+        if b.__class__ is not EncodedBatch:
+            raise BatchRejected(f"expected an EncodedBatch, got {type(b).__name__}")
+        validate_topic(b.topic)
+        if b.queue_id.__class__ is not int or not 0 <= b.queue_id <= codec.QUEUE_ID_MAX:
+            raise BatchRejected(f"queue_id {b.queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
+        cfg = self.config
+        return check_encoded(b, cfg.max_message_size_bytes, cfg.max_properties_size_bytes)
+
+    def _write_batch(self, b: EncodedBatch, starts: np.ndarray, now: int, out: PutResult) -> None:
+        """Copy a checked batch into the commit log (rolling segments) and dispatch it."""
+        key = (b.topic, b.queue_id)
+        qoff = self._queue_offsets.get(key)
+        if qoff is None:
+            qoff = self._new_queue(key)
+        sizes = np.frombuffer(b.sizes, dtype="<i4").astype(np.int64)
+        ends = starts + sizes
+        phys = np.empty(b.count, dtype=np.int64)
+        i = 0
+        while i < b.count:
+            seg = self.commitlog.writable_segment(int(sizes[i]))
+            room = seg.size - seg.wrote - codec.BLANK_SIZE_MIN
+            k = int(np.searchsorted(ends[i:] - starts[i], room, side="right"))
+            base = int(starts[i])
+            chunk = fill_store_block(
+                b.records[base : int(ends[i + k - 1])], starts[i : i + k] - base, qoff + i,
+                seg.start + seg.wrote, now, self._store_host,
             )  # fmt: skip
-            seg.wrote += size
-            qoffs[key] = qoff + 1
-            topics.append(topic)
-            qids.append(m.queue_id)
-            queue_offsets.append(qoff)
-            offsets.append(phys)
-            sizes.append(size)
-            mp = m.properties
-            codes.append(tags_code(mp.get(P.TAGS)) if mp else 0)
-            uniq = mp.get(P.UNIQ_KEY, "") if mp else ""
-            if index_on and mp:
-                for k in index_keys_of(topic, mp):
-                    index_keys.append(k)
-                    index_offsets.append(phys)
-            omid = f"{host_hex}{phys:016X}"
-            results.append(AppendResult(
-                msg_id=uniq or omid, offset_msg_id=omid, queue_offset=qoff,
-                commitlog_offset=phys, store_size=size,
-            ))  # fmt: skip
-        batch.store_timestamps = [now] * len(offsets)
-        return results, batch
-
-    def _topic_field(self, topic: str) -> bytes:
-        tf = codec.topic_field(topic)
-        self._topic_fields[topic] = tf
-        return tf
-
-    def _born_host(self, host: str) -> bytes:
-        raw = self._born_hosts.get(host)
-        if raw is None:
-            raw = self._born_hosts[host] = codec.encode_host(host)
-        return raw
+            phys[i : i + k] = starts[i : i + k] - base + seg.start + seg.wrote
+            seg.write(seg.wrote, chunk)
+            seg.wrote += len(chunk)
+            i += k
+        self._queue_offsets[key] = qoff + b.count
+        cq = self.queues[key]
+        codes = np.frombuffer(b.tags_codes, dtype="<i8")
+        cq.put(qoff, pack_entries(phys, sizes, codes))
+        if self.config.message_index_enable and b.index_hashes:
+            owners = np.frombuffer(b.index_records, dtype="<i4")
+            hashes = np.frombuffer(b.index_hashes, dtype="<i8")
+            self._queue_index(hashes, phys[owners], np.full(len(owners), now, dtype=np.int64))
+        out.msg_ids.extend(b.msg_ids)
+        out.queue_offsets.extend(range(qoff, qoff + b.count))
+        out.commitlog_offsets.extend(phys.tolist())
+        out.store_sizes.extend(sizes.tolist())
 
     def _new_queue(self, key: QueueKey) -> int:
         cq = self.queues.get(key) or self._open_queue(*key)
@@ -359,51 +339,48 @@ class MessageStore:
 
     # -------------------------------------------------------------- dispatch
     def _dispatch(self, batch: DispatchBatch) -> None:
+        """Recovery's dispatch of re-validated records."""
         self._dispatch_queues(batch)
-        self._dispatch_index(batch)
+        if self.config.message_index_enable and batch.index_hashes:
+            self._queue_index(
+                np.asarray(batch.index_hashes, dtype=np.int64),
+                np.asarray(batch.index_offsets, dtype=np.int64),
+                np.asarray(batch.index_times, dtype=np.int64),
+            )
 
     def _dispatch_queues(self, batch: DispatchBatch, only: set[QueueKey] | None = None) -> None:
-        n = len(batch)
-        if not n:
-            return
-        topics, qids = batch.topics, batch.queue_ids
-        if only is None and topics.count(topics[0]) == n and qids.count(qids[0]) == n:
-            groups = {(topics[0], qids[0]): range(n)}
-        else:
-            groups = {}
-            for i, key in enumerate(zip(topics, qids, strict=True)):
-                if only is None or key in only:
-                    groups.setdefault(key, []).append(i)  # type: ignore[attr-defined]
+        groups: dict[QueueKey, list[int]] = {}
+        for i, key in enumerate(zip(batch.topics, batch.queue_ids, strict=True)):
+            if only is None or key in only:
+                groups.setdefault(key, []).append(i)
         for key, idx in groups.items():
             cq = self.queues.get(key) or self._open_queue(*key)
-            if isinstance(idx, range):
-                offs, sizes, codes = batch.offsets, batch.sizes, batch.tags_codes
-            else:
-                offs = [batch.offsets[i] for i in idx]
-                sizes = [batch.sizes[i] for i in idx]
-                codes = [batch.tags_codes[i] for i in idx]
-            first = batch.queue_offsets[idx[0]]
-            if batch.queue_offsets[idx[-1]] - first != len(idx) - 1:
-                for i in idx:  # not consecutive (a quarantined record left a hole)
-                    cq.put(batch.queue_offsets[i], pack_entries(
-                        [batch.offsets[i]], [batch.sizes[i]], [batch.tags_codes[i]]))  # fmt: skip
-            else:
-                cq.put(first, pack_entries(offs, sizes, codes))
-            if only is not None:
-                self._queue_offsets[key] = cq.max_offset
+            qoffs = [batch.queue_offsets[i] for i in idx]
+            offs = [batch.offsets[i] for i in idx]
+            sizes = [batch.sizes[i] for i in idx]
+            codes = [batch.tags_codes[i] for i in idx]
+            if qoffs[-1] - qoffs[0] == len(idx) - 1:
+                cq.put(qoffs[0], pack_entries(offs, sizes, codes))
+            else:  # not consecutive (a quarantined record left a hole)
+                for q, o, z, c in zip(qoffs, offs, sizes, codes, strict=True):
+                    cq.put(q, pack_entries([o], [z], [c]))
+            self._queue_offsets[key] = cq.max_offset
 
-    def _dispatch_index(self, batch: DispatchBatch) -> None:
-        if not self.config.message_index_enable or not batch.index_keys:
-            return
+    def _queue_index(self, hashes: np.ndarray, offsets: np.ndarray, times: np.ndarray) -> None:
+        """Buffer index entries; they are written in large batches (cheap per key)."""
         if self._manifest.indexed_from < 0:
-            self._manifest.indexed_from = batch.index_offsets[0]
+            self._manifest.indexed_from = int(offsets[0])
             self._persist_manifest()
-        if len(batch.store_timestamps) == len(batch.offsets):
-            at = dict(zip(batch.offsets, batch.store_timestamps, strict=True))
-            times = [at[o] for o in batch.index_offsets]
-        else:
-            times = batch.store_timestamps
-        self.index.put(batch.index_keys, batch.index_offsets, times)
+        self._pending_index.append((hashes, offsets, times))
+        self._pending_count += len(hashes)
+        if self._pending_count >= INDEX_BATCH:
+            self._write_index()
+
+    def _write_index(self) -> None:
+        if self._pending_index:
+            parts = self._pending_index
+            self._pending_index, self._pending_count = [], 0
+            self.index.put(*(np.concatenate([p[j] for p in parts]) for j in range(3)))
 
     # ------------------------------------------------------------------ read
     def get_messages(
@@ -497,6 +474,7 @@ class MessageStore:
         _check_int("max_num", max_num, 1, 64 * 1024)
         end = self.clock.now_ms() if end_ms is None else end_ms
         out: list[MessageExt] = []
+        self._write_index()
         for phys in self.index.lookup(f"{topic}#{key}", begin_ms, end, max_num):
             msg = self.lookup_message(phys) if phys >= self.commitlog.min_offset else None
             if msg is None or msg.topic != topic or not begin_ms <= msg.store_timestamp <= end:
@@ -572,6 +550,7 @@ class MessageStore:
     def flush(self, least_pages: int = 0) -> int:
         """Flush commit log, consume queues and index, then write the checkpoint."""
         self._check_open()
+        self._write_index()
         written = self.commitlog.max_offset
         flushed = self.flusher.flush_commitlog(written, least_pages)
         self.flusher.flush_logics(written)
@@ -591,6 +570,7 @@ class MessageStore:
         for _ in range(report.segments_to_delete):
             self.commitlog.delete_first_segment()
         if report.segments_to_delete:
+            self._write_index()
             cl_min = self.commitlog.min_offset
             for cq in self.queues.values():
                 report.cq_segments_deleted += cq.delete_expired(cl_min)

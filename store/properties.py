@@ -39,6 +39,23 @@ def encode_properties(props: dict[str, str]) -> str:
     return "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
 
 
+def encode_message_properties(
+    tags: str | None, keys: str, uniq_key: str, others: dict[str, str]
+) -> str:
+    """TAGS, KEYS and UNIQ_KEY (when set) followed by the other properties."""
+    if tags and keys and uniq_key:  # the common case: one format call
+        text = f"TAGS\x01{tags}\x02KEYS\x01{keys}\x02UNIQ_KEY\x01{uniq_key}\x02"
+    else:
+        text = "".join(
+            [f"{n}\x01{v}\x02" for n, v in ((TAGS, tags), (KEYS, keys), (UNIQ_KEY, uniq_key)) if v]
+        )
+    return text + encode_properties(others) if others else text
+
+
+def count_entries(tags: str | None, keys: str, uniq_key: str, others: dict[str, str]) -> int:
+    return bool(tags) + bool(keys) + bool(uniq_key) + len(others)
+
+
 def decode_properties(text: str) -> dict[str, str]:
     """Inverse of :func:`encode_properties` (tolerates a missing final separator)."""
     if not text:

@@ -6,8 +6,10 @@ first byte (``00000000000000000000``, ``00000000001073741824``, ...). Segment k
 starts at ``k * segment_size``: the name of the segment holding any offset is
 arithmetic, so another process (the flusher) can find it without asking.
 
-New segments are sparse (``ftruncate``); unwritten bytes read as zero, which every
-format here treats as "nothing written yet". A segment found shorter than
+New segments are preallocated (``posix_fallocate``: page faults on a sparse
+mapping are ten times slower than on allocated blocks); unwritten bytes read as zero, which every
+format here treats as "nothing written yet". Writes go through ``pwrite`` (``Segment.write``), reads through the mapping.
+A segment found shorter than
 ``segment_size`` (cut by a crash or by hand) is extended with zeros on open and
 the shortfall logged; recovery then decides what is valid.
 """
@@ -28,6 +30,14 @@ NAME_DIGITS = 20
 
 def segment_name(start_offset: int) -> str:
     return f"{start_offset:0{NAME_DIGITS}d}"
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Allocate the file's blocks now: a write fault on a sparse mapping costs ~4 us/KiB."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:  # e.g. a file system without fallocate: stay sparse
+        logger.debug("posix_fallocate failed (%s); segment stays sparse", exc)
 
 
 class Segment:
@@ -53,6 +63,7 @@ class Segment:
             if actual:
                 logger.warning("segment %s is %d bytes, extending to %d", path, actual, size)
             os.ftruncate(self._fd, size)
+            _preallocate(self._fd, size)
         self.mm = mmap.mmap(self._fd, size)
         self.mv = memoryview(self.mm)
 
@@ -63,6 +74,19 @@ class Segment:
     @property
     def wrote_offset(self) -> int:
         return self.start + self.wrote
+
+    def write(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Write at ``position`` through the page cache (``pwrite``), not the mapping.
+
+        A first write through a shared mapping faults each page in (tens of
+        microseconds a page on a VM); ``pwrite`` copies in bulk, and the mapping sees
+        the same page cache. Out of disk space becomes an OSError, not a SIGBUS.
+        """
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            view = view[written:]
+            position += written
 
     def flush(self) -> None:
         self.mm.flush()
