@@ -1,1 +1,45 @@
-"""rayq: a RocketMQ-style message broker whose server parts are Ray actors."""
+"""rayq: a RocketMQ-style message broker whose server parts are Ray actors.
+
+General layout (imports only point down):
+
+* ``rayq/``   the user's API: message types, errors, configuration; later the
+  producer, consumers, admin, CLI and Spark integration. Knows actors, never
+  opens files.
+* ``rayq.actors`` (folder ``actors/``): Ray actors, thin shells over plain objects.
+* ``rayq.store`` (folder ``store/``): the storage engine (commit log, consume
+  queues, key index, recovery, retention); plain Python, imports nothing from Ray.
+
+The vocabulary the store needs (message records, statuses, errors, StoreConfig)
+lives in ``rayq.store`` and is re-exported here, so nothing imports upwards.
+"""
+
+from rayq.errors import *  # noqa: F403
+from rayq.errors import __all__ as _error_names
+from rayq.store import (
+    DEFAULT_STORE_CONFIG,
+    FlushDiskType,
+    GetStatus,
+    Message,
+    MessageExt,
+    MessageStore,
+    PutStatus,
+    StoreConfig,
+    TagFilter,
+)
+
+__version__ = "0.1.0"
+
+__all__ = sorted(
+    [
+        *_error_names,
+        "DEFAULT_STORE_CONFIG",
+        "FlushDiskType",
+        "GetStatus",
+        "Message",
+        "MessageExt",
+        "MessageStore",
+        "PutStatus",
+        "StoreConfig",
+        "TagFilter",
+    ]
+)

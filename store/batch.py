@@ -2,12 +2,13 @@
 
 ``encode_batch`` (producer side, pure) turns messages for one topic/queue into an
 ``EncodedBatch``: the records back to back exactly as the commit log stores them
-(codec.py), with the store block zeroed and each record's CRC set, plus columns the
+(codec.py), with the store block zeroed and the CRC of the producer's bytes in each
+crc field, plus columns the
 store would otherwise have to parse out again (sizes, tag hashes, key-index hashes).
 The broker passes the batch to ``MessageStore.put_encoded`` unchanged, one Ray call
 per batch; the store re-checks the framing of every record with numpy
-(``check_encoded``), verifies every CRC, fills the store block
-(``fill_store_block``) and copies the bytes in. No Python bytecode runs per message
+(``check_encoded``), verifies every CRC, fills the store block and finishes each
+CRC over it (``fill_store_block``), and copies the bytes in. No Python bytecode runs per message
 on the store side.
 
 Tag hashes and key hashes are hints the store trusts: a wrong one only hides the
@@ -220,8 +221,8 @@ class BatchRejected(Exception):
 
 def check_encoded(
     batch: EncodedBatch, max_body_bytes: int, max_properties_bytes: int
-) -> np.ndarray:
-    """Check every record's framing and CRC; returns the record start offsets (int64).
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check every record's framing and CRC: (record start offsets, producer CRCs).
 
     Vectorized: a fixed number of numpy calls per batch, whatever its size.
     """
@@ -239,9 +240,9 @@ def check_encoded(
         if owners.min() < 0 or owners.max() >= n:
             raise BatchRejected("batch index columns name records it does not have")
     starts = ends - sizes
-    _check_records(np.frombuffer(batch.records, np.uint8), starts, ends, batch,
-                   max_body_bytes, max_properties_bytes)  # fmt: skip
-    return starts
+    crcs = _check_records(np.frombuffer(batch.records, np.uint8), starts, ends, batch,
+                          max_body_bytes, max_properties_bytes)  # fmt: skip
+    return starts, crcs
 
 
 _ARANGE = np.arange(1024)
@@ -253,7 +254,7 @@ assert HEADER_DTYPE.itemsize == codec.HEADER_SIZE
 
 
 def _check_records(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, batch: EncodedBatch,
-                   max_body: int, max_props: int) -> None:  # fmt: skip
+                   max_body: int, max_props: int) -> np.ndarray:  # fmt: skip
     head = buf[starts[:, None] + _ARANGE[: codec.HEADER_SIZE]].view(HEADER_DTYPE).ravel()
     body = head["body_length"].astype(np.int64)
     topic = codec.topic_field(batch.topic)
@@ -280,12 +281,13 @@ def _check_records(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, batch:
     crcs = np.fromiter(map(crc32c, map(mv.__getitem__, spans)), np.uint32, len(starts))
     if not np.array_equal(crcs, head["crc"]):
         raise BatchRejected("a record fails its CRC: it was damaged on the way or mis-encoded")
+    return crcs
 
 
-def fill_store_block(records: bytes, starts: np.ndarray, first_queue_offset: int,
-                     first_commitlog_offset: int, store_timestamp: int,
+def fill_store_block(records: bytes, starts: np.ndarray, producer_crcs: np.ndarray,
+                     first_queue_offset: int, first_commitlog_offset: int, store_timestamp: int,
                      store_host: bytes) -> bytearray:  # fmt: skip
-    """A copy of ``records`` with each record's store block filled in."""
+    """A copy of ``records`` with each store block filled in and each CRC finished."""
     out = bytearray(records)
     n = len(starts)
     block = np.empty(n, dtype=STORE_BLOCK_DTYPE)
@@ -293,16 +295,26 @@ def fill_store_block(records: bytes, starts: np.ndarray, first_queue_offset: int
     block["commitlog_offset"] = starts + first_commitlog_offset
     block["store_timestamp"] = store_timestamp
     block["store_host"] = store_host
+    raw = block.tobytes()
+    size = codec.STORE_BLOCK_SIZE
+    blocks = map(
+        raw.__getitem__, map(slice, range(0, n * size, size), range(size, n * size + 1, size))
+    )
+    crcs = np.fromiter(map(crc32c, blocks, producer_crcs.tolist()), dtype=">u4", count=n)
     view = np.frombuffer(out, dtype=np.uint8)
-    idx = (starts + codec.STORE_BLOCK_OFFSET)[:, None] + _ARANGE[: codec.STORE_BLOCK_SIZE]
-    view[idx] = block.view(np.uint8).reshape(n, codec.STORE_BLOCK_SIZE)
+    view[(starts + codec.STORE_BLOCK_OFFSET)[:, None] + _ARANGE[:size]] = np.frombuffer(
+        raw, np.uint8
+    ).reshape(n, size)
+    view[(starts + codec.CRC_OFFSET)[:, None] + _ARANGE[:4]] = crcs.view(np.uint8).reshape(n, 4)
     del view
     return out
 
 
-def split_by_queue(msgs: Sequence[InnerMessage]) -> list[list[InnerMessage]]:
-    """Messages grouped by (topic, queue), groups in order of first appearance."""
-    groups: dict[tuple[str, int], list[InnerMessage]] = {}
-    for m in msgs:
-        groups.setdefault((m.topic, m.queue_id), []).append(m)
-    return list(groups.values())
+def split_by_queue(msgs: Sequence[InnerMessage]) -> tuple[list[list[InnerMessage]], list[int]]:
+    """Messages grouped by (topic, queue) in order of first appearance, and the input
+    position of each message in group order (to put per-message results back in order)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, m in enumerate(msgs):
+        groups.setdefault((m.topic, m.queue_id), []).append(i)
+    order = [i for idx in groups.values() for i in idx]
+    return [[msgs[i] for i in idx] for idx in groups.values()], order

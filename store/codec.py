@@ -5,7 +5,7 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
     offset  size  type    field
     0       4     int32   total_size        whole record, this field included
     4       4     uint32  magic             MAGIC "RAYQ" | BLANK_MAGIC | QUARANTINE_MAGIC
-    8       4     uint32  crc               CRC-32C of [44, total_size): what the producer wrote
+    8       4     uint32  crc               CRC-32C of bytes [44, total_size) then [12, 44)
     12      8     int64   queue_offset      \
     20      8     int64   commitlog_offset   | assigned by the store on append:
     28      8     int64   store_timestamp    | one 32-byte block (STORE_BLOCK)
@@ -24,11 +24,12 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
     89+N+T  2     uint16  properties_length P (at most 32767)
     91+N+T  P     bytes   properties        UTF-8, see properties.py
 
-A producer encodes whole records once (batch.py) with the store block zeroed and
-the CRC set; the store checks them, fills the store block and copies them in. The
-store block is outside the CRC, and recovery checks it otherwise:
-``commitlog_offset`` must equal the record's position, and queue offsets must run on
-from the consume queue.
+The CRC covers every byte after it: what the producer wrote ([44, total_size))
+followed by the store block ([12, 44)). A producer encodes whole records once
+(batch.py) with the store block zeroed and the CRC of its own bytes in the crc
+field; the store checks that, fills the store block and finishes the CRC over the
+block's 32 bytes (``crc32c(block, producer_crc)``), without re-reading the body.
+Recovery also checks that ``commitlog_offset`` equals the record's position.
 ``total_size == 91 + N + T + P`` always; a reader checks it against the three lengths.
 
 Blank record: a segment that cannot fit the next record plus 8 bytes is closed by
@@ -73,6 +74,7 @@ HEADER: Final[struct.Struct] = struct.Struct(
 HEADER_SIZE: Final[int] = HEADER.size  # 88
 PREFIX: Final[struct.Struct] = struct.Struct(">iI")  # total_size, magic
 CRC: Final[struct.Struct] = struct.Struct(">I")
+PREFIX_CRC: Final[struct.Struct] = struct.Struct(">iII")  # total_size, magic, crc
 TOPIC_LEN: Final[struct.Struct] = struct.Struct(">B")
 PROPS_LEN: Final[struct.Struct] = struct.Struct(">H")
 INT64: Final[struct.Struct] = struct.Struct(">q")
@@ -80,7 +82,7 @@ INT64: Final[struct.Struct] = struct.Struct(">q")
 CRC_OFFSET: Final[int] = 8
 STORE_BLOCK_OFFSET: Final[int] = 12  # queue_offset, commitlog_offset, store_timestamp, host
 STORE_BLOCK_SIZE: Final[int] = 32
-CRC_START: Final[int] = 44  # the CRC covers [CRC_START, total_size)
+CRC_START: Final[int] = 44  # the CRC covers [CRC_START, total_size), then the store block
 QUEUE_OFFSET_OFFSET: Final[int] = 12
 COMMITLOG_OFFSET_OFFSET: Final[int] = 20
 STORE_TIMESTAMP_OFFSET: Final[int] = 28
@@ -166,8 +168,14 @@ def pack_record_into(
     p += len(topic_field)
     PROPS_LEN.pack_into(buf, p, len(properties))
     buf[p + 2 : pos + size] = properties
-    CRC.pack_into(buf, pos + CRC_OFFSET, crc32c(buf[pos + CRC_START : pos + size]))
+    CRC.pack_into(buf, pos + CRC_OFFSET, record_crc(buf, pos, pos + size))
     return size
+
+
+def record_crc(buf: bytes | bytearray | memoryview, pos: int, end: int) -> int:
+    """The CRC a record at ``buf[pos:end]`` must carry (see the module docstring)."""
+    producer = crc32c(buf[pos + CRC_START : end])
+    return crc32c(buf[pos + STORE_BLOCK_OFFSET : pos + CRC_START], producer)
 
 
 def topic_field(topic: str) -> bytes:
@@ -207,35 +215,41 @@ def check_record(
     With ``base`` (the file offset of ``buf[0]``), the record's commitlog_offset
     must also equal its position.
     """
+    verdict, size, _ = parse_record(buf, pos, limit, base)
+    return verdict, size
+
+
+def parse_record(
+    buf: memoryview, pos: int, limit: int, base: int | None = None, check_crc: bool = True
+) -> tuple[Check, int, tuple | None]:
+    """Like :func:`check_record`, also returning, for an OK record, the header tuple,
+    topic and property text: what recovery needs to dispatch it. ``check_crc=False``
+    skips the CRC and position checks (for ranges already validated)."""
     if pos + BLANK_SIZE_MIN > limit:
-        return Check.END, 0
+        return Check.END, 0, None
     total_size, magic = PREFIX.unpack_from(buf, pos)
     if total_size == 0 and magic == 0:
-        return Check.END, 0
+        return Check.END, 0, None
     if magic == BLANK_MAGIC:
-        ok = total_size == limit - pos
-        return (Check.BLANK if ok else Check.BAD_FRAMING), total_size
+        return (Check.BLANK if total_size == limit - pos else Check.BAD_FRAMING), total_size, None
     if magic not in (MAGIC, QUARANTINE_MAGIC) or not FIXED_SIZE <= total_size <= limit - pos:
-        return Check.BAD_FRAMING, total_size
-    body_len = HEADER.unpack_from(buf, pos)[-1]
-    tpos = pos + HEADER_SIZE + body_len
-    if body_len < 0 or tpos + 3 > pos + total_size:
-        return Check.BAD_FRAMING, total_size
-    topic_len = buf[tpos]
-    ppos = tpos + 1 + topic_len
-    if ppos + 2 > pos + total_size:
-        return Check.BAD_FRAMING, total_size
-    (props_len,) = PROPS_LEN.unpack_from(buf, ppos)
-    if ppos + 2 + props_len != pos + total_size:
-        return Check.BAD_FRAMING, total_size
+        return Check.BAD_FRAMING, total_size, None
+    header = HEADER.unpack_from(buf, pos)
+    end = pos + total_size
+    tpos = pos + HEADER_SIZE + header[-1]
+    if header[-1] < 0 or tpos + 3 > end:
+        return Check.BAD_FRAMING, total_size, None
+    ppos = tpos + 1 + buf[tpos]
+    if ppos + 2 > end or ppos + 2 + PROPS_LEN.unpack_from(buf, ppos)[0] != end:
+        return Check.BAD_FRAMING, total_size, None
     if magic == QUARANTINE_MAGIC:
-        return Check.QUARANTINED, total_size
-    (crc,) = CRC.unpack_from(buf, pos + CRC_OFFSET)
-    if crc != crc32c(buf[pos + CRC_START : pos + total_size]):
-        return Check.BAD_CRC, total_size
-    if base is not None and INT64.unpack_from(buf, pos + COMMITLOG_OFFSET_OFFSET)[0] != base + pos:
-        return Check.BAD_CRC, total_size  # a valid record, but not written here
-    return Check.OK, total_size
+        return Check.QUARANTINED, total_size, None
+    if check_crc and header[2] != record_crc(buf, pos, end):
+        return Check.BAD_CRC, total_size, None
+    if check_crc and base is not None and header[4] != base + pos:
+        return Check.BAD_CRC, total_size, None  # a valid record, but not written here
+    topic = bytes(buf[tpos + 1 : ppos]).decode("ascii")
+    return Check.OK, total_size, (header, topic, bytes(buf[ppos + 2 : end]).decode("utf-8"))
 
 
 def read_topic_and_properties(buf: memoryview, pos: int, body_len: int) -> tuple[str, str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from functools import lru_cache
 from pathlib import Path
 
 import msgspec
@@ -48,28 +47,41 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
         return len(self.offsets)
 
     def add(self, topic: str, queue_id: int, queue_offset: int, offset: int, size: int,
-            props: dict[str, str], store_timestamp: int) -> None:  # fmt: skip
+            props_text: str, store_timestamp: int) -> None:  # fmt: skip
         """Add one record (used by recovery; the append path fills columns in bulk)."""
+        found = dict(_SYSTEM.findall(props_text))
         self.topics.append(topic)
         self.queue_ids.append(queue_id)
         self.queue_offsets.append(queue_offset)
         self.offsets.append(offset)
         self.sizes.append(size)
-        self.tags_codes.append(tags_code(props.get(P.TAGS)))
-        for h in index_hashes_of(topic, props.get(P.KEYS, ""), props.get(P.UNIQ_KEY, "")):
-            self.index_hashes.append(h)
-            self.index_offsets.append(offset)
-            self.index_times.append(store_timestamp)
+        tags = found.get(P.TAGS)
+        self.tags_codes.append(tags_code(tags) if tags else 0)
+        if found:
+            keys, uniq = found.get(P.KEYS, ""), found.get(P.UNIQ_KEY, "")
+            seed = _seeds.get(topic) or _seed(topic)
+            for k in keys.split() if keys else ():
+                self.index_hashes.append(crc32c(k.encode(), seed))
+                self.index_offsets.append(offset)
+                self.index_times.append(store_timestamp)
+            if uniq:
+                self.index_hashes.append(crc32c(uniq.encode(), seed))
+                self.index_offsets.append(offset)
+                self.index_times.append(store_timestamp)
 
 
-@lru_cache(maxsize=4096)
+_SYSTEM = P._SYSTEM
+_seeds: dict[str, int] = {}
+
+
 def _seed(topic: str) -> int:
-    return topic_seed(topic)
+    seed = _seeds[topic] = topic_seed(topic)
+    return seed
 
 
 def index_hashes_of(topic: str, keys: str, uniq_key: str) -> list[int]:
     """Index hashes of ``topic#k`` for every key in ``keys`` and for ``uniq_key``."""
-    seed = _seed(topic)
+    seed = _seeds.get(topic) or _seed(topic)
     out = [crc32c(k.encode(), seed) & HASH_MASK for k in keys.split()]
     if uniq_key:
         out.append(crc32c(uniq_key.encode(), seed) & HASH_MASK)
@@ -144,24 +156,30 @@ class CommitLog:
             return None
         return codec.INT64.unpack_from(seg.mm, local + codec.STORE_TIMESTAMP_OFFSET)[0]
 
-    def scan(self, start: int, *, check_crc: bool = True) -> Iterator[tuple[Check, int, int]]:
-        """Walk records from ``start`` over the data on disk: ``(verdict, offset, size)``.
+    def scan(
+        self, start: int, *, check_crc: bool = True
+    ) -> Iterator[tuple[Check, int, int, tuple | None]]:
+        """Walk records from ``start`` over the data on disk.
 
-        Stops after the first END or BAD_FRAMING; jumps over blank records.
+        Yields ``(verdict, offset, size, parsed)``, ``parsed`` being
+        ``(header, topic, properties)`` for OK records. Stops after the first END or
+        BAD_FRAMING; jumps over blank records.
         """
         pos = start
         while True:
             seg = self.file.find(pos)
             if seg is None:
                 return
-            local = pos - seg.start
-            verdict, size = codec.check_record(seg.mv, local, seg.size, seg.start)
-            if verdict is Check.BAD_CRC and not check_crc:
-                verdict = Check.OK
-            yield verdict, pos, size
-            if verdict in (Check.END, Check.BAD_FRAMING):
-                return
-            pos = seg.end if verdict is Check.BLANK else pos + size
+            buf, base, limit, local = seg.mv, seg.start, seg.size, pos - seg.start
+            while True:
+                verdict, size, parsed = codec.parse_record(buf, local, limit, base, check_crc)
+                yield verdict, base + local, size, parsed
+                if verdict in (Check.END, Check.BAD_FRAMING):
+                    return
+                if verdict is Check.BLANK:
+                    break
+                local += size
+            pos = seg.end
 
     def quarantine(self, offset: int) -> None:
         seg = self.file.find(offset)
@@ -171,16 +189,11 @@ class CommitLog:
             codec.QUARANTINE_MAGIC,
         )  # fmt: skip
 
-    def dispatch_info(self, offset: int, batch: DispatchBatch) -> None:
-        """Parse the record at ``offset`` and add it to ``batch``."""
-        seg = self.file.find(offset)
-        assert seg is not None
-        local = offset - seg.start
-        header = codec.HEADER.unpack_from(seg.mv, local)
-        body_len = header[-1]
-        topic, props_text = codec.read_topic_and_properties(seg.mv, local, body_len)
-        batch.add(topic, header[7], header[3], offset, header[0],
-                  P.decode_properties(props_text), header[5])  # fmt: skip
+    @staticmethod
+    def dispatch(offset: int, size: int, parsed: tuple, batch: DispatchBatch) -> None:
+        """Add a parsed record (from ``scan``) to ``batch``."""
+        header, topic, props_text = parsed
+        batch.add(topic, header[7], header[3], offset, size, props_text, header[5])
 
     def truncate(self, offset: int) -> None:
         """Make ``offset`` the end: later segments deleted, stale bytes zeroed."""

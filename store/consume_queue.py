@@ -185,10 +185,11 @@ class ConsumeQueue:
                 break
             self.file.drop_first()
             dropped += 1
-        self._correct_min(commitlog_min_offset)
+        self.correct_min_offset(commitlog_min_offset)
         return dropped
 
-    def _correct_min(self, commitlog_min_offset: int) -> None:
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        """Move min_offset past entries whose record is below the commit log's start."""
         lo, hi = self.file.min_offset // ENTRY_SIZE, self.max_offset
         while lo < hi:
             mid = (lo + hi) // 2

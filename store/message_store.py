@@ -24,7 +24,9 @@ import fcntl
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from pathlib import Path
 
 import msgspec
@@ -43,10 +45,11 @@ from .batch import (
 )
 from .checkpoint import ABORT_NAME, load_checkpoint
 from .clock import SYSTEM_CLOCK, Clock
+from .codec import Check
 from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
 from .config_files import JsonFile
-from .consume_queue import ENTRY, HOLE_SIZE, ConsumeQueue, pack_entries
+from .consume_queue import ENTRY_DTYPE, HOLE_SIZE, ConsumeQueue, pack_entries
 from .errors import (
     ClosedError,
     InvalidMessageError,
@@ -69,11 +72,13 @@ from .message import (
 from .names import NAME_PATTERN, validate_topic
 from .recovery import RecoveryReport, rebuild_scan, validate_tail
 from .retention import RetentionPolicy, RetentionReport
+from .segment import Segment
 
 logger = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
 QUEUE_ID_MAX = codec.QUEUE_ID_MAX
+ENTRY_FIELDS = ("offset", "size", "tags")
 INDEX_BATCH = 8192  # index entries are buffered and written this many at a time
 
 
@@ -119,6 +124,7 @@ class MessageStore:
         self._manifest = self._manifest_file.load() or DispatchManifest()
         self.retention = RetentionPolicy(config, disk_usage or _disk_used_ratio)
         self._disk_full = False
+        self._memory_bytes = _MEMORY_BYTES * config.access_message_in_memory_max_ratio
         self.flusher = DiskFlusher(self.root, config.commitlog_segment_size_bytes, clock)
         try:
             self.recovery = self._recover()
@@ -191,10 +197,30 @@ class MessageStore:
             cq.truncate_from_commitlog(end)
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         report.end_offset = end
+        self._reindex_gap(start)
         self._write_index()
+        for cq in self.queues.values():
+            cq.correct_min_offset(cl.min_offset)
         self.flusher.reset(min(start, end))
         self._persist_manifest()
         return report
+
+    def _reindex_gap(self, start: int) -> None:
+        """Index records between the index's last entry and ``start``.
+
+        The checkpoint's index offset comes from whoever flushed; index entries are
+        buffered before they reach the files, so the files may end earlier.
+        """
+        indexed_to = self.index.end_phy_offset
+        if not self.config.message_index_enable or not 0 <= indexed_to < start:
+            return
+        batch = DispatchBatch()
+        for verdict, offset, size, parsed in self.commitlog.scan(indexed_to, check_crc=False):
+            if offset >= start or (verdict is not Check.OK and verdict is not Check.BLANK):
+                break
+            if verdict is Check.OK:
+                self.commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
+        self._dispatch(batch, only=set(), index=True)
 
     def _recover_start(self, checkpointed: int) -> int:
         cl = self.commitlog
@@ -227,9 +253,7 @@ class MessageStore:
             report.index_rebuilt = True
 
         def sink(batch: DispatchBatch) -> None:
-            self._dispatch_queues(batch, only=damaged)
-            if rebuild_index:
-                self._dispatch_index(batch)
+            self._dispatch(batch, only=damaged, index=rebuild_index)
 
         rebuild_scan(self.commitlog, upto, sink)
         self._write_index()
@@ -248,18 +272,30 @@ class MessageStore:
         try:
             if not msgs:
                 raise InvalidMessageError("empty batch: nothing to append")
+            if {m.__class__ for m in msgs} != {InnerMessage}:
+                bad = next(m for m in msgs if m.__class__ is not InnerMessage)
+                raise InvalidMessageError(
+                    f"batch items must be InnerMessage, got {type(bad).__name__}"
+                )
+            groups, order = split_by_queue(msgs)
             batches = [
                 encode_batch(group, max_body_bytes=cfg.max_message_size_bytes,
                              max_properties_bytes=cfg.max_properties_size_bytes)
-                for group in split_by_queue(msgs)
+                for group in groups
             ]  # fmt: skip
         except MessageTooLargeError as exc:
             props = exc.details.get("field") == "properties"
             status = PutStatus.PROPERTIES_SIZE_EXCEEDED if props else PutStatus.MESSAGE_ILLEGAL
             return PutResult(status=status, error=str(exc))
-        except (RayqError, AttributeError, TypeError) as exc:
-            return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
-        return self._put_batches(batches)
+        except (RayqError, AttributeError, TypeError, struct.error) as exc:
+            return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=f"invalid message: {exc}")
+        result = self._put_batches(batches)
+        if len(batches) > 1 and result.ok:  # columns back in the caller's message order
+            back = sorted(range(len(order)), key=order.__getitem__)
+            for column in (result.msg_ids, result.queue_offsets, result.commitlog_offsets,
+                           result.store_sizes):  # fmt: skip
+                column[:] = [column[j] for j in back]
+        return result
 
     def put_encoded(self, batch: EncodedBatch) -> PutResult:
         """Append a batch a producer encoded (batch.py): the broker's hot path."""
@@ -282,11 +318,11 @@ class MessageStore:
         now = self.clock.now_ms()
         out = PutResult(status=PutStatus.PUT_OK, store_timestamp=now,
                         store_host=self._store_host_hex)  # fmt: skip
-        for b, starts in checked:
-            self._write_batch(b, starts, now, out)
+        for b, (starts, crcs) in checked:
+            self._write_batch(b, starts, crcs, now, out)
         return out
 
-    def _check_encoded(self, b: EncodedBatch) -> np.ndarray:
+    def _check_encoded(self, b: EncodedBatch) -> tuple[np.ndarray, np.ndarray]:
         if b.__class__ is not EncodedBatch:
             raise BatchRejected(f"expected an EncodedBatch, got {type(b).__name__}")
         validate_topic(b.topic)
@@ -295,7 +331,9 @@ class MessageStore:
         cfg = self.config
         return check_encoded(b, cfg.max_message_size_bytes, cfg.max_properties_size_bytes)
 
-    def _write_batch(self, b: EncodedBatch, starts: np.ndarray, now: int, out: PutResult) -> None:
+    def _write_batch(
+        self, b: EncodedBatch, starts: np.ndarray, crcs: np.ndarray, now: int, out: PutResult
+    ) -> None:
         """Copy a checked batch into the commit log (rolling segments) and dispatch it."""
         key = (b.topic, b.queue_id)
         qoff = self._queue_offsets.get(key)
@@ -311,8 +349,8 @@ class MessageStore:
             k = int(np.searchsorted(ends[i:] - starts[i], room, side="right"))
             base = int(starts[i])
             chunk = fill_store_block(
-                b.records[base : int(ends[i + k - 1])], starts[i : i + k] - base, qoff + i,
-                seg.start + seg.wrote, now, self._store_host,
+                b.records[base : int(ends[i + k - 1])], starts[i : i + k] - base,
+                crcs[i : i + k], qoff + i, seg.start + seg.wrote, now, self._store_host,
             )  # fmt: skip
             phys[i : i + k] = starts[i : i + k] - base + seg.start + seg.wrote
             seg.write(seg.wrote, chunk)
@@ -338,10 +376,12 @@ class MessageStore:
         return cq.max_offset
 
     # -------------------------------------------------------------- dispatch
-    def _dispatch(self, batch: DispatchBatch) -> None:
-        """Recovery's dispatch of re-validated records."""
-        self._dispatch_queues(batch)
-        if self.config.message_index_enable and batch.index_hashes:
+    def _dispatch(
+        self, batch: DispatchBatch, only: set[QueueKey] | None = None, index: bool = True
+    ) -> None:
+        """Recovery's dispatch of re-validated records (to ``only`` these queues)."""
+        self._dispatch_queues(batch, only)
+        if index and self.config.message_index_enable and batch.index_hashes:
             self._queue_index(
                 np.asarray(batch.index_hashes, dtype=np.int64),
                 np.asarray(batch.index_offsets, dtype=np.int64),
@@ -415,37 +455,22 @@ class MessageStore:
         lo: int, hi: int,
     ) -> GetResult:  # fmt: skip
         cfg = self.config
-        cl = self.commitlog
-        cl_min, cl_max = cl.min_offset, cl.max_offset
         codes = tag_filter.codes if tag_filter is not None else None
-        memory = _MEMORY_BYTES * cfg.access_message_in_memory_max_ratio
-        parts: list[bytes] = []
-        total = scanned = removed = filtered = 0
-        raw = cq.read(offset, max(max_nums, 1) if codes is None else cfg.max_filter_scan_entries)
-        for phys, size, code in ENTRY.iter_unpack(raw):
-            if size == HOLE_SIZE or size == 0:
-                scanned += 1
-                continue
-            on_disk = cl_max - phys > memory
-            cap_n = cfg.max_transfer_count_on_disk if on_disk else cfg.max_transfer_count_in_memory
-            cap_b = cfg.max_transfer_bytes_on_disk if on_disk else cfg.max_transfer_bytes_in_memory
-            if len(parts) >= min(max_nums, cap_n) or (parts and total + size > cap_b):
-                break
-            scanned += 1
-            if phys < cl_min:
-                removed += 1
-                continue
-            if codes is not None and code not in codes:
-                filtered += 1
-                continue
-            rec = cl.read(phys, size)
-            if rec is None or crc32c(rec[codec.CRC_START :]) != codec.CRC.unpack_from(rec, 8)[0]:
-                logger.error("record at %d (%s/%d) is unreadable or fails its CRC; skipped",
-                             phys, cq.topic, cq.queue_id)  # fmt: skip
-                continue
-            parts.append(rec)
-            total += size
-        if parts:
+        scan = max_nums if codes is None else cfg.max_filter_scan_entries
+        entries = np.frombuffer(cq.read(offset, scan), dtype=ENTRY_DTYPE)
+        cl_max = self.commitlog.max_offset
+        if len(entries) and cl_max - int(entries["offset"][0]) > self._memory_bytes:
+            caps = min(cfg.max_transfer_count_on_disk, max_nums), cfg.max_transfer_bytes_on_disk
+        else:
+            caps = min(cfg.max_transfer_count_in_memory, max_nums), cfg.max_transfer_bytes_in_memory
+        picked = self._pick_contiguous(entries, caps) if codes is None else None
+        if picked is not None:  # the common case: one run of whole records, nothing to skip
+            scanned, wanted = picked[0], picked[1]
+            removed = filtered = 0
+        else:
+            scanned, wanted, removed, filtered = self._pick_entries(entries, caps, codes)
+        parts, count = self._read_records(wanted, cq) if wanted else ([], 0)
+        if count:
             status = GetStatus.FOUND
         elif filtered:
             status = GetStatus.NO_MATCHED_MESSAGE
@@ -454,14 +479,105 @@ class MessageStore:
         else:
             status = GetStatus.OFFSET_FOUND_NULL
         return GetResult(status=status, next_begin_offset=offset + scanned, min_offset=lo,
-                         max_offset=hi, buffer=b"".join(parts), count=len(parts))  # fmt: skip
+                         max_offset=hi, buffer=b"".join(parts), count=count)  # fmt: skip
+
+    def _pick_contiguous(
+        self, entries: np.ndarray, caps: tuple[int, int]
+    ) -> tuple[int, list[tuple[int, int]]] | None:
+        """Entries to read when they are whole, live and back to back in the commit log."""
+        if not len(entries):
+            return None
+        phys, sizes = entries["offset"][: caps[0]], entries["size"][: caps[0]].astype(np.int64)
+        ends = np.cumsum(sizes)
+        k = max(1, int(np.searchsorted(ends, caps[1], side="right")))
+        if (
+            int(phys[0]) < self.commitlog.min_offset
+            or int(phys[k - 1]) - int(phys[0]) + int(sizes[k - 1]) != int(ends[k - 1])
+            or not (sizes[:k] > 0).all()
+            or (sizes[:k] == HOLE_SIZE).any()
+        ):
+            return None
+        return k, list(zip(phys[:k].tolist(), sizes[:k].tolist(), strict=True))
+
+    def _pick_entries(
+        self, entries: np.ndarray, caps: tuple[int, int], codes: frozenset[int] | None
+    ) -> tuple[int, list[tuple[int, int]], int, int]:
+        """Entries to read, one by one: holes, removed records and the tag filter."""
+        cl_min = self.commitlog.min_offset
+        cap_n, cap_b = caps
+        wanted: list[tuple[int, int]] = []
+        total = scanned = removed = filtered = 0
+        for phys, size, code in zip(*(entries[f].tolist() for f in ENTRY_FIELDS), strict=True):
+            if size == HOLE_SIZE or size == 0:
+                scanned += 1
+                continue
+            if len(wanted) >= cap_n or (wanted and total + size > cap_b):
+                break
+            scanned += 1
+            if phys < cl_min:
+                removed += 1
+            elif codes is not None and code not in codes:
+                filtered += 1
+            else:
+                wanted.append((phys, size))
+                total += size
+        return scanned, wanted, removed, filtered
+
+    def _read_records(
+        self, wanted: list[tuple[int, int]], cq: ConsumeQueue
+    ) -> tuple[list[bytes], int]:
+        """The records, checked (magic, size, CRC); contiguous runs copied as one slice."""
+        parts: list[bytes] = []
+        count = i = 0
+        while i < len(wanted):
+            start, size = wanted[i]
+            j, end = i + 1, start + size
+            while j < len(wanted) and wanted[j][0] == end:
+                end += wanted[j][1]
+                j += 1
+            seg = self.commitlog.file.find(start)
+            if seg is not None and end - seg.start > seg.wrote:  # a run never spans segments
+                j, end = i + 1, start + size
+            if seg is not None:
+                run, n = self._checked_run(seg, start, end, wanted[i:j], cq)
+                parts.extend(run)
+                count += n
+            i = j
+        return parts, count
+
+    def _checked_run(
+        self, seg: Segment, start: int, end: int, items: list[tuple[int, int]], cq: ConsumeQueue
+    ) -> tuple[list[bytes], int]:
+        local = start - seg.start
+        if local < 0 or end - seg.start > seg.wrote:
+            return [], 0
+        data = seg.mm[local : end - seg.start]
+        mv = memoryview(data)
+        rel = [p - start for p, _ in items]
+        ends = [r + z for r, (_, z) in zip(rel, items, strict=True)]
+        body_at = [r + codec.CRC_START for r in rel]
+        producer = map(crc32c, map(mv.__getitem__, map(slice, body_at, ends)))
+        block_at = [r + codec.STORE_BLOCK_OFFSET for r in rel]
+        crcs = list(map(crc32c, map(mv.__getitem__, map(slice, block_at, body_at)), producer))
+        heads = list(map(codec.PREFIX_CRC.unpack_from, repeat(data), rel))
+        expect = [(z, codec.MAGIC, c) for (_, z), c in zip(items, crcs, strict=True)]
+        if heads == expect:
+            return [data], len(items)
+        good = []
+        for r, e, head, want, (phys, _) in zip(rel, ends, heads, expect, items, strict=True):
+            if head == want:
+                good.append(data[r:e])
+            else:
+                logger.error("record at %d (%s/%d) is unreadable or fails its CRC; skipped",
+                             phys, cq.topic, cq.queue_id)  # fmt: skip
+        return good, len(good)
 
     def lookup_message(self, commitlog_offset: int) -> MessageExt | None:
         """The message stored at a physical offset, or None."""
         self._check_open()
         _check_int("commitlog_offset", commitlog_offset, 0, 2**63 - 1)
         raw = self.commitlog.read_at(commitlog_offset)
-        if raw is None or crc32c(raw[codec.CRC_START :]) != codec.CRC.unpack_from(raw, 8)[0]:
+        if raw is None or codec.record_crc(raw, 0, len(raw)) != codec.CRC.unpack_from(raw, 8)[0]:
             return None
         return codec.decode_record(raw, broker_name=self.broker_name)
 
@@ -501,27 +617,33 @@ class MessageStore:
 
     # --------------------------------------------------------------- offsets
     def topics(self) -> list[str]:
+        self._check_open()
         return sorted({t for t, _ in self.queues})
 
     def queue_ids(self, topic: str) -> list[int]:
+        self._check_open()
         return sorted(q for t, q in self.queues if t == topic)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        self._check_open()
         cq = self.queues.get((topic, queue_id))
         return cq.min_offset if cq is not None else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        self._check_open()
         cq = self.queues.get((topic, queue_id))
         return cq.max_offset if cq is not None else 0
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        self._check_open()
         cq = self.queues.get((topic, queue_id))
         if cq is None:
             return 0
         return cq.offset_by_time(timestamp_ms, self.commitlog.store_timestamp_at)
 
     def store_time_of(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        self._check_open()
         cq = self.queues.get((topic, queue_id))
         e = cq.entry(queue_offset) if cq is not None else None
         if e is None or e[1] in (0, HOLE_SIZE):
@@ -545,6 +667,17 @@ class MessageStore:
     @property
     def written_offset(self) -> int:
         """Commit-log bytes written so far (what a flusher should make durable)."""
+        return self.commitlog.max_offset
+
+    @property
+    def dispatched_offset(self) -> int:
+        """Commit-log offset below which consume-queue and index entries are in their files.
+
+        Writes buffered index entries first; a flusher in another process passes this
+        to ``DiskFlusher.flush_logics``.
+        """
+        self._check_open()
+        self._write_index()
         return self.commitlog.max_offset
 
     def flush(self, least_pages: int = 0) -> int:

@@ -2,6 +2,7 @@
 
 32 hex digits: IPv4 (4 bytes) + pid (2) + a random per-generator prefix (4) +
 milliseconds since the generator started, modulo 2^32 (4) + a counter (2).
+(On counter overflow the millisecond field runs ahead of the clock.)
 Unique across processes (pid, random prefix) and in time (clock + counter).
 """
 
@@ -24,29 +25,37 @@ def _local_ipv4() -> bytes:
 
 
 class UniqIdGenerator:
-    """Thread-safe generator of unique message ids."""
+    """Thread-safe generator of unique message ids.
+
+    (milliseconds, counter) only ever increases: when the 16-bit counter runs out
+    within one millisecond, the time field moves on to the next one.
+    """
 
     def __init__(self) -> None:
         self._prefix = (
             (_local_ipv4() + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
         )
         self._start = time.monotonic_ns()
+        self._ms = -1
         self._counter = 0
         self._lock = threading.Lock()
 
-    def next_id(self) -> str:
+    def _reserve(self, count: int) -> list[tuple[int, int]]:
+        now_ms = (time.monotonic_ns() - self._start) // 1_000_000
         with self._lock:
-            self._counter = (self._counter + 1) & 0xFFFF
-            counter = self._counter
-        elapsed_ms = ((time.monotonic_ns() - self._start) // 1_000_000) & 0xFFFFFFFF
-        return self._prefix + _TAIL.pack(elapsed_ms, counter).hex().upper()
+            if now_ms > self._ms:
+                self._ms, self._counter = now_ms, -1
+            out = []
+            for _ in range(count):
+                self._counter += 1
+                if self._counter > 0xFFFF:
+                    self._ms, self._counter = self._ms + 1, 0
+                out.append((self._ms & 0xFFFFFFFF, self._counter))
+            return out
+
+    def next_id(self) -> str:
+        return self._prefix + _TAIL.pack(*self._reserve(1)[0]).hex().upper()
 
     def next_ids(self, count: int) -> list[str]:
-        with self._lock:
-            first = self._counter + 1
-            self._counter = (self._counter + count) & 0xFFFF
-        elapsed_ms = ((time.monotonic_ns() - self._start) // 1_000_000) & 0xFFFFFFFF
-        return [
-            self._prefix + _TAIL.pack(elapsed_ms, (first + i) & 0xFFFF).hex().upper()
-            for i in range(count)
-        ]
+        prefix = self._prefix
+        return [prefix + _TAIL.pack(ms, c).hex().upper() for ms, c in self._reserve(count)]

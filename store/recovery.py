@@ -56,7 +56,7 @@ def validate_tail(
     valid_end = start
     suspect: int | None = None  # offset of a BAD_CRC record awaiting its successor
     batch = DispatchBatch()
-    for verdict, offset, size in commitlog.scan(start):
+    for verdict, offset, size, parsed in commitlog.scan(start):
         if suspect is not None:
             if verdict in (Check.OK, Check.BLANK, Check.QUARANTINED):
                 commitlog.quarantine(suspect)
@@ -67,7 +67,7 @@ def validate_tail(
                 break
             suspect = None
         if verdict is Check.OK:
-            commitlog.dispatch_info(offset, batch)
+            commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
             report.records_validated += 1
             valid_end = offset + size
             if len(batch) >= DISPATCH_CHUNK:
@@ -91,15 +91,14 @@ def rebuild_scan(commitlog: CommitLog, upto: int, sink: DispatchSink) -> int:
     """Dispatch every record from the commit log's start to ``upto`` (trusted range)."""
     batch = DispatchBatch()
     count = 0
-    for verdict, offset, size in commitlog.scan(commitlog.min_offset, check_crc=False):
+    for verdict, offset, size, parsed in commitlog.scan(commitlog.min_offset, check_crc=False):
         if offset >= upto or verdict in (Check.END, Check.BAD_FRAMING):
             break
         if verdict is Check.OK:
-            commitlog.dispatch_info(offset, batch)
+            commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
             count += 1
             if len(batch) >= DISPATCH_CHUNK:
                 sink(batch)
                 batch = DispatchBatch()
-        del size
     sink(batch)
     return count

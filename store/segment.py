@@ -6,10 +6,10 @@ first byte (``00000000000000000000``, ``00000000001073741824``, ...). Segment k
 starts at ``k * segment_size``: the name of the segment holding any offset is
 arithmetic, so another process (the flusher) can find it without asking.
 
-New segments are preallocated (``posix_fallocate``: page faults on a sparse
-mapping are ten times slower than on allocated blocks); unwritten bytes read as zero, which every
-format here treats as "nothing written yet". Writes go through ``pwrite`` (``Segment.write``), reads through the mapping.
-A segment found shorter than
+New segments are preallocated (``posix_fallocate``), so a full disk shows up
+when a segment is created, not in the middle of a write. Unwritten bytes read as
+zero, which every format here treats as "nothing written yet". Writes go through
+``pwrite`` (``Segment.write``), reads through the mapping. A segment found shorter than
 ``segment_size`` (cut by a crash or by hand) is extended with zeros on open and
 the shortfall logged; recovery then decides what is valid.
 """

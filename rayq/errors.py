@@ -1,0 +1,71 @@
+"""rayq's exceptions: one tree rooted at ``RayqError``.
+
+The classes are defined at the bottom layer (``rayq.store.errors``, so the storage
+engine can raise them without importing anything above it) and re-exported here::
+
+    RayqError
+    ├── ClientError                 bad input; fix the call
+    │   ├── InvalidTopicError
+    │   ├── InvalidGroupError
+    │   ├── InvalidMessageError
+    │   │   └── MessageTooLargeError
+    │   ├── InvalidOffsetError
+    │   ├── TopicNotFoundError
+    │   ├── PermissionDeniedError
+    │   └── ConfigError
+    ├── BrokerError                 the server side could not serve
+    │   ├── BrokerUnavailableError
+    │   ├── BrokerBusyError
+    │   └── DiskFullError
+    ├── StoreError                  the files on disk
+    │   ├── CorruptRecordError
+    │   └── StoreLockedError
+    ├── ClosedError                 you closed it
+    └── BrokenError                 something else broke it
+"""
+
+from rayq.store.errors import (
+    BrokenError,
+    BrokerBusyError,
+    BrokerError,
+    BrokerUnavailableError,
+    ClientError,
+    ClosedError,
+    ConfigError,
+    CorruptRecordError,
+    DiskFullError,
+    InvalidGroupError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    PermissionDeniedError,
+    RayqError,
+    StoreError,
+    StoreLockedError,
+    TopicNotFoundError,
+    all_error_classes,
+)
+
+__all__ = [
+    "BrokenError",
+    "BrokerBusyError",
+    "BrokerError",
+    "BrokerUnavailableError",
+    "ClientError",
+    "ClosedError",
+    "ConfigError",
+    "CorruptRecordError",
+    "DiskFullError",
+    "InvalidGroupError",
+    "InvalidMessageError",
+    "InvalidOffsetError",
+    "InvalidTopicError",
+    "MessageTooLargeError",
+    "PermissionDeniedError",
+    "RayqError",
+    "StoreError",
+    "StoreLockedError",
+    "TopicNotFoundError",
+    "all_error_classes",
+]
