@@ -23,8 +23,8 @@ import pytest
 from rayq.store.checkpoint import load_checkpoint
 
 QUEUES = [("PropA", 0), ("PropA", 1), ("PropA", 2), ("PropB", 0), ("PropB", 5)]
-SEEDS = range(16)
-ROUNDS = 6
+SEEDS = range(12)
+ROUNDS = 5
 
 
 def run_round(kit, store, rng: random.Random, model: list) -> int:

@@ -99,7 +99,7 @@ def test_decode_record_returns_every_golden_field() -> None:
     assert m.keys == []
     assert m.properties == {"TAGS": "A"}
     assert m.store_size == 104
-    assert m.body_crc == 0x0EEB1E6D
+    assert m.body_crc == 0xDF5B6FF0
     assert m.offset_msg_id == "0A00000200002A9F0000000000000004"
     assert m.msg_id == m.offset_msg_id  # no UNIQ_KEY
 
