@@ -23,6 +23,7 @@ from crc32c import crc32c
 from . import codec
 from . import properties as P
 from .codec import Check
+from .consume_queue import HOLE_SIZE
 from .filters import tags_code
 from .index_file import HASH_MASK, topic_seed
 from .segment import Segment, SegmentedFile
@@ -68,6 +69,15 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
                 self.index_hashes.append(crc32c(uniq.encode(), seed))
                 self.index_offsets.append(offset)
                 self.index_times.append(store_timestamp)
+
+    def add_hole(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> None:
+        """Keep ``queue_offset`` taken by a record that will never be served."""
+        self.topics.append(topic)
+        self.queue_ids.append(queue_id)
+        self.queue_offsets.append(queue_offset)
+        self.offsets.append(offset)
+        self.sizes.append(HOLE_SIZE)
+        self.tags_codes.append(0)
 
 
 _SYSTEM = P._SYSTEM

@@ -10,7 +10,9 @@ the queue (queue offset k) sits at byte ``k * 20``. Big-endian::
     12      8     int64  tags_code          Java String.hashCode of the tag (0: none)
 
 An all-zero entry was never written. A hole (the entry of a record recovery had
-to quarantine) is ``(0, HOLE_SIZE, 0)``; readers skip both. No CRC: every entry
+to quarantine, or a gap before a later record) is ``(commitlog_offset, HOLE_SIZE,
+0)``, with the offset of the record it stands for or of the next record, so
+offsets never decrease along a queue; readers skip both. No CRC: every entry
 can be rebuilt from the commit log, and recovery does so for everything past the
 checkpoint. On open, the end of the queue is the last non-zero entry of the last
 segment. Entries whose record lies at or past a truncation point are cut off
@@ -111,7 +113,8 @@ class ConsumeQueue:
             if end == 0 and not self.file.segments:
                 self.min_logic_offset = queue_offset * ENTRY_SIZE
             else:
-                hole = ENTRY.pack(0, HOLE_SIZE, 0) * (queue_offset - end)
+                next_phys = ENTRY.unpack_from(entries)[0] if entries else 0
+                hole = ENTRY.pack(next_phys, HOLE_SIZE, 0) * (queue_offset - end)
                 self._write(end * ENTRY_SIZE, hole)
         self._write(queue_offset * ENTRY_SIZE, entries)
 
@@ -140,6 +143,25 @@ class ConsumeQueue:
         raw = self.read(queue_offset, 1)
         return ENTRY.unpack(raw) if raw else None
 
+    def entries_from_commitlog(self, commitlog_offset: int) -> list[tuple[int, int]]:
+        """(queue offset, commit-log offset) of the entries at or past ``commitlog_offset``."""
+        first = self.max_offset - self.truncate_preview(commitlog_offset)
+        raw = b"".join(self.read(q, self.max_offset - q) for q in range(first, self.max_offset))
+        arr = np.frombuffer(raw, dtype=ENTRY_DTYPE)
+        return list(zip(range(first, first + len(arr)), arr["offset"].tolist(), strict=True))
+
+    def truncate_preview(self, commitlog_offset: int) -> int:
+        """How many entries ``truncate_from_commitlog(commitlog_offset)`` would drop."""
+        lo, hi = self.file.min_offset // ENTRY_SIZE, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[1] != 0 and e[0] >= commitlog_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.max_offset - lo
+
     def last_entry(self) -> tuple[int, int, int] | None:
         end = self.max_offset
         return self.entry(end - 1) if end > self.min_offset else None
@@ -147,20 +169,13 @@ class ConsumeQueue:
     def truncate_from_commitlog(self, commitlog_offset: int) -> int:
         """Drop entries whose record starts at or past ``commitlog_offset``; returns count."""
         end = self.max_offset
-        lo = self.file.min_offset // ENTRY_SIZE
-        hi = end
-        while lo < hi:  # first entry pointing at or past commitlog_offset (holes move right)
-            mid = (lo + hi) // 2
-            e = self.entry(mid)
-            if e is not None and e[1] != HOLE_SIZE and e[0] >= commitlog_offset:
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo < end:
+        dropped = self.truncate_preview(commitlog_offset)
+        if dropped:
+            lo = end - dropped
             self.file.truncate(lo * ENTRY_SIZE)
             if not self.file.segments:
                 self.min_logic_offset = lo * ENTRY_SIZE
-        return end - lo
+        return dropped
 
     def offset_by_time(self, timestamp_ms: int, store_time_of: Callable[[int], int | None]) -> int:
         """First queue offset whose record was stored at or after ``timestamp_ms``."""
@@ -181,7 +196,7 @@ class ConsumeQueue:
         while len(self.file.segments) > 1:
             first = self.file.segments[0]
             (offset, size, _tags) = ENTRY.unpack_from(first.mm, first.size - ENTRY_SIZE)
-            if offset + size > commitlog_min_offset or size == HOLE_SIZE:
+            if offset + (1 if size == HOLE_SIZE else size) > commitlog_min_offset:
                 break
             self.file.drop_first()
             dropped += 1
@@ -194,7 +209,7 @@ class ConsumeQueue:
         while lo < hi:
             mid = (lo + hi) // 2
             e = self.entry(mid)
-            if e is not None and e[1] != HOLE_SIZE and e[0] < commitlog_min_offset:
+            if e is not None and e[0] < commitlog_min_offset:
                 lo = mid + 1
             else:
                 hi = mid

@@ -49,7 +49,7 @@ from .codec import Check
 from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
 from .config_files import JsonFile
-from .consume_queue import ENTRY_DTYPE, HOLE_SIZE, ConsumeQueue, pack_entries
+from .consume_queue import ENTRY_DTYPE, ENTRY_SIZE, HOLE_SIZE, ConsumeQueue, pack_entries
 from .errors import (
     ClosedError,
     InvalidMessageError,
@@ -83,10 +83,15 @@ INDEX_BATCH = 8192  # index entries are buffered and written this many at a time
 
 
 class DispatchManifest(msgspec.Struct, kw_only=True):
-    """What the store knew of its consume queues and index at the last persist."""
+    """What the store knew of its consume queues and index at the last persist.
 
-    queues: dict[str, dict[int, int]] = {}
+    ``queues``: topic -> queue id -> [min offset, max offset]; ``indexed_from`` and
+    ``indexed_to``: commit-log offsets of the oldest and newest indexed record.
+    """
+
+    queues: dict[str, dict[int, list[int]]] = {}
     indexed_from: int = -1
+    indexed_to: int = -1
 
 
 class MessageStore:
@@ -122,6 +127,7 @@ class MessageStore:
         (self.root / "config").mkdir(exist_ok=True)
         self._manifest_file = JsonFile(self.root / "config" / "dispatch.json", DispatchManifest)
         self._manifest = self._manifest_file.load() or DispatchManifest()
+        self._manifest_saved = msgspec.json.encode(self._manifest)
         self.retention = RetentionPolicy(config, disk_usage or _disk_used_ratio)
         self._disk_full = False
         self._memory_bytes = _MEMORY_BYTES * config.access_message_in_memory_max_ratio
@@ -155,9 +161,14 @@ class MessageStore:
     def _damaged_queues(self) -> list[QueueKey]:
         damaged: list[QueueKey] = []
         for topic, recorded in self._manifest.queues.items():
-            for queue_id, max_offset in recorded.items():
+            for queue_id, (min_offset, max_offset) in recorded.items():
                 cq = self.queues.get((topic, queue_id))
-                if cq is None or cq.gaps or cq.max_offset < max_offset:
+                if (
+                    cq is None
+                    or cq.gaps
+                    or cq.max_offset < max_offset
+                    or cq.file.min_offset // ENTRY_SIZE > min_offset
+                ):
                     damaged.append((topic, queue_id))
         damaged.extend(k for k, cq in self.queues.items() if cq.gaps and k not in damaged)
         return damaged
@@ -165,8 +176,10 @@ class MessageStore:
     def _index_damaged(self) -> bool:
         if not self.config.message_index_enable or self._manifest.indexed_from < 0:
             return False
-        begin = self.index.begin_phy_offset
-        return begin < 0 or begin > max(self._manifest.indexed_from, self.commitlog.min_offset)
+        begin, end = self.index.begin_phy_offset, self.index.end_phy_offset
+        if begin < 0 or end < self._manifest.indexed_to:
+            return True
+        return begin > max(self._manifest.indexed_from, self.commitlog.min_offset)
 
     def _recover(self) -> RecoveryReport:
         abnormal = (self.root / ABORT_NAME).exists()
@@ -182,11 +195,14 @@ class MessageStore:
         if abnormal:
             logger.warning("store %s was not closed cleanly; recovering from %d", self.root, start)
         self._rebuild_damaged(start, report)
+        owners: dict[int, tuple[str, int, int]] = {}
         for cq in self.queues.values():
+            for queue_offset, offset in cq.entries_from_commitlog(start):
+                owners[offset] = (cq.topic, cq.queue_id, queue_offset)
             report.cq_entries_dropped += cq.truncate_from_commitlog(start)
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
         data_end = self._data_end()
-        end = validate_tail(cl, start, report, self._dispatch)
+        end = validate_tail(cl, start, report, self._dispatch, owners)
         if end < data_end:
             report.truncated_at, report.truncated_bytes = end, data_end - end
             logger.error(
@@ -371,7 +387,7 @@ class MessageStore:
 
     def _new_queue(self, key: QueueKey) -> int:
         cq = self.queues.get(key) or self._open_queue(*key)
-        self._manifest.queues.setdefault(key[0], {})[key[1]] = 0
+        self._manifest.queues.setdefault(key[0], {})[key[1]] = [cq.min_offset, cq.max_offset]
         self._persist_manifest()
         return cq.max_offset
 
@@ -687,13 +703,18 @@ class MessageStore:
         written = self.commitlog.max_offset
         flushed = self.flusher.flush_commitlog(written, least_pages)
         self.flusher.flush_logics(written)
+        self._persist_manifest()
         self.flusher.checkpoint()
         return flushed
 
     def _persist_manifest(self) -> None:
         for (topic, qid), cq in self.queues.items():
-            self._manifest.queues.setdefault(topic, {})[qid] = cq.max_offset
-        self._manifest_file.save(self._manifest)
+            self._manifest.queues.setdefault(topic, {})[qid] = [cq.min_offset, cq.max_offset]
+        self._manifest.indexed_to = self.index.end_phy_offset
+        encoded = msgspec.json.encode(self._manifest)
+        if encoded != self._manifest_saved:  # unchanged: no write, no .bak rotation
+            self._manifest_file.save(self._manifest)
+            self._manifest_saved = encoded
 
     # ------------------------------------------------------------- retention
     def retention_tick(self) -> RetentionReport:

@@ -50,9 +50,18 @@ class RecoveryReport(msgspec.Struct, kw_only=True):
 
 
 def validate_tail(
-    commitlog: CommitLog, start: int, report: RecoveryReport, sink: DispatchSink
+    commitlog: CommitLog,
+    start: int,
+    report: RecoveryReport,
+    sink: DispatchSink,
+    owners: dict[int, tuple[str, int, int]] | None = None,
 ) -> int:
-    """Re-validate records from ``start``; returns the valid end offset."""
+    """Re-validate records from ``start``; returns the valid end offset.
+
+    ``owners`` maps commit-log offsets to the (topic, queue id, queue offset) a
+    consume queue gave them before recovery: a quarantined record keeps its queue
+    offset as a hole.
+    """
     valid_end = start
     suspect: int | None = None  # offset of a BAD_CRC record awaiting its successor
     batch = DispatchBatch()
@@ -62,6 +71,8 @@ def validate_tail(
                 commitlog.quarantine(suspect)
                 report.records_quarantined.append(suspect)
                 logger.error("recovery: record at %d failed its CRC; quarantined", suspect)
+                if owners and suspect in owners:
+                    batch.add_hole(*owners[suspect], suspect)
             else:
                 valid_end = suspect
                 break
