@@ -13,8 +13,7 @@ The vocabulary the store needs (message records, statuses, errors, StoreConfig)
 lives in ``rayq.store`` and is re-exported here, so nothing imports upwards.
 """
 
-from rayq.errors import *  # noqa: F403
-from rayq.errors import __all__ as _error_names
+from rayq.errors import *  # noqa: F403  (the whole error tree; listed in __all__ below)
 from rayq.store import (
     DEFAULT_STORE_CONFIG,
     FlushDiskType,
@@ -29,17 +28,34 @@ from rayq.store import (
 
 __version__ = "0.1.0"
 
-__all__ = sorted(
-    [
-        *_error_names,
-        "DEFAULT_STORE_CONFIG",
-        "FlushDiskType",
-        "GetStatus",
-        "Message",
-        "MessageExt",
-        "MessageStore",
-        "PutStatus",
-        "StoreConfig",
-        "TagFilter",
-    ]
-)
+__all__ = [
+    "BrokenError",
+    "BrokerBusyError",
+    "BrokerError",
+    "BrokerUnavailableError",
+    "ClientError",
+    "ClosedError",
+    "ConfigError",
+    "CorruptRecordError",
+    "DEFAULT_STORE_CONFIG",
+    "DiskFullError",
+    "FlushDiskType",
+    "GetStatus",
+    "InvalidGroupError",
+    "InvalidMessageError",
+    "InvalidOffsetError",
+    "InvalidTopicError",
+    "Message",
+    "MessageExt",
+    "MessageStore",
+    "MessageTooLargeError",
+    "PermissionDeniedError",
+    "PutStatus",
+    "RayqError",
+    "StoreConfig",
+    "StoreError",
+    "StoreLockedError",
+    "TagFilter",
+    "TopicNotFoundError",
+    "all_error_classes",
+]
