@@ -13,7 +13,28 @@ The vocabulary the store needs (message records, statuses, errors, StoreConfig)
 lives in ``rayq.store`` and is re-exported here, so nothing imports upwards.
 """
 
-from rayq.errors import *  # noqa: F403  (the whole error tree; listed in __all__ below)
+from rayq.errors import (
+    BrokenError,
+    BrokerBusyError,
+    BrokerError,
+    BrokerUnavailableError,
+    ClientError,
+    ClosedError,
+    ConfigError,
+    CorruptRecordError,
+    DiskFullError,
+    InvalidGroupError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    PermissionDeniedError,
+    RayqError,
+    StoreError,
+    StoreLockedError,
+    TopicNotFoundError,
+    all_error_classes,
+)
 from rayq.store import (
     DEFAULT_STORE_CONFIG,
     FlushDiskType,
@@ -29,6 +50,7 @@ from rayq.store import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_STORE_CONFIG",
     "BrokenError",
     "BrokerBusyError",
     "BrokerError",
@@ -37,7 +59,6 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "CorruptRecordError",
-    "DEFAULT_STORE_CONFIG",
     "DiskFullError",
     "FlushDiskType",
     "GetStatus",
