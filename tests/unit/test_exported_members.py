@@ -7,7 +7,7 @@ import rayq.errors
 
 
 def test_all_lists_every_public_name_once() -> None:
-    """Every public attribute that is not a submodule is in ``rayq.__all__`` (ruff keeps it sorted)."""
+    """Every public non-module attribute is in ``rayq.__all__`` (ruff keeps it sorted)."""
     public = {
         name
         for name, value in vars(rayq).items()
