@@ -1,26 +1,9 @@
-"""The single rayq exception tree (defined here, at the bottom layer, re-exported by ``rayq``).
+"""The rayq exception tree, defined here at the bottom layer and re-exported by ``rayq``.
 
-::
-
-    RayqError
-    ├── ClientError                 bad input; fix the call
-    │   ├── InvalidTopicError
-    │   ├── InvalidGroupError
-    │   ├── InvalidMessageError
-    │   │   └── MessageTooLargeError
-    │   ├── InvalidOffsetError
-    │   ├── TopicNotFoundError
-    │   ├── PermissionDeniedError
-    │   └── ConfigError
-    ├── BrokerError                 the server side could not serve
-    │   ├── BrokerUnavailableError
-    │   ├── BrokerBusyError
-    │   └── DiskFullError
-    ├── StoreError                  the files on disk
-    │   ├── CorruptRecordError
-    │   └── StoreLockedError
-    ├── ClosedError                 you closed it
-    └── BrokenError                 something else broke it
+The tree is drawn in ``rayq/errors.py``. Branches: ``ClientError`` (bad input; fix
+the call), ``BrokerError`` (the server side could not serve), ``StoreError`` (the
+files on disk), ``ClosedError`` (you closed it) and ``BrokenError`` (something else
+broke it).
 
 Every class takes one message plus keyword arguments with defaults, so instances
 survive pickling through Ray (an actor's exception is pickled to its caller).

@@ -8,7 +8,7 @@ Directory layout under the store root::
     commitlog/<20 digits>         records (commitlog.py, codec.py)
     consumequeue/<topic>/<qid>/<20 digits>   20-byte entries (consume_queue.py)
     index/<20 digits>             key index (index_file.py)
-    config/dispatch.json          known queues and their sizes, for damage detection
+    config/dispatch.json          known queues and their sizes, for damage detection (manifest.py)
     config/*.json                 topics, groups, offsets (config_files.py, the broker's)
 
 One writer: ``put_messages`` appends a batch to the commit log and dispatches it
@@ -26,12 +26,10 @@ import os
 import shutil
 import struct
 from collections.abc import Callable, Sequence
-from itertools import repeat
 from pathlib import Path
 
 import msgspec
 import numpy as np
-from crc32c import crc32c
 
 from . import codec
 from . import properties as P
@@ -49,7 +47,7 @@ from .codec import Check
 from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
 from .config_files import JsonFile
-from .consume_queue import ENTRY_DTYPE, ENTRY_SIZE, HOLE_SIZE, ConsumeQueue, pack_entries
+from .consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
 from .errors import (
     ClosedError,
     InvalidMessageError,
@@ -61,6 +59,7 @@ from .errors import (
 from .filters import TagFilter
 from .flush import DiskFlusher
 from .index_file import IndexService
+from .manifest import DispatchManifest, damaged_queues, index_damaged
 from .message import (
     GetResult,
     GetStatus,
@@ -70,28 +69,15 @@ from .message import (
     PutStatus,
 )
 from .names import NAME_PATTERN, validate_topic
+from .reader import QueueReader
 from .recovery import RecoveryReport, rebuild_scan, validate_tail
 from .retention import RetentionPolicy, RetentionReport
-from .segment import Segment
 
 logger = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
 QUEUE_ID_MAX = codec.QUEUE_ID_MAX
-ENTRY_FIELDS = ("offset", "size", "tags")
 INDEX_BATCH = 8192  # index entries are buffered and written this many at a time
-
-
-class DispatchManifest(msgspec.Struct, kw_only=True):
-    """What the store knew of its consume queues and index at the last persist.
-
-    ``queues``: topic -> queue id -> [min offset, max offset]; ``indexed_from`` and
-    ``indexed_to``: commit-log offsets of the oldest and newest indexed record.
-    """
-
-    queues: dict[str, dict[int, list[int]]] = {}
-    indexed_from: int = -1
-    indexed_to: int = -1
 
 
 class MessageStore:
@@ -130,7 +116,7 @@ class MessageStore:
         self._manifest_saved = msgspec.json.encode(self._manifest)
         self.retention = RetentionPolicy(config, disk_usage or _disk_used_ratio)
         self._disk_full = False
-        self._memory_bytes = _MEMORY_BYTES * config.access_message_in_memory_max_ratio
+        self._reader = QueueReader(self.commitlog, config)
         self.flusher = DiskFlusher(self.root, config.commitlog_segment_size_bytes, clock)
         try:
             self.recovery = self._recover()
@@ -159,27 +145,12 @@ class MessageStore:
         return cq
 
     def _damaged_queues(self) -> list[QueueKey]:
-        damaged: list[QueueKey] = []
-        for topic, recorded in self._manifest.queues.items():
-            for queue_id, (min_offset, max_offset) in recorded.items():
-                cq = self.queues.get((topic, queue_id))
-                if (
-                    cq is None
-                    or cq.gaps
-                    or cq.max_offset < max_offset
-                    or cq.file.min_offset // ENTRY_SIZE > min_offset
-                ):
-                    damaged.append((topic, queue_id))
-        damaged.extend(k for k, cq in self.queues.items() if cq.gaps and k not in damaged)
-        return damaged
+        return damaged_queues(self._manifest, self.queues)
 
     def _index_damaged(self) -> bool:
-        if not self.config.message_index_enable or self._manifest.indexed_from < 0:
+        if not self.config.message_index_enable:
             return False
-        begin, end = self.index.begin_phy_offset, self.index.end_phy_offset
-        if begin < 0 or end < self._manifest.indexed_to:
-            return True
-        return begin > max(self._manifest.indexed_from, self.commitlog.min_offset)
+        return index_damaged(self._manifest, self.index, self.commitlog.min_offset)
 
     def _recover(self) -> RecoveryReport:
         abnormal = (self.root / ABORT_NAME).exists()
@@ -459,134 +430,7 @@ class MessageStore:
         if cq is None:
             return GetResult(status=GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0,
                              min_offset=0, max_offset=0)  # fmt: skip
-        lo, hi = cq.min_offset, cq.max_offset
-        status, next_offset = _offset_status(offset, lo, hi)
-        if status is not None:
-            return GetResult(status=status, next_begin_offset=next_offset,
-                             min_offset=lo, max_offset=hi)  # fmt: skip
-        return self._read_queue(cq, offset, max_nums, tag_filter, lo, hi)
-
-    def _read_queue(
-        self, cq: ConsumeQueue, offset: int, max_nums: int, tag_filter: TagFilter | None,
-        lo: int, hi: int,
-    ) -> GetResult:  # fmt: skip
-        cfg = self.config
-        codes = tag_filter.codes if tag_filter is not None else None
-        scan = max_nums if codes is None else cfg.max_filter_scan_entries
-        entries = np.frombuffer(cq.read(offset, scan), dtype=ENTRY_DTYPE)
-        cl_max = self.commitlog.max_offset
-        if len(entries) and cl_max - int(entries["offset"][0]) > self._memory_bytes:
-            caps = min(cfg.max_transfer_count_on_disk, max_nums), cfg.max_transfer_bytes_on_disk
-        else:
-            caps = min(cfg.max_transfer_count_in_memory, max_nums), cfg.max_transfer_bytes_in_memory
-        picked = self._pick_contiguous(entries, caps) if codes is None else None
-        if picked is not None:  # the common case: one run of whole records, nothing to skip
-            scanned, wanted = picked[0], picked[1]
-            removed = filtered = 0
-        else:
-            scanned, wanted, removed, filtered = self._pick_entries(entries, caps, codes)
-        parts, count = self._read_records(wanted, cq) if wanted else ([], 0)
-        if count:
-            status = GetStatus.FOUND
-        elif filtered:
-            status = GetStatus.NO_MATCHED_MESSAGE
-        elif removed:
-            status = GetStatus.MESSAGE_WAS_REMOVING
-        else:
-            status = GetStatus.OFFSET_FOUND_NULL
-        return GetResult(status=status, next_begin_offset=offset + scanned, min_offset=lo,
-                         max_offset=hi, buffer=b"".join(parts), count=count)  # fmt: skip
-
-    def _pick_contiguous(
-        self, entries: np.ndarray, caps: tuple[int, int]
-    ) -> tuple[int, list[tuple[int, int]]] | None:
-        """Entries to read when they are whole, live and back to back in the commit log."""
-        if not len(entries):
-            return None
-        phys, sizes = entries["offset"][: caps[0]], entries["size"][: caps[0]].astype(np.int64)
-        ends = np.cumsum(sizes)
-        k = max(1, int(np.searchsorted(ends, caps[1], side="right")))
-        if (
-            int(phys[0]) < self.commitlog.min_offset
-            or int(phys[k - 1]) - int(phys[0]) + int(sizes[k - 1]) != int(ends[k - 1])
-            or not (sizes[:k] > 0).all()
-            or (sizes[:k] == HOLE_SIZE).any()
-        ):
-            return None
-        return k, list(zip(phys[:k].tolist(), sizes[:k].tolist(), strict=True))
-
-    def _pick_entries(
-        self, entries: np.ndarray, caps: tuple[int, int], codes: frozenset[int] | None
-    ) -> tuple[int, list[tuple[int, int]], int, int]:
-        """Entries to read, one by one: holes, removed records and the tag filter."""
-        cl_min = self.commitlog.min_offset
-        cap_n, cap_b = caps
-        wanted: list[tuple[int, int]] = []
-        total = scanned = removed = filtered = 0
-        for phys, size, code in zip(*(entries[f].tolist() for f in ENTRY_FIELDS), strict=True):
-            if size == HOLE_SIZE or size == 0:
-                scanned += 1
-                continue
-            if len(wanted) >= cap_n or (wanted and total + size > cap_b):
-                break
-            scanned += 1
-            if phys < cl_min:
-                removed += 1
-            elif codes is not None and code not in codes:
-                filtered += 1
-            else:
-                wanted.append((phys, size))
-                total += size
-        return scanned, wanted, removed, filtered
-
-    def _read_records(
-        self, wanted: list[tuple[int, int]], cq: ConsumeQueue
-    ) -> tuple[list[bytes], int]:
-        """The records, checked (magic, size, CRC); contiguous runs copied as one slice."""
-        parts: list[bytes] = []
-        count = i = 0
-        while i < len(wanted):
-            start, size = wanted[i]
-            j, end = i + 1, start + size
-            while j < len(wanted) and wanted[j][0] == end:
-                end += wanted[j][1]
-                j += 1
-            seg = self.commitlog.file.find(start)
-            if seg is not None and end - seg.start > seg.wrote:  # a run never spans segments
-                j, end = i + 1, start + size
-            if seg is not None:
-                run, n = self._checked_run(seg, start, end, wanted[i:j], cq)
-                parts.extend(run)
-                count += n
-            i = j
-        return parts, count
-
-    def _checked_run(
-        self, seg: Segment, start: int, end: int, items: list[tuple[int, int]], cq: ConsumeQueue
-    ) -> tuple[list[bytes], int]:
-        local = start - seg.start
-        if local < 0 or end - seg.start > seg.wrote:
-            return [], 0
-        data = seg.mm[local : end - seg.start]
-        mv = memoryview(data)
-        rel = [p - start for p, _ in items]
-        ends = [r + z for r, (_, z) in zip(rel, items, strict=True)]
-        body_at = [r + codec.CRC_START for r in rel]
-        producer = map(crc32c, map(mv.__getitem__, map(slice, body_at, ends)))
-        block_at = [r + codec.STORE_BLOCK_OFFSET for r in rel]
-        crcs = list(map(crc32c, map(mv.__getitem__, map(slice, block_at, body_at)), producer))
-        heads = list(map(codec.PREFIX_CRC.unpack_from, repeat(data), rel))
-        expect = [(z, codec.MAGIC, c) for (_, z), c in zip(items, crcs, strict=True)]
-        if heads == expect:
-            return [data], len(items)
-        good = []
-        for r, e, head, want, (phys, _) in zip(rel, ends, heads, expect, items, strict=True):
-            if head == want:
-                good.append(data[r:e])
-            else:
-                logger.error("record at %d (%s/%d) is unreadable or fails its CRC; skipped",
-                             phys, cq.topic, cq.queue_id)  # fmt: skip
-        return good, len(good)
+        return self._reader.read(cq, offset, max_nums, tag_filter)
 
     def lookup_message(self, commitlog_offset: int) -> MessageExt | None:
         """The message stored at a physical offset, or None."""
@@ -777,18 +621,6 @@ class MessageStore:
         self.close()
 
 
-def _offset_status(offset: int, lo: int, hi: int) -> tuple[GetStatus | None, int]:
-    if hi == 0:
-        return GetStatus.NO_MESSAGE_IN_QUEUE, 0
-    if offset < lo:
-        return GetStatus.OFFSET_TOO_SMALL, lo
-    if offset == hi:
-        return GetStatus.OFFSET_OVERFLOW_ONE, offset
-    if offset > hi:
-        return GetStatus.OFFSET_OVERFLOW_BADLY, hi
-    return None, offset
-
-
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
         raise InvalidOffsetError(f"{name} must be an int in [{lo}, {hi}], got {value!r}",
@@ -817,6 +649,3 @@ def _unlock(fd: int) -> None:
 def _disk_used_ratio(path: Path) -> float:
     usage = shutil.disk_usage(path)
     return usage.used / usage.total if usage.total else 0.0
-
-
-_MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
