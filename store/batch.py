@@ -206,7 +206,9 @@ def _index_columns(topic: str, fields: list[tuple]) -> tuple[list[int], list[int
         owners += range(len(fields))
     else:
         for i, f in enumerate(fields):
-            for k in f[1].split():
+            for k in f[1].split(P.KEY_SEPARATOR) if f[1] else ():
+                if not k:
+                    continue
                 hashes.append(crc32c(k.encode(), seed))
                 owners.append(i)
     uniq = [i for i, f in enumerate(fields) if f[2]]

@@ -223,7 +223,7 @@ def parse_record(
     buf: memoryview, pos: int, limit: int, base: int | None = None, check_crc: bool = True
 ) -> tuple[Check, int, tuple | None]:
     """Like :func:`check_record`, also returning, for an OK record, the header tuple,
-    topic and property text: what recovery needs to dispatch it. ``check_crc=False``
+    topic and raw property bytes: what recovery needs to dispatch it. ``check_crc=False``
     skips the CRC and position checks (for ranges already validated)."""
     if pos + BLANK_SIZE_MIN > limit:
         return Check.END, 0, None
@@ -248,8 +248,12 @@ def parse_record(
         return Check.BAD_CRC, total_size, None
     if check_crc and base is not None and header[4] != base + pos:
         return Check.BAD_CRC, total_size, None  # a valid record, but not written here
-    topic = bytes(buf[tpos + 1 : ppos]).decode("ascii")
-    return Check.OK, total_size, (header, topic, bytes(buf[ppos + 2 : end]).decode("utf-8"))
+    raw_topic = bytes(buf[tpos + 1 : ppos])
+    topic = _topics.get(raw_topic) or _topics.setdefault(raw_topic, raw_topic.decode("ascii"))
+    return Check.OK, total_size, (header, topic, bytes(buf[ppos + 2 : end]))
+
+
+_topics: dict[bytes, str] = {}
 
 
 def read_topic_and_properties(buf: memoryview, pos: int, body_len: int) -> tuple[str, str]:

@@ -14,19 +14,22 @@ and the key index, and ``scan`` produces the same from the files during recovery
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from crc32c import crc32c
 
 from . import codec
 from . import properties as P
-from .codec import Check
 from .consume_queue import HOLE_SIZE
 from .filters import tags_code
 from .index_file import HASH_MASK, topic_seed
 from .segment import Segment, SegmentedFile
+
+if TYPE_CHECKING:
+    from .scanner import GoodRun
 
 logger = logging.getLogger(__name__)
 
@@ -48,27 +51,58 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
         return len(self.offsets)
 
     def add(self, topic: str, queue_id: int, queue_offset: int, offset: int, size: int,
-            props_text: str, store_timestamp: int) -> None:  # fmt: skip
+            props: bytes, store_timestamp: int) -> None:  # fmt: skip
         """Add one record (used by recovery; the append path fills columns in bulk)."""
-        found = dict(_SYSTEM.findall(props_text))
+        found = dict(_SYSTEM.findall(props))
         self.topics.append(topic)
         self.queue_ids.append(queue_id)
         self.queue_offsets.append(queue_offset)
         self.offsets.append(offset)
         self.sizes.append(size)
-        tags = found.get(P.TAGS)
-        self.tags_codes.append(tags_code(tags) if tags else 0)
+        tags = found.get(b"TAGS")
+        self.tags_codes.append(tags_code(tags.decode()) if tags else 0)
         if found:
-            keys, uniq = found.get(P.KEYS, ""), found.get(P.UNIQ_KEY, "")
             seed = _seeds.get(topic) or _seed(topic)
-            for k in keys.split() if keys else ():
-                self.index_hashes.append(crc32c(k.encode(), seed))
-                self.index_offsets.append(offset)
-                self.index_times.append(store_timestamp)
+            keys = [k for k in found.get(b"KEYS", b"").split(b" ") if k]
+            uniq = found.get(b"UNIQ_KEY")
             if uniq:
-                self.index_hashes.append(crc32c(uniq.encode(), seed))
+                keys.append(uniq)
+            for k in keys:
+                self.index_hashes.append(crc32c(k, seed))
                 self.index_offsets.append(offset)
                 self.index_times.append(store_timestamp)
+
+    def add_run(self, run: GoodRun) -> None:
+        """Add a run of valid records (from scanner.scan)."""
+        self.topics += run.topics
+        self.queue_ids += run.queue_ids
+        self.queue_offsets += run.queue_offsets
+        self.offsets += run.offsets
+        self.sizes += run.sizes
+        codes, hashes = self.tags_codes, self.index_hashes
+        owners_at, times = self.index_offsets, self.index_times
+        founds = map(_SYSTEM.findall, run.properties)
+        columns = zip(founds, run.topics, run.offsets, run.store_timestamps, strict=True)
+        for found, topic, offset, ts in columns:
+            if not found:
+                codes.append(0)
+                continue
+            d = dict(found)
+            tags = d.get(b"TAGS")
+            codes.append((_tag_codes.get(tags) or _tag_code(tags)) if tags else 0)
+            seed = _seeds.get(topic) or _seed(topic)
+            keys = d.get(b"KEYS")
+            if keys:
+                for k in keys.split(b" ") if b" " in keys else (keys,):
+                    if k:
+                        hashes.append(crc32c(k, seed))
+                        owners_at.append(offset)
+                        times.append(ts)
+            uniq = d.get(b"UNIQ_KEY")
+            if uniq:
+                hashes.append(crc32c(uniq, seed))
+                owners_at.append(offset)
+                times.append(ts)
 
     def add_hole(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> None:
         """Keep ``queue_offset`` taken by a record that will never be served."""
@@ -80,8 +114,14 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
         self.tags_codes.append(0)
 
 
-_SYSTEM = P._SYSTEM
+_SYSTEM = re.compile(b"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY)\x01([^\x02]*)")
 _seeds: dict[str, int] = {}
+_tag_codes: dict[bytes, int] = {}
+
+
+def _tag_code(tags: bytes) -> int:
+    code = _tag_codes[tags] = tags_code(tags.decode("utf-8", "replace"))
+    return code
 
 
 def _seed(topic: str) -> int:
@@ -92,7 +132,7 @@ def _seed(topic: str) -> int:
 def index_hashes_of(topic: str, keys: str, uniq_key: str) -> list[int]:
     """Index hashes of ``topic#k`` for every key in ``keys`` and for ``uniq_key``."""
     seed = _seeds.get(topic) or _seed(topic)
-    out = [crc32c(k.encode(), seed) & HASH_MASK for k in keys.split()]
+    out = [crc32c(k.encode(), seed) & HASH_MASK for k in keys.split(P.KEY_SEPARATOR) if k]
     if uniq_key:
         out.append(crc32c(uniq_key.encode(), seed) & HASH_MASK)
     return out
@@ -166,31 +206,6 @@ class CommitLog:
             return None
         return codec.INT64.unpack_from(seg.mm, local + codec.STORE_TIMESTAMP_OFFSET)[0]
 
-    def scan(
-        self, start: int, *, check_crc: bool = True
-    ) -> Iterator[tuple[Check, int, int, tuple | None]]:
-        """Walk records from ``start`` over the data on disk.
-
-        Yields ``(verdict, offset, size, parsed)``, ``parsed`` being
-        ``(header, topic, properties)`` for OK records. Stops after the first END or
-        BAD_FRAMING; jumps over blank records.
-        """
-        pos = start
-        while True:
-            seg = self.file.find(pos)
-            if seg is None:
-                return
-            buf, base, limit, local = seg.mv, seg.start, seg.size, pos - seg.start
-            while True:
-                verdict, size, parsed = codec.parse_record(buf, local, limit, base, check_crc)
-                yield verdict, base + local, size, parsed
-                if verdict in (Check.END, Check.BAD_FRAMING):
-                    return
-                if verdict is Check.BLANK:
-                    break
-                local += size
-            pos = seg.end
-
     def quarantine(self, offset: int) -> None:
         seg = self.file.find(offset)
         assert seg is not None
@@ -202,8 +217,8 @@ class CommitLog:
     @staticmethod
     def dispatch(offset: int, size: int, parsed: tuple, batch: DispatchBatch) -> None:
         """Add a parsed record (from ``scan``) to ``batch``."""
-        header, topic, props_text = parsed
-        batch.add(topic, header[7], header[3], offset, size, props_text, header[5])
+        header, topic, props = parsed
+        batch.add(topic, header[7], header[3], offset, size, props, header[5])
 
     def truncate(self, offset: int) -> None:
         """Make ``offset`` the end: later segments deleted, stale bytes zeroed."""

@@ -43,7 +43,6 @@ from .batch import (
 )
 from .checkpoint import ABORT_NAME, load_checkpoint
 from .clock import SYSTEM_CLOCK, Clock
-from .codec import Check
 from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
 from .config_files import JsonFile
@@ -201,13 +200,7 @@ class MessageStore:
         indexed_to = self.index.end_phy_offset
         if not self.config.message_index_enable or not 0 <= indexed_to < start:
             return
-        batch = DispatchBatch()
-        for verdict, offset, size, parsed in self.commitlog.scan(indexed_to, check_crc=False):
-            if offset >= start or (verdict is not Check.OK and verdict is not Check.BLANK):
-                break
-            if verdict is Check.OK:
-                self.commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
-        self._dispatch(batch, only=set(), index=True)
+        rebuild_scan(self.commitlog, start, lambda b: self._dispatch(b, only=set()), indexed_to)
 
     def _recover_start(self, checkpointed: int) -> int:
         cl = self.commitlog

@@ -6,7 +6,6 @@ in RocketMQ; several keys are joined by a space.
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from .errors import InvalidMessageError
@@ -85,15 +84,6 @@ def check_properties(props: dict[str, str]) -> None:
                     "which the property encoding reserves",
                     name=name,
                 )
-
-
-_SYSTEM = re.compile("(?:^|\x02)(TAGS|KEYS|UNIQ_KEY)\x01([^\x02]*)")
-
-
-def system_properties(text: str) -> tuple[str | None, str, str]:
-    """TAGS, KEYS and UNIQ_KEY out of a property string, without decoding the rest."""
-    found = dict(_SYSTEM.findall(text))
-    return found.get(TAGS) or None, found.get(KEYS, ""), found.get(UNIQ_KEY, "")
 
 
 def split_keys(value: str | None) -> list[str]:

@@ -28,6 +28,7 @@ import msgspec
 
 from .codec import Check
 from .commitlog import CommitLog, DispatchBatch
+from .scanner import GoodRun, scan
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +66,22 @@ def validate_tail(
     valid_end = start
     suspect: int | None = None  # offset of a BAD_CRC record awaiting its successor
     batch = DispatchBatch()
-    for verdict, offset, size, parsed in commitlog.scan(start):
+    for item in scan(commitlog, start):
+        if isinstance(item, GoodRun):
+            if suspect is not None:
+                _quarantine(commitlog, suspect, report, batch, owners)
+                suspect = None
+            batch.add_run(item)
+            report.records_validated += len(item.offsets)
+            valid_end = item.offsets[-1] + item.sizes[-1]
+            if len(batch) >= DISPATCH_CHUNK:
+                sink(batch)
+                batch = DispatchBatch()
+            continue
+        verdict, offset, size, parsed = item
         if suspect is not None:
             if verdict in (Check.OK, Check.BLANK, Check.QUARANTINED):
-                commitlog.quarantine(suspect)
-                report.records_quarantined.append(suspect)
-                logger.error("recovery: record at %d failed its CRC; quarantined", suspect)
-                if owners and suspect in owners:
-                    batch.add_hole(*owners[suspect], suspect)
+                _quarantine(commitlog, suspect, report, batch, owners)
             else:
                 valid_end = suspect
                 break
@@ -98,11 +107,37 @@ def validate_tail(
     return valid_end
 
 
-def rebuild_scan(commitlog: CommitLog, upto: int, sink: DispatchSink) -> int:
-    """Dispatch every record from the commit log's start to ``upto`` (trusted range)."""
+def _quarantine(commitlog: CommitLog, offset: int, report: RecoveryReport, batch: DispatchBatch,
+                owners: dict[int, tuple[str, int, int]] | None) -> None:  # fmt: skip
+    commitlog.quarantine(offset)
+    report.records_quarantined.append(offset)
+    logger.error("recovery: record at %d failed its CRC; quarantined", offset)
+    if owners and offset in owners:
+        batch.add_hole(*owners[offset], offset)
+
+
+def rebuild_scan(
+    commitlog: CommitLog, upto: int, sink: DispatchSink, start: int | None = None
+) -> int:
+    """Dispatch every record from ``start`` (default: the log's start) to ``upto``.
+
+    For ranges already validated: no CRC checks.
+    """
     batch = DispatchBatch()
     count = 0
-    for verdict, offset, size, parsed in commitlog.scan(commitlog.min_offset, check_crc=False):
+    begin = commitlog.min_offset if start is None else start
+    for item in scan(commitlog, begin, check_crc=False):
+        if isinstance(item, GoodRun):
+            keep = sum(1 for o in item.offsets if o < upto)
+            batch.add_run(GoodRun(*(column[:keep] for column in item)))
+            count += keep
+            if keep < len(item.offsets):
+                break
+            if len(batch) >= DISPATCH_CHUNK:
+                sink(batch)
+                batch = DispatchBatch()
+            continue
+        verdict, offset, size, parsed = item
         if offset >= upto or verdict in (Check.END, Check.BAD_FRAMING):
             break
         if verdict is Check.OK:
