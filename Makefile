@@ -1,7 +1,7 @@
 # `make test` is the only thing CI runs (.ci/run); `make test-fast` is the edit loop.
 
 PYTHON ?= python3
-EXTRAS ?= dev
+EXTRAS ?= dev,spark
 
 VENV := .venv
 BIN := $(VENV)/bin
