@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import logging
 import os
-from itertools import repeat
+from bisect import bisect_right
+from itertools import accumulate, pairwise, repeat
+from operator import add, sub
 
-import numpy as np
 from crc32c import crc32c
 
 from . import codec
 from .commitlog import CommitLog
 from .config import StoreConfig
-from .consume_queue import ENTRY_DTYPE, HOLE_SIZE, ConsumeQueue
+from .consume_queue import ENTRY, HOLE_SIZE, ConsumeQueue
 from .filters import TagFilter
 from .message import GetResult, GetStatus
 from .segment import Segment
 
 logger = logging.getLogger(__name__)
 
-ENTRY_FIELDS = ("offset", "size", "tags")
 MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -70,15 +70,14 @@ class QueueReader:
         cfg = self.config
         codes = tag_filter.codes if tag_filter is not None else None
         scan = max_nums if codes is None else cfg.max_filter_scan_entries
-        entries = np.frombuffer(cq.read(offset, scan), dtype=ENTRY_DTYPE)
-        cl_max = self.commitlog.max_offset
-        if len(entries) and cl_max - int(entries["offset"][0]) > self._memory_bytes:
+        entries = list(ENTRY.iter_unpack(cq.read(offset, scan)))
+        if entries and self.commitlog.max_offset - entries[0][0] > self._memory_bytes:
             caps = min(cfg.max_transfer_count_on_disk, max_nums), cfg.max_transfer_bytes_on_disk
         else:
             caps = min(cfg.max_transfer_count_in_memory, max_nums), cfg.max_transfer_bytes_in_memory
         picked = self._pick_contiguous(entries, caps) if codes is None else None
         if picked is not None:  # the common case: one run of whole records, nothing to skip
-            scanned, wanted = picked[0], picked[1]
+            scanned, wanted = picked
             removed = filtered = 0
         else:
             scanned, wanted, removed, filtered = self._pick_entries(entries, caps, codes)
@@ -95,32 +94,35 @@ class QueueReader:
                          max_offset=hi, buffer=b"".join(parts), count=count)  # fmt: skip
 
     def _pick_contiguous(
-        self, entries: np.ndarray, caps: tuple[int, int]
+        self, entries: list[tuple[int, int, int]], caps: tuple[int, int]
     ) -> tuple[int, list[tuple[int, int]]] | None:
         """Entries to read when they are whole, live and back to back in the commit log."""
-        if not len(entries):
+        if not entries:
             return None
-        phys, sizes = entries["offset"][: caps[0]], entries["size"][: caps[0]].astype(np.int64)
-        ends = np.cumsum(sizes)
-        k = max(1, int(np.searchsorted(ends, caps[1], side="right")))
+        head = entries[: caps[0]]
+        sizes = [e[1] for e in head]
+        ends = list(accumulate(sizes))
+        k = max(1, bisect_right(ends, caps[1]))
+        first, last = head[0], head[k - 1]
         if (
-            int(phys[0]) < self.commitlog.min_offset
-            or int(phys[k - 1]) - int(phys[0]) + int(sizes[k - 1]) != int(ends[k - 1])
-            or not (sizes[:k] > 0).all()
-            or (sizes[:k] == HOLE_SIZE).any()
+            first[0] < self.commitlog.min_offset
+            or last[0] - first[0] + last[1] != ends[k - 1]
+            or min(sizes[:k]) <= 0
+            or HOLE_SIZE in sizes[:k]
         ):
             return None
-        return k, list(zip(phys[:k].tolist(), sizes[:k].tolist(), strict=True))
+        return k, [(e[0], e[1]) for e in head[:k]]
 
     def _pick_entries(
-        self, entries: np.ndarray, caps: tuple[int, int], codes: frozenset[int] | None
-    ) -> tuple[int, list[tuple[int, int]], int, int]:
+        self, entries: list[tuple[int, int, int]], caps: tuple[int, int],
+        codes: frozenset[int] | None,
+    ) -> tuple[int, list[tuple[int, int]], int, int]:  # fmt: skip
         """Entries to read, one by one: holes, removed records and the tag filter."""
         cl_min = self.commitlog.min_offset
         cap_n, cap_b = caps
         wanted: list[tuple[int, int]] = []
         total = scanned = removed = filtered = 0
-        for phys, size, code in zip(*(entries[f].tolist() for f in ENTRY_FIELDS), strict=True):
+        for phys, size, code in entries:
             if size == HOLE_SIZE or size == 0:
                 scanned += 1
                 continue
@@ -140,47 +142,52 @@ class QueueReader:
         self, wanted: list[tuple[int, int]], cq: ConsumeQueue
     ) -> tuple[list[bytes], int]:
         """The records, checked (magic, size, CRC); contiguous runs copied as one slice."""
+        phys, sizes = [w[0] for w in wanted], [w[1] for w in wanted]
+        ends = list(map(add, phys, sizes))
+        cuts = [i for i in range(1, len(phys)) if phys[i] != ends[i - 1]]
         parts: list[bytes] = []
-        count = i = 0
-        while i < len(wanted):
-            start, size = wanted[i]
-            j, end = i + 1, start + size
-            while j < len(wanted) and wanted[j][0] == end:
-                end += wanted[j][1]
-                j += 1
-            seg = self.commitlog.file.find(start)
-            if seg is not None and end - seg.start > seg.wrote:  # a run never spans segments
-                j, end = i + 1, start + size
-            if seg is not None:
-                run, n = self._checked_run(seg, start, end, wanted[i:j], cq)
-                parts.extend(run)
-                count += n
-            i = j
+        count = 0
+        for i, j in pairwise([0, *cuts, len(phys)]):
+            seg = self.commitlog.file.find(phys[i])
+            if seg is None:
+                continue
+            if ends[j - 1] - seg.start > seg.wrote:  # a run never spans segments: split it
+                for k in range(i, j):
+                    run, n = self._checked_run(seg, phys[k : k + 1], sizes[k : k + 1], cq)
+                    parts += run
+                    count += n
+                continue
+            run, n = self._checked_run(seg, phys[i:j], sizes[i:j], cq)
+            parts += run
+            count += n
         return parts, count
 
     def _checked_run(
-        self, seg: Segment, start: int, end: int, items: list[tuple[int, int]], cq: ConsumeQueue
+        self, seg: Segment, phys: list[int], sizes: list[int], cq: ConsumeQueue
     ) -> tuple[list[bytes], int]:
+        """Records back to back at ``phys``; all of them as one slice if all check out."""
+        start = phys[0]
         local = start - seg.start
-        if local < 0 or end - seg.start > seg.wrote:
+        end = phys[-1] + sizes[-1] - seg.start
+        if local < 0 or end > seg.wrote:
             return [], 0
-        data = seg.mm[local : end - seg.start]
+        data = seg.mm[local:end]
         mv = memoryview(data)
-        rel = [p - start for p, _ in items]
-        ends = [r + z for r, (_, z) in zip(rel, items, strict=True)]
-        body_at = [r + codec.CRC_START for r in rel]
+        rel = list(map(sub, phys, repeat(start)))
+        ends = list(map(add, rel, sizes))
+        body_at = list(map(add, rel, repeat(codec.CRC_START)))
+        block_at = list(map(add, rel, repeat(codec.STORE_BLOCK_OFFSET)))
         producer = map(crc32c, map(mv.__getitem__, map(slice, body_at, ends)))
-        block_at = [r + codec.STORE_BLOCK_OFFSET for r in rel]
-        crcs = list(map(crc32c, map(mv.__getitem__, map(slice, block_at, body_at)), producer))
+        crcs = map(crc32c, map(mv.__getitem__, map(slice, block_at, body_at)), producer)
         heads = list(map(codec.PREFIX_CRC.unpack_from, repeat(data), rel))
-        expect = [(z, codec.MAGIC, c) for (_, z), c in zip(items, crcs, strict=True)]
+        expect = list(zip(sizes, repeat(codec.MAGIC), crcs))
         if heads == expect:
-            return [data], len(items)
+            return [data], len(phys)
         good = []
-        for r, e, head, want, (phys, _) in zip(rel, ends, heads, expect, items, strict=True):
+        for r, e, head, want, p in zip(rel, ends, heads, expect, phys, strict=True):
             if head == want:
                 good.append(data[r:e])
             else:
                 logger.error("record at %d (%s/%d) is unreadable or fails its CRC; skipped",
-                             phys, cq.topic, cq.queue_id)  # fmt: skip
+                             p, cq.topic, cq.queue_id)  # fmt: skip
         return good, len(good)
