@@ -1,0 +1,365 @@
+"""The Broker actor: one MessageStore on node-local disk, plus topic, group and offset tables.
+
+``BrokerServer`` is an undecorated class (testable without Ray); ``spawn_broker``
+makes it a named, restartable async Ray actor pinned to a node. Sends, pulls and
+admin calls run in separate concurrency groups so held pulls and slow admin calls
+cannot starve sends. Restarted by Ray, ``__init__`` reopens (and so recovers)
+the store from disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter, decode_records
+from rayq.store import properties as P
+from rayq.store.config_files import PERM_ALL, ConfigStore, TopicConfig, is_readable, is_writeable
+from rayq.store.errors import (
+    DiskFullError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    MessageTooLargeError,
+    PermissionDeniedError,
+    TopicNotFoundError,
+)
+from rayq.store.message import GetStatus, MessageExt
+from rayq.store.names import validate_group, validate_topic
+
+from .wire import (
+    BatchSendResult,
+    BrokerConfig,
+    BrokerInfo,
+    MessageQueue,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    QueueData,
+    QueueStats,
+    SendStatus,
+)
+
+logger = logging.getLogger(__name__)
+
+_PULL_STATUS = {
+    GetStatus.FOUND: PullStatus.FOUND,
+    GetStatus.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MSG,
+    GetStatus.OFFSET_OVERFLOW_ONE: PullStatus.NO_NEW_MSG,
+    GetStatus.NO_MESSAGE_IN_QUEUE: PullStatus.NO_NEW_MSG,
+    GetStatus.OFFSET_FOUND_NULL: PullStatus.NO_NEW_MSG,
+    GetStatus.MESSAGE_WAS_REMOVING: PullStatus.NO_NEW_MSG,
+    GetStatus.NO_MATCHED_LOGIC_QUEUE: PullStatus.NO_NEW_MSG,
+    GetStatus.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,
+    GetStatus.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def local_host(port: int = 10911) -> str:
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    return f"{ip}:{port}"
+
+
+class BrokerServer:
+    """A broker's logic over its store; the actor wrapper adds scheduling and timers."""
+
+    def __init__(self, config: BrokerConfig, store_dir: str, node_id: str = "") -> None:
+        self.config = config
+        self.name = config.broker_name
+        self.root = Path(store_dir)
+        self.node_id = node_id
+        self.store = MessageStore(self.root, config.store_config, store_host=local_host(),
+                                  broker_name=self.name)  # fmt: skip
+        self.tables = ConfigStore(self.root)
+        logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
+                    self.store.recovery)  # fmt: skip
+
+    # ------------------------------------------------------------- topics
+    def topic_config(self, topic: str, *, create: bool) -> TopicConfig:
+        validate_topic(topic)
+        cfg = self.tables.topics.get(topic)
+        if cfg is not None:
+            return cfg
+        if not create or not self.config.auto_create_topic_enable:
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist on broker {self.name}; create it with "
+                "Admin.create_topic or enable auto_create_topic_enable",
+                topic=topic,
+            )
+        n = self.config.default_topic_queue_nums
+        return self.create_topic(topic, n, n, PERM_ALL)
+
+    def create_topic(
+        self, topic: str, read_queues: int, write_queues: int, perm: int
+    ) -> TopicConfig:
+        validate_topic(topic)
+        for name, n in (("read_queues", read_queues), ("write_queues", write_queues)):
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
+                raise InvalidOffsetError(f"{name} must be an int in 1..1024, got {n!r}")
+        cfg = TopicConfig(topic_name=topic, read_queue_nums=read_queues,
+                          write_queue_nums=write_queues, perm=perm)  # fmt: skip
+        self.tables.topics.put(cfg)
+        self.tables.topics.persist()
+        return cfg
+
+    def delete_topic(self, topic: str) -> bool:
+        validate_topic(topic)
+        existed = self.tables.topics.delete(topic)
+        self.tables.topics.persist()
+        self.store.delete_topic(topic)
+        self.tables.consumer_offsets.remove_topic(topic)
+        return existed
+
+    def topics(self) -> list[str]:
+        return self.tables.topics.topics()
+
+    def info(self) -> BrokerInfo:
+        queues = {
+            t.topic_name: QueueData(broker_name=self.name, read_queue_nums=t.read_queue_nums,
+                                    write_queue_nums=t.write_queue_nums, perm=t.perm)
+            for t in (self.tables.topics.get(n) for n in self.tables.topics.topics()) if t
+        }  # fmt: skip
+        return BrokerInfo(broker_name=self.name, node_id=self.node_id, store_dir=str(self.root),
+                          topics=queues, data_version=self.tables.topics.data_version)  # fmt: skip
+
+    # --------------------------------------------------------------- send
+    def put(self, batch: EncodedBatch) -> BatchSendResult:
+        """Append one producer batch; raises RayqErrors for what the sender must fix."""
+        if not isinstance(batch, EncodedBatch):
+            raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}")
+        cfg = self.topic_config(batch.topic, create=True)
+        if not is_writeable(cfg.perm):
+            raise PermissionDeniedError(f"topic {batch.topic!r} is not writeable (perm={cfg.perm})")
+        if not 0 <= batch.queue_id < cfg.write_queue_nums:
+            raise InvalidOffsetError(
+                f"queue {batch.queue_id} of topic {batch.topic!r} does not exist: it has "
+                f"{cfg.write_queue_nums} write queues", queue_id=batch.queue_id,
+            )  # fmt: skip
+        result = self.store.put_encoded(batch)
+        if result.status is PutStatus.DISK_FULL:
+            raise DiskFullError(result.error)
+        if result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
+            raise MessageTooLargeError(result.error)
+        if not result.ok:
+            raise InvalidMessageError(result.error)
+        return BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
+                               offset_msg_ids=result.offset_msg_ids,
+                               queue_offsets=result.queue_offsets)  # fmt: skip
+
+    # --------------------------------------------------------------- pull
+    def pull(self, req: PullRequest) -> PullResponse:
+        """Non-blocking pull of up to ``req.max_nums`` messages (PullHold adds waiting)."""
+        validate_group(req.group)
+        cfg = self.topic_config(req.topic, create=False)
+        if not is_readable(cfg.perm):
+            raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
+        if not 0 <= req.queue_id < cfg.read_queue_nums:
+            raise InvalidOffsetError(f"queue {req.queue_id} of topic {req.topic!r} does not exist")
+        tag_filter = TagFilter.parse(req.expression)
+        want = min(max(req.max_nums, 1), self.config.pull_max_messages)
+        parts: list[bytes] = []
+        count = size = 0
+        offset = req.queue_offset
+        got = self.store.get_messages(req.group, req.topic, req.queue_id, offset, want, tag_filter)
+        first = got
+        while got.status is GetStatus.FOUND or got.status is GetStatus.NO_MATCHED_MESSAGE:
+            parts.append(got.buffer)
+            count += got.count
+            size += len(got.buffer)
+            offset = got.next_begin_offset
+            if count >= want or size >= self.config.pull_max_bytes or offset >= got.max_offset:
+                break
+            got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
+                                          want - count, tag_filter)  # fmt: skip
+        status = PullStatus.FOUND if count else _PULL_STATUS[first.status]
+        next_offset = offset if count or first.status is GetStatus.NO_MATCHED_MESSAGE else (
+            first.next_begin_offset)  # fmt: skip
+        return PullResponse(status=status, next_offset=next_offset, min_offset=first.min_offset,
+                            max_offset=max(first.max_offset, got.max_offset),
+                            buffer=b"".join(parts), count=count)  # fmt: skip
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.store.max_offset(topic, queue_id)
+
+    # ------------------------------------------------------------ offsets
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        validate_group(group)
+        validate_topic(topic)
+        self.tables.consumer_offsets.commit_many(group, topic, offsets)
+
+    def query_offsets(self, group: str, topic: str) -> dict[int, int]:
+        validate_group(group)
+        validate_topic(topic)
+        return self.tables.consumer_offsets.query_all(group, topic)
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.store.offset_by_time(topic, queue_id, timestamp_ms)
+
+    def reset_offsets(self, group: str, topic: str, timestamp_ms: int) -> dict[int, int]:
+        cfg = self.topic_config(topic, create=False)
+        offsets = {q: self.store.offset_by_time(topic, q, timestamp_ms)
+                   for q in range(cfg.read_queue_nums)}  # fmt: skip
+        self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        return offsets
+
+    def groups_of(self, topic: str) -> list[str]:
+        return sorted(self.tables.consumer_offsets.groups_of(topic))
+
+    # -------------------------------------------------------------- admin
+    def topic_stats(self, topic: str) -> list[QueueStats]:
+        cfg = self.topic_config(topic, create=False)
+        out = []
+        for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums)):
+            hi = self.store.max_offset(topic, q)
+            last = self.store.store_time_of(topic, q, hi - 1) if hi else None
+            out.append(QueueStats(queue=MessageQueue(topic, self.name, q),
+                                  min_offset=self.store.min_offset(topic, q), max_offset=hi,
+                                  last_store_timestamp=last or 0))  # fmt: skip
+        return out
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int,
+                      end_ms: int | None) -> list[MessageExt]:  # fmt: skip
+        return self.store.query_message(topic, key, max_num, begin_ms, end_ms)
+
+    def view_message(self, msg_id: str) -> MessageExt | None:
+        return self.store.view_message(msg_id)
+
+    # ------------------------------------------------------ housekeeping
+    def flush_targets(self) -> tuple[int, int]:
+        """(commit-log bytes written, offset below which queues and index are written)."""
+        return self.store.written_offset, self.store.dispatched_offset
+
+    def persist(self) -> None:
+        self.tables.persist_all()
+
+    def retention_tick(self) -> None:
+        self.store.retention_tick()
+
+    def close(self) -> None:
+        self.tables.close()
+        self.store.close()
+
+
+def decode(buffer: bytes, broker_name: str) -> list[MessageExt]:
+    """Consumers decode pulled buffers with this (re-exported for symmetry)."""
+    return decode_records(buffer, broker_name=broker_name)
+
+
+def tags_match(expression: str, msg: MessageExt) -> bool:
+    """The exact client-side tag check after the broker's hash filter."""
+    return TagFilter.parse(expression).matches_tags(msg.properties.get(P.TAGS))
+
+
+class BrokerActor:
+    """Ray shell around BrokerServer: timers, the hold and flusher, the coordinator."""
+
+    def __init__(self, config: BrokerConfig, store_dir: str, namespace: str) -> None:
+        node_id = ray.get_runtime_context().get_node_id()
+        self.server = BrokerServer(config, store_dir, node_id)
+        self.namespace = namespace
+        self._hold: Any = None
+        self._flusher: Any = None
+        self._coordinator: Any = None
+        self._tasks: list[asyncio.Task] = []
+        self._closed = False
+
+    async def attach(self, hold: Any, flusher: Any, coordinator: Any) -> bool:
+        """Wire the actor to its hold service, flusher and coordinator, start the timers."""
+        self._hold, self._flusher, self._coordinator = hold, flusher, coordinator
+        if not self._tasks:
+            cfg = self.server.config
+            self._tasks = [
+                asyncio.create_task(
+                    self._every(cfg.persist_offset_interval_ms, self.server.persist)
+                ),
+                asyncio.create_task(self._every(cfg.retention_check_interval_ms,
+                                                self.server.retention_tick)),
+                asyncio.create_task(self._every(cfg.heartbeat_interval_ms, self._heartbeat_sync)),
+            ]  # fmt: skip
+        await self._register()
+        return True
+
+    async def _register(self) -> None:
+        if self._coordinator is not None:
+            await self._coordinator.register_broker.remote(self.server.info())
+
+    def _heartbeat_sync(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.register_broker.remote(self.server.info())
+
+    async def _every(self, interval_ms: int, fn: Any) -> None:
+        while not self._closed:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                fn()
+            except Exception:  # a failed tick is logged; the next one tries again
+                logger.exception("broker %s: periodic %s failed", self.server.name, fn.__name__)
+
+    @ray.method(concurrency_group="send")
+    async def put(self, batch: EncodedBatch) -> BatchSendResult:
+        result = self.server.put(batch)
+        if self._hold is not None:
+            self._hold.notify.remote(batch.topic, batch.queue_id, result.queue_offsets[-1] + 1)
+        if self.server.config.flush_disk_type.value == "SYNC_FLUSH" and self._flusher is not None:
+            written = self.server.store.written_offset
+            timeout = self.server.config.store.sync_flush_timeout_ms / 1000
+            try:
+                await asyncio.wait_for(self._flusher.sync.remote(written), timeout)
+            except TimeoutError:
+                return BatchSendResult(status=SendStatus.FLUSH_DISK_TIMEOUT, msg_ids=result.msg_ids,
+                                       offset_msg_ids=result.offset_msg_ids,
+                                       queue_offsets=result.queue_offsets)  # fmt: skip
+        return result
+
+    @ray.method(concurrency_group="pull")
+    async def pull(self, req: PullRequest) -> PullResponse:
+        return self.server.pull(req)
+
+    @ray.method(concurrency_group="admin")
+    async def call(self, method: str, *args: Any) -> Any:
+        """Admin and offset calls (kept in their own concurrency group)."""
+        if method.startswith("_") or not hasattr(BrokerServer, method):
+            raise InvalidMessageError(f"broker has no method {method!r}")
+        result = getattr(self.server, method)(*args)
+        if method in ("create_topic", "delete_topic"):
+            await self._register()
+        return result
+
+    @ray.method(concurrency_group="admin")
+    async def park(self) -> None:
+        """Never returns while the broker lives: the coordinator watches it for death."""
+        await asyncio.Event().wait()
+
+    async def ready(self) -> str:
+        return self.server.name
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            self.server.close()
+
+
+def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:
+    """Start (or get) the named broker actor pinned to ``node_id``."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .wire import broker_actor_name
+
+    os.makedirs(store_dir, exist_ok=True)
+    cls = ray.remote(concurrency_groups={"send": 64, "pull": 256, "admin": 16})(BrokerActor)
+    return cls.options(
+        name=broker_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,
+        lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    ).remote(config, store_dir, namespace)  # fmt: skip

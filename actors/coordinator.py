@@ -1,0 +1,130 @@
+"""The Coordinator actor (RocketMQ's NameServer role): brokers, routes and clients.
+
+Soft state only: brokers register on start and re-register (heartbeat) every
+``heartbeat_interval_ms``; a broker silent for ``BROKER_EXPIRY_MS`` is dropped by a
+scan every ``SCAN_INTERVAL_MS``, and one whose actor Ray reports dead is dropped at
+once (the coordinator keeps a never-returning call open on each broker). Restarted,
+the coordinator rebuilds everything from the next registrations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from rayq.store.clock import SYSTEM_CLOCK
+
+from .wire import BrokerInfo, QueueData, TopicRoute, broker_actor_name
+
+logger = logging.getLogger(__name__)
+
+BROKER_EXPIRY_MS = 120_000
+SCAN_INTERVAL_MS = 10_000
+
+
+class RouteTable:
+    """Brokers and their topics (no Ray): the data behind routing."""
+
+    def __init__(self) -> None:
+        self.brokers: dict[str, BrokerInfo] = {}
+        self.last_seen_ms: dict[str, int] = {}
+
+    def register(self, info: BrokerInfo, now_ms: int) -> bool:
+        """Record a registration; True if the broker is new."""
+        new = info.broker_name not in self.brokers
+        self.brokers[info.broker_name] = info
+        self.last_seen_ms[info.broker_name] = now_ms
+        return new
+
+    def remove(self, broker_name: str) -> None:
+        self.brokers.pop(broker_name, None)
+        self.last_seen_ms.pop(broker_name, None)
+
+    def expire(self, now_ms: int, expiry_ms: int = BROKER_EXPIRY_MS) -> list[str]:
+        gone = [b for b, seen in self.last_seen_ms.items() if now_ms - seen > expiry_ms]
+        for b in gone:
+            self.remove(b)
+        return gone
+
+    def route(self, topic: str) -> TopicRoute | None:
+        queues: list[QueueData] = [
+            info.topics[topic] for info in self.brokers.values() if topic in info.topics
+        ]
+        if not queues:
+            return None
+        return TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name))
+
+    def topics(self) -> list[str]:
+        return sorted({t for info in self.brokers.values() for t in info.topics})
+
+
+class CoordinatorActor:
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.table = RouteTable()
+        self.clients: dict[str, tuple[str, str]] = {}
+        self._watches: dict[str, asyncio.Task] = {}
+        self._scan: asyncio.Task | None = None
+
+    async def register_broker(self, info: BrokerInfo) -> bool:
+        if self._scan is None:
+            self._scan = asyncio.create_task(self._scan_loop())
+        new = self.table.register(info, _now_ms())
+        watch = self._watches.get(info.broker_name)
+        if new or watch is None or watch.done():
+            self._watches[info.broker_name] = asyncio.create_task(self._watch(info.broker_name))
+        return new
+
+    async def _watch(self, broker_name: str) -> None:
+        try:
+            handle = ray.get_actor(broker_actor_name(broker_name), namespace=self.namespace)
+            await handle.park.remote()
+        except Exception:
+            logger.warning("broker %s is gone (Ray reports it dead); dropping it", broker_name)
+            self.table.remove(broker_name)
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
+            for gone in self.table.expire(_now_ms()):
+                logger.warning("broker %s missed its heartbeats; dropping it", gone)
+
+    async def unregister_broker(self, broker_name: str) -> None:
+        self.table.remove(broker_name)
+
+    async def route(self, topic: str) -> TopicRoute | None:
+        return self.table.route(topic)
+
+    async def routes(self, topics: list[str]) -> dict[str, TopicRoute | None]:
+        return {t: self.table.route(t) for t in topics}
+
+    async def topics(self) -> list[str]:
+        return self.table.topics()
+
+    async def brokers(self) -> list[str]:
+        return sorted(self.table.brokers)
+
+    async def register_client(self, client_id: str, kind: str, group: str) -> None:
+        self.clients[client_id] = (kind, group)
+
+    async def unregister_client(self, client_id: str) -> None:
+        self.clients.pop(client_id, None)
+
+    async def ready(self) -> bool:
+        return True
+
+
+def _now_ms() -> int:
+    return SYSTEM_CLOCK.now_ms()
+
+
+def spawn_coordinator(namespace: str) -> Any:
+    from .wire import COORDINATOR_NAME
+
+    return ray.remote(CoordinatorActor).options(
+        name=COORDINATOR_NAME, namespace=namespace, get_if_exists=True, lifetime="detached",
+        max_restarts=-1, num_cpus=0, max_concurrency=1000,
+    ).remote(namespace)  # fmt: skip

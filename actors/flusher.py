@@ -1,0 +1,123 @@
+"""The Flusher actor: makes a broker's files durable, next to it on the same node.
+
+ASYNC_FLUSH: every ``flush_interval_ms`` it asks the broker how far it has written
+and fdatasyncs the commit log when at least ``flush_least_pages`` pages are
+pending (unconditionally every ``flush_thorough_interval_ms``), and the consume
+queues and index every ``flush_cq_interval_ms``, then writes the checkpoint.
+SYNC_FLUSH: ``sync(offset)`` returns once the commit log is durable up to
+``offset``; concurrent callers share one fdatasync (group commit).
+The disk work runs in a thread (``asyncio.to_thread``), off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from rayq.store import DiskFlusher, StoreConfig
+
+logger = logging.getLogger(__name__)
+
+
+class FlushService:
+    """Group commit over a DiskFlusher: many waiters, one fdatasync at a time."""
+
+    def __init__(self, store_dir: str, config: StoreConfig) -> None:
+        self.config = config
+        self.disk = DiskFlusher(store_dir, config.commitlog_segment_size_bytes)
+        self._waiters: list[tuple[int, asyncio.Future[int]]] = []
+        self._running: asyncio.Task | None = None
+        self._disk_lock = asyncio.Lock()  # one disk operation at a time
+
+    async def sync(self, offset: int) -> int:
+        """Wait until the commit log is durable up to ``offset``; returns the durable offset."""
+        if offset <= self.disk.commitlog_flushed:
+            return self.disk.commitlog_flushed
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        if self._running is None or self._running.done():
+            self._running = asyncio.create_task(self._group_commit())
+        return await future
+
+    async def _group_commit(self) -> None:
+        while self._waiters:
+            target = max(o for o, _ in self._waiters)
+            try:
+                async with self._disk_lock:
+                    done = await asyncio.to_thread(self.disk.flush_commitlog, target)
+            except Exception as exc:  # the waiters see the failure
+                for _, fut in self._waiters:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                self._waiters = []
+                return
+            still = []
+            for o, fut in self._waiters:
+                if o <= done:
+                    if not fut.done():
+                        fut.set_result(done)
+                else:
+                    still.append((o, fut))
+            self._waiters = still
+
+    async def tick(self, written: int, dispatched: int, *, thorough: bool, logics: bool) -> None:
+        """One round of async flush."""
+        least = 0 if thorough else self.config.flush_least_pages
+        async with self._disk_lock:
+            await asyncio.to_thread(self.disk.flush_commitlog, written, least)
+            if logics:
+                await asyncio.to_thread(self.disk.flush_logics, dispatched)
+            await asyncio.to_thread(self.disk.checkpoint)
+
+
+class FlusherActor:
+    def __init__(self, store_dir: str, config: StoreConfig, broker_name: str) -> None:
+        self.service = FlushService(store_dir, config)
+        self.broker_name = broker_name
+        self._broker: Any = None
+        self._task: asyncio.Task | None = None
+
+    async def attach(self, broker: Any) -> bool:
+        self._broker = broker
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop())
+        return True
+
+    async def sync(self, offset: int) -> int:
+        return await self.service.sync(offset)
+
+    async def _loop(self) -> None:
+        cfg = self.service.config
+        rounds = 0
+        thorough_every = max(1, cfg.flush_thorough_interval_ms // cfg.flush_interval_ms)
+        logics_every = max(1, cfg.flush_cq_interval_ms // cfg.flush_interval_ms)
+        while True:
+            await asyncio.sleep(cfg.flush_interval_ms / 1000)
+            rounds += 1
+            try:
+                written, dispatched = await self._broker.call.remote("flush_targets")
+                await self.service.tick(written, dispatched, thorough=rounds % thorough_every == 0,
+                                        logics=rounds % logics_every == 0)  # fmt: skip
+            except ray.exceptions.RayActorError:
+                await asyncio.sleep(1)  # the broker is restarting
+            except Exception:
+                logger.exception("flusher %s: flush round failed", self.broker_name)
+
+    async def ready(self) -> bool:
+        return True
+
+
+def spawn_flusher(store_dir: str, config: StoreConfig, broker_name: str, namespace: str,
+                  node_id: str) -> Any:  # fmt: skip
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .wire import flusher_actor_name
+
+    return ray.remote(FlusherActor).options(
+        name=flusher_actor_name(broker_name), namespace=namespace, get_if_exists=True,
+        lifetime="detached", max_restarts=-1, num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    ).remote(store_dir, config, broker_name)  # fmt: skip

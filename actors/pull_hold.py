@@ -1,0 +1,99 @@
+"""The PullHold actor: long polling (RocketMQ ``PullRequestHoldService``).
+
+A pull that finds nothing new is parked per ``topic@queue`` until the broker
+reports a larger max offset for that queue (``notify``, once per appended batch)
+or the request's suspend time runs out, then pulled once more. No sleep-and-retry
+loop: waiting is an ``asyncio.Event`` that ``notify`` sets. With long polling
+off, the wait is ``short_polling_time_mills``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+
+from .wire import BrokerConfig, PullRequest, PullResponse, PullStatus
+
+logger = logging.getLogger(__name__)
+
+
+class HoldTable:
+    """Waiters per queue and the newest max offset each queue reported (no Ray)."""
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, int], asyncio.Event] = {}
+        self._max: dict[tuple[str, int], int] = {}
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self._max.get((topic, queue_id), -1)
+
+    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        key = (topic, queue_id)
+        if max_offset > self._max.get(key, -1):
+            self._max[key] = max_offset
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+
+    async def wait(self, topic: str, queue_id: int, beyond: int, timeout_s: float) -> bool:
+        """Wait until the queue's max offset passes ``beyond``; False on timeout."""
+        key = (topic, queue_id)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._max.get(key, -1) <= beyond:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            event = self._events.setdefault(key, asyncio.Event())
+            try:
+                await asyncio.wait_for(event.wait(), left)
+            except TimeoutError:
+                return False
+        return True
+
+
+class PullHoldActor:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.table = HoldTable()
+        self._broker: Any = None
+
+    async def attach(self, broker: Any) -> bool:
+        self._broker = broker
+        return True
+
+    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
+        self.table.notify(topic, queue_id, max_offset)
+
+    async def pull(self, req: PullRequest) -> PullResponse:
+        """Pull, waiting up to the suspend time if nothing new is there yet."""
+        resp = await self._broker.pull.remote(req)
+        if resp.status is not PullStatus.NO_NEW_MSG or req.suspend_ms <= 0:
+            return resp
+        if self.config.long_polling_enable:
+            timeout_ms = min(req.suspend_ms, self.config.broker_suspend_max_ms)
+        else:
+            timeout_ms = min(req.suspend_ms, self.config.short_polling_time_mills)
+        beyond = max(req.queue_offset, resp.max_offset)
+        if self.table.max_offset(req.topic, req.queue_id) <= beyond:
+            arrived = await self.table.wait(req.topic, req.queue_id, beyond, timeout_ms / 1000)
+            if not arrived:
+                return resp
+        return await self._broker.pull.remote(req)
+
+    async def ready(self) -> bool:
+        return True
+
+
+def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .wire import hold_actor_name
+
+    return ray.remote(PullHoldActor).options(
+        name=hold_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,
+        lifetime="detached", max_restarts=-1, num_cpus=0, max_concurrency=10_000,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+    ).remote(config)  # fmt: skip

@@ -1,0 +1,177 @@
+"""Types that cross actor boundaries: configs, requests and replies (the wire module).
+
+Everything here is a msgspec Struct; new fields go at the end and have defaults.
+Message batches travel as ``rayq.store.EncodedBatch`` (encoded once by the
+producer), pulled messages as raw commit-log records (``buffer``) that the
+consumer decodes with ``rayq.store.decode_records``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
+from rayq.store.errors import ConfigError
+
+NAMESPACE = "rayq"
+COORDINATOR_NAME = "rayq-coordinator"
+Positive = Annotated[int, Meta(gt=0)]
+NonNegative = Annotated[int, Meta(ge=0)]
+
+
+def broker_actor_name(broker_name: str) -> str:
+    return f"rayq-broker-{broker_name}"
+
+
+def flusher_actor_name(broker_name: str) -> str:
+    return f"rayq-flusher-{broker_name}"
+
+
+def hold_actor_name(broker_name: str) -> str:
+    return f"rayq-pullhold-{broker_name}"
+
+
+class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Broker settings (RocketMQ ``BrokerConfig`` and ``MessageStoreConfig``)."""
+
+    broker_name: str = "broker-a"
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: Positive = 4
+    long_polling_enable: bool = True
+    short_polling_time_mills: Positive = 1000
+    broker_suspend_max_ms: Positive = 15_000
+    heartbeat_interval_ms: Positive = 30_000
+    persist_offset_interval_ms: Positive = 5_000
+    retention_check_interval_ms: Positive = 10_000
+    pull_max_messages: Positive = 1024
+    pull_max_bytes: Positive = 4 * 1024 * 1024
+    store: StoreConfig = DEFAULT_STORE_CONFIG
+
+    @property
+    def store_config(self) -> StoreConfig:
+        """The store settings with this broker's flush type."""
+        if self.store.flush_disk_type is self.flush_disk_type:
+            return self.store
+        return self.store.replace(flush_disk_type=self.flush_disk_type)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BrokerConfig:
+        try:
+            return msgspec.convert(values, cls)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"invalid broker config: {exc}") from None
+
+
+class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Producer and consumer settings (RocketMQ ``ClientConfig`` and friends)."""
+
+    namespace: str = NAMESPACE
+    send_timeout_ms: Positive = 3_000
+    retries: NonNegative = 2
+    compress_over_bytes: Positive = 4096
+    max_message_size_bytes: Positive = 4 * 1024 * 1024
+    batch_max_bytes: Positive = 4 * 1024 * 1024
+    linger_ms: NonNegative = 1
+    route_refresh_interval_ms: Positive = 30_000
+    broker_fault_backoff_ms: Positive = 30_000
+    pull_batch_size: Positive = 32
+    poll_max_messages: Positive = 1024
+    auto_commit_interval_ms: Positive = 5_000
+    broker_suspend_max_ms: Positive = 15_000
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+class MessageQueue(msgspec.Struct, frozen=True, order=True):
+    """One queue of a topic on one broker."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+class SendResult(msgspec.Struct, frozen=True, kw_only=True):
+    status: SendStatus
+    msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    offset_msg_id: str = ""
+
+
+class BatchSendResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a broker answers for one put: a status and per-message columns."""
+
+    status: SendStatus
+    msg_ids: list[str]
+    offset_msg_ids: list[str]
+    queue_offsets: list[int]
+
+
+class PullRequest(msgspec.Struct, frozen=True, kw_only=True):
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_nums: int = 32
+    expression: str = "*"
+    suspend_ms: int = 15_000
+
+
+class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
+    status: PullStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    buffer: bytes = b""
+    count: int = 0
+
+
+class QueueData(msgspec.Struct, frozen=True, kw_only=True):
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+
+
+class TopicRoute(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    queues: list[QueueData]
+
+
+class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_store_timestamp: int
+
+
+class QueueProgress(msgspec.Struct, frozen=True, kw_only=True):
+    queue: MessageQueue
+    committed_offset: int
+    max_offset: int
+    lag: int
+
+
+class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What a broker tells the coordinator when it registers or heartbeats."""
+
+    broker_name: str
+    node_id: str
+    store_dir: str
+    topics: dict[str, QueueData]
+    data_version: int = 0

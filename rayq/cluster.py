@@ -1,0 +1,146 @@
+"""Starting and attaching to a rayq deployment: ``rayq.start()`` and ``rayq.connect()``.
+
+``start`` is the embedded default: in the current Ray driver (``ray.init`` with
+``address="local"`` unless Ray is already initialized) it starts the coordinator
+and ``brokers`` brokers, each with its flusher and pull-hold actor, on this node,
+with stores under ``store_dir`` (default: ``rayq`` in the Ray session directory).
+``connect`` only checks that a deployment is running in the namespace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from rayq.actors.broker import spawn_broker
+from rayq.actors.coordinator import spawn_coordinator
+from rayq.actors.flusher import spawn_flusher
+from rayq.actors.pull_hold import spawn_hold
+from rayq.actors.wire import (
+    COORDINATOR_NAME,
+    NAMESPACE,
+    BrokerConfig,
+    broker_actor_name,
+    flusher_actor_name,
+    hold_actor_name,
+)
+from rayq.store.errors import BrokerUnavailableError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+_current_namespace = NAMESPACE
+
+
+class Cluster:
+    """A running deployment started by :func:`start` (``shutdown()`` stops it)."""
+
+    def __init__(self, namespace: str, broker_names: list[str], store_dir: Path,
+                 owns_ray: bool) -> None:  # fmt: skip
+        self.namespace = namespace
+        self.broker_names = broker_names
+        self.store_dir = store_dir
+        self._owns_ray = owns_ray
+        self._closed = False
+
+    def shutdown(self) -> None:
+        """Stop brokers (closing their stores cleanly), then every rayq actor."""
+        if self._closed:
+            return
+        self._closed = True
+        for name in self.broker_names:
+            for actor_name in (broker_actor_name(name), flusher_actor_name(name),
+                               hold_actor_name(name)):  # fmt: skip
+                _stop(actor_name, self.namespace)
+        _stop(COORDINATOR_NAME, self.namespace)
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _stop(actor_name: str, namespace: str) -> None:
+    try:
+        handle = ray.get_actor(actor_name, namespace=namespace)
+    except ValueError:
+        return
+    if actor_name.startswith("rayq-broker-"):
+        try:
+            ray.get(handle.shutdown.remote(), timeout=30)
+        except Exception:
+            logger.warning("broker %s did not shut down cleanly", actor_name)
+    ray.kill(handle, no_restart=True)
+
+
+def default_store_dir() -> Path:
+    node = getattr(ray._private.worker, "_global_node", None)  # the Ray session of this driver
+    base = node.get_session_dir_path() if node is not None else tempfile.gettempdir()
+    return Path(base) / "rayq"
+
+
+def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
+          config: BrokerConfig | None = None, namespace: str = NAMESPACE,
+          address: str | None = None) -> Cluster:  # fmt: skip
+    """Start a coordinator and ``brokers`` brokers on this node; returns the Cluster."""
+    global _current_namespace
+    if not isinstance(brokers, int) or isinstance(brokers, bool) or not 1 <= brokers <= 26:
+        raise ConfigError(f"brokers must be an int in 1..26, got {brokers!r}")
+    if config is not None and not isinstance(config, BrokerConfig):
+        raise ConfigError(f"config must be a rayq.BrokerConfig, got {type(config).__name__}")
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        ray.init(address=address or "local", namespace=namespace, log_to_driver=False)
+    root = Path(store_dir) if store_dir is not None else default_store_dir()
+    base = config or BrokerConfig()
+    node_id = ray.get_runtime_context().get_node_id()
+    coordinator = spawn_coordinator(namespace)
+    names = []
+    for i in range(brokers):
+        name = base.broker_name if brokers == 1 else f"{base.broker_name}-{i}"
+        cfg = BrokerConfig.from_dict({**_asdict(base), "broker_name": name})
+        store = str(root / name)
+        broker = spawn_broker(cfg, store, namespace, node_id)
+        flusher = spawn_flusher(store, cfg.store_config, name, namespace, node_id)
+        hold = spawn_hold(cfg, namespace, node_id)
+        ray.get([flusher.attach.remote(broker), hold.attach.remote(broker)])
+        ray.get(broker.attach.remote(hold, flusher, coordinator))
+        names.append(name)
+    _current_namespace = namespace
+    logger.warning("rayq started: %d broker(s) %s, stores under %s", brokers, names, root)
+    return Cluster(namespace, names, root, owns_ray)
+
+
+def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
+    """Attach this Ray driver to a running rayq deployment in ``namespace``."""
+    global _current_namespace
+    if not ray.is_initialized():
+        ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
+    try:
+        ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+    except ValueError:
+        raise BrokerUnavailableError(
+            f"no rayq deployment in Ray namespace {namespace!r}: start one with rayq.start() "
+            "or check the namespace"
+        ) from None
+    _current_namespace = namespace
+
+
+def current_namespace() -> str:
+    return _current_namespace
+
+
+def _asdict(cfg: BrokerConfig) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.to_builtins(cfg)
+
+
+__all__ = ["Cluster", "connect", "start"]
