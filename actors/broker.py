@@ -272,9 +272,19 @@ class BrokerActor:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
 
-    async def attach(self, hold: Any, flusher: Any, coordinator: Any) -> bool:
-        """Wire the actor to its hold service, flusher and coordinator, start the timers."""
-        self._hold, self._flusher, self._coordinator = hold, flusher, coordinator
+    async def start_services(self) -> bool:
+        """Find the hold service, flusher and coordinator by name, register, start timers.
+
+        Called by ``rayq.start`` and, after Ray restarted this actor, by the
+        coordinator (a restart re-runs ``__init__``: the store recovers from disk, the
+        rest is found again by name).
+        """
+        from .wire import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
+
+        name = self.server.name
+        self._hold = _lookup(hold_actor_name(name), self.namespace)
+        self._flusher = _lookup(flusher_actor_name(name), self.namespace)
+        self._coordinator = _lookup(COORDINATOR_NAME, self.namespace)
         if not self._tasks:
             cfg = self.server.config
             self._tasks = [
@@ -348,6 +358,14 @@ class BrokerActor:
             task.cancel()
         with contextlib.suppress(Exception):
             self.server.close()
+
+
+def _lookup(actor_name: str, namespace: str) -> Any:
+    try:
+        return ray.get_actor(actor_name, namespace=namespace)
+    except ValueError:
+        logger.warning("actor %s not found in namespace %s", actor_name, namespace)
+        return None
 
 
 def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:

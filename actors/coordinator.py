@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 BROKER_EXPIRY_MS = 120_000
 SCAN_INTERVAL_MS = 10_000
+RESTART_WAIT_S = 60.0
 
 
 class RouteTable:
@@ -74,17 +75,26 @@ class CoordinatorActor:
             self._scan = asyncio.create_task(self._scan_loop())
         new = self.table.register(info, _now_ms())
         watch = self._watches.get(info.broker_name)
-        if new or watch is None or watch.done():
+        if watch is None or watch.done():
             self._watches[info.broker_name] = asyncio.create_task(self._watch(info.broker_name))
         return new
 
     async def _watch(self, broker_name: str) -> None:
+        """Drop a broker as soon as Ray reports it dead; re-wire it when Ray restarts it."""
         try:
             handle = ray.get_actor(broker_actor_name(broker_name), namespace=self.namespace)
-            await handle.park.remote()
-        except Exception:
-            logger.warning("broker %s is gone (Ray reports it dead); dropping it", broker_name)
-            self.table.remove(broker_name)
+        except ValueError:
+            return
+        while True:
+            try:
+                await handle.park.remote()
+            except Exception:
+                logger.warning("broker %s died; dropping it until it is back", broker_name)
+                self.table.remove(broker_name)
+            try:  # restarted by Ray (max_restarts): wire it up again
+                await asyncio.wait_for(handle.start_services.remote(), RESTART_WAIT_S)
+            except Exception:
+                return  # killed for good: a later registration starts a new watch
 
     async def _scan_loop(self) -> None:
         while True:

@@ -49,15 +49,56 @@ from rayq.store import (
 
 __version__ = "0.1.0"
 
+# Names backed by Ray, imported on first use so that ``import rayq.store`` (and the
+# storage engine's tests) never import Ray.
+_LAZY = {
+    "Admin": "rayq.admin",
+    "BrokerConfig": "rayq.actors.wire",
+    "ClientConfig": "rayq.actors.wire",
+    "Cluster": "rayq.cluster",
+    "ConsumeFromWhere": "rayq.pull_consumer",
+    "MessageQueue": "rayq.actors.wire",
+    "Producer": "rayq.producer",
+    "PullConsumer": "rayq.pull_consumer",
+    "PullStatus": "rayq.actors.wire",
+    "QueueProgress": "rayq.actors.wire",
+    "QueueStats": "rayq.actors.wire",
+    "SendResult": "rayq.actors.wire",
+    "SendStatus": "rayq.actors.wire",
+    "connect": "rayq.cluster",
+    "start": "rayq.cluster",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rayq' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "DEFAULT_STORE_CONFIG",
+    "Admin",
     "BrokenError",
     "BrokerBusyError",
+    "BrokerConfig",
     "BrokerError",
     "BrokerUnavailableError",
+    "ClientConfig",
     "ClientError",
     "ClosedError",
+    "Cluster",
     "ConfigError",
+    "ConsumeFromWhere",
     "CorruptRecordError",
     "DiskFullError",
     "FlushDiskType",
@@ -68,15 +109,25 @@ __all__ = [
     "InvalidTopicError",
     "Message",
     "MessageExt",
+    "MessageQueue",
     "MessageStore",
     "MessageTooLargeError",
     "PermissionDeniedError",
+    "Producer",
+    "PullConsumer",
+    "PullStatus",
     "PutStatus",
+    "QueueProgress",
+    "QueueStats",
     "RayqError",
+    "SendResult",
+    "SendStatus",
     "StoreConfig",
     "StoreError",
     "StoreLockedError",
     "TagFilter",
     "TopicNotFoundError",
     "all_error_classes",
+    "connect",
+    "start",
 ]

@@ -101,7 +101,7 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
-    coordinator = spawn_coordinator(namespace)
+    ray.get(spawn_coordinator(namespace).ready.remote())
     names = []
     for i in range(brokers):
         name = base.broker_name if brokers == 1 else f"{base.broker_name}-{i}"
@@ -111,7 +111,7 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         flusher = spawn_flusher(store, cfg.store_config, name, namespace, node_id)
         hold = spawn_hold(cfg, namespace, node_id)
         ray.get([flusher.attach.remote(broker), hold.attach.remote(broker)])
-        ray.get(broker.attach.remote(hold, flusher, coordinator))
+        ray.get(broker.start_services.remote())
         names.append(name)
     _current_namespace = namespace
     logger.warning("rayq started: %d broker(s) %s, stores under %s", brokers, names, root)

@@ -13,7 +13,7 @@ def test_all_lists_every_public_name_once() -> None:
         for name, value in vars(rayq).items()
         if not name.startswith("_") and type(value).__name__ != "module"
     }
-    assert public == set(rayq.__all__)
+    assert public | set(rayq._LAZY) == set(rayq.__all__)
     assert len(rayq.__all__) == len(set(rayq.__all__))
 
 
@@ -21,3 +21,13 @@ def test_every_error_class_is_exported_from_rayq() -> None:
     """The whole exception tree is reachable as ``rayq.<Name>``."""
     for cls in rayq.errors.all_error_classes():
         assert getattr(rayq, cls.__name__) is cls
+
+
+def test_lazy_names_resolve_without_importing_ray_for_the_store() -> None:
+    """Every lazily exported name resolves; ``import rayq`` alone does not import Ray."""
+    import subprocess
+    import sys
+
+    code = "import sys, rayq; assert 'ray' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

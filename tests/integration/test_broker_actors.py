@@ -1,0 +1,105 @@
+"""The broker's actors through Ray: long polling, restart with recovery, death detection."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+from rayq.actors.wire import PullRequest, PullStatus, broker_actor_name
+from rayq.client import ClientContext, call
+from rayq.cluster import Cluster, start
+from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch
+from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError, TopicNotFoundError
+
+pytestmark = pytest.mark.integration
+NAMESPACE = "rayq-test-broker-actors"
+IDS = UniqIdGenerator()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialized in this process")
+    c = start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE)
+    try:
+        yield c
+    finally:
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ctx(cluster: Cluster) -> ClientContext:
+    return ClientContext(namespace=NAMESPACE)
+
+
+def put(ctx: ClientContext, topic: str, queue: int, n: int, size: int = 200) -> list[int]:
+    msgs = [InnerMessage(topic=topic, queue_id=queue, body=bytes([i % 251]) * size, tags="T",
+                         keys=f"k{i}", uniq_key=IDS.next_id()) for i in range(n)]  # fmt: skip
+    batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
+    return call(ctx.broker("broker-a").put.remote(batch), 30).queue_offsets
+
+
+def pull(ctx: ClientContext, topic: str, queue: int, offset: int, suspend_ms: int = 0):  # type: ignore[no-untyped-def]
+    req = PullRequest(group="g", topic=topic, queue_id=queue, queue_offset=offset,
+                      max_nums=1000, suspend_ms=suspend_ms)  # fmt: skip
+    return call(ctx.hold("broker-a").pull.remote(req), 60)
+
+
+def test_a_held_pull_is_answered_by_the_next_send(ctx: ClientContext) -> None:
+    """A pull at the end of a queue waits (long polling) and returns the next message."""
+    put(ctx, "held", 0, 3)
+    ref = ctx.hold("broker-a").pull.remote(
+        PullRequest(group="g", topic="held", queue_id=0, queue_offset=3, suspend_ms=30_000)
+    )
+    ready, _ = ray.wait([ref], timeout=0.5)
+    assert not ready  # parked, not answered with NO_NEW_MSG
+    put(ctx, "held", 0, 2)
+    resp = call(ref, 20)  # long before the 30 s suspend time
+    assert resp.status is PullStatus.FOUND
+    assert [m.queue_offset for m in decode_records(resp.buffer)] == [3, 4]
+
+
+def test_a_held_pull_times_out_with_no_new_msg(ctx: ClientContext) -> None:
+    """With nothing sent, the held pull ends at its suspend time with NO_NEW_MSG."""
+    put(ctx, "quiet", 0, 1)
+    resp = pull(ctx, "quiet", 0, 1, suspend_ms=300)
+    assert resp.status is PullStatus.NO_NEW_MSG
+    assert resp.next_offset == 1
+
+
+def test_bad_requests_raise_rayq_errors_and_the_broker_keeps_serving(ctx: ClientContext) -> None:
+    """Unknown topics and queues raise the matching RayqError; the actor survives."""
+    with pytest.raises(TopicNotFoundError):
+        pull(ctx, "never-created", 0, 0)
+    put(ctx, "small", 0, 1)
+    with pytest.raises(InvalidOffsetError):
+        pull(ctx, "small", 99, 0)
+    assert pull(ctx, "small", 0, 0).count == 1
+
+
+def test_a_killed_broker_restarts_recovers_and_serves_again(ctx: ClientContext) -> None:
+    """SIGKILL-like ray.kill with restart: the store recovers; acknowledged data is there."""
+    acked = put(ctx, "survive", 1, 50)
+    ray.kill(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE), no_restart=False)
+    resp = retried(lambda: pull(ctx, "survive", 1, 0))
+    assert [m.queue_offset for m in decode_records(resp.buffer)] == acked
+    assert retried(lambda: put(ctx, "survive", 1, 5)) == list(range(50, 55))
+    deadline = time.monotonic() + 30
+    while "survive" not in call(ctx.coordinator.topics.remote(), 10):  # re-registered
+        assert time.monotonic() < deadline, "the restarted broker never re-registered"
+        time.sleep(0.2)
+
+
+def retried(fn):  # type: ignore[no-untyped-def]
+    """Retry through a broker restart, as clients do (BrokerUnavailableError is retriable)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return fn()
+        except BrokerUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
