@@ -77,14 +77,15 @@ class BrokerServer:
         self.name = config.broker_name
         self.root = Path(store_dir)
         self.node_id = node_id
-        self.store = MessageStore(self.root, config.store_config, store_host=local_host(),
+        self.store = MessageStore(self.root, config.store_config,
+                                  store_host=local_host(config.listen_port),
                                   broker_name=self.name)  # fmt: skip
         self.tables = ConfigStore(self.root)
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
     # ------------------------------------------------------------- topics
-    def topic_config(self, topic: str, *, create: bool) -> TopicConfig:
+    def topic_config(self, topic: str, create: bool = False) -> TopicConfig:
         validate_topic(topic)
         cfg = self.tables.topics.get(topic)
         if cfg is not None:

@@ -106,6 +106,10 @@ class FlusherActor:
             except Exception:
                 logger.exception("flusher %s: flush round failed", self.broker_name)
 
+    async def durable(self) -> int:
+        """Commit-log offset below which everything is known durable."""
+        return self.service.disk.commitlog_flushed
+
     async def ready(self) -> bool:
         return True
 

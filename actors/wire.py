@@ -51,6 +51,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     pull_max_messages: Positive = 1024
     pull_max_bytes: Positive = 4 * 1024 * 1024
     store: StoreConfig = DEFAULT_STORE_CONFIG
+    listen_port: Positive = 10911  # part of the store host in offset message ids
 
     @property
     def store_config(self) -> StoreConfig:

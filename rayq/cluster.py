@@ -105,7 +105,9 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     names = []
     for i in range(brokers):
         name = base.broker_name if brokers == 1 else f"{base.broker_name}-{i}"
-        cfg = BrokerConfig.from_dict({**_asdict(base), "broker_name": name})
+        cfg = BrokerConfig.from_dict(
+            {**_asdict(base), "broker_name": name, "listen_port": base.listen_port + i}
+        )
         store = str(root / name)
         broker = spawn_broker(cfg, store, namespace, node_id)
         flusher = spawn_flusher(store, cfg.store_config, name, namespace, node_id)

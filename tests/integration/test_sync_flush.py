@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import ray
 
-from rayq.actors.wire import BrokerConfig, SendStatus
+from rayq.actors.wire import BrokerConfig, SendStatus, flusher_actor_name
 from rayq.client import ClientContext, call
 from rayq.cluster import Cluster, start
-from rayq.store import FlushDiskType, InnerMessage, UniqIdGenerator, encode_batch
-from rayq.store.checkpoint import load_checkpoint
+from rayq.store import FlushDiskType, InnerMessage, StoreConfig, UniqIdGenerator, encode_batch
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-sync-flush"
@@ -24,7 +22,13 @@ IDS = UniqIdGenerator()
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process")
-    config = BrokerConfig(flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    small = StoreConfig.for_tests(
+        commitlog_segment_size_bytes=1 << 20,
+        disk_max_used_space_ratio=1.0,
+        disk_clean_forcibly_ratio=1.0,
+        disk_warning_ratio=1.0,
+    )
+    config = BrokerConfig(flush_disk_type=FlushDiskType.SYNC_FLUSH, store=small)
     c = start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE, config=config)
     try:
         yield c
@@ -48,17 +52,5 @@ def test_concurrent_sync_sends_are_durable_when_acknowledged(cluster: Cluster) -
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(send, range(16)))
     assert {status for status, _ in results} == {SendStatus.SEND_OK}
-    durable = _durable_offset(cluster.store_dir / "broker-a")
-    assert max(end for _, end in results) <= durable
-
-
-def _durable_offset(root: Path) -> int:
-    """The flusher records each flush in the checkpoint within a flush interval."""
-    import time
-
-    deadline = time.monotonic() + 10
-    while True:
-        flushed = load_checkpoint(root).commitlog_flushed_offset
-        if flushed > 0 or time.monotonic() > deadline:
-            return flushed
-        time.sleep(0.1)
+    flusher = ray.get_actor(flusher_actor_name("broker-a"), namespace=NAMESPACE)
+    assert max(end for _, end in results) <= ray.get(flusher.durable.remote())

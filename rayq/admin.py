@@ -1,0 +1,225 @@
+"""Administration: topics, statistics, consumer progress, message lookup, offset resets.
+
+``Admin`` is RocketMQ's ``MQAdminExt`` over Ray: topic changes go to every live
+broker (each re-registers with the coordinator before it answers, so routes are
+current when the call returns); reads go to the brokers that serve the topic,
+all at once, and are merged here. Every argument is checked before any remote
+call, and every failure is a rayq error (``rayq.client.call``).
+
+    admin = rayq.Admin()
+    admin.create_topic("orders", queues=4)
+    admin.topic_stats("orders")        # [QueueStats(queue=..., min_offset=..., ...)]
+    admin.consumer_progress("cg")      # [QueueProgress(queue=..., lag=...)]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rayq.actors.wire import ClientConfig, MessageQueue, QueueProgress, QueueStats
+from rayq.client import ClientContext, call
+from rayq.store.config_files import PERM_ALL, PERM_READ, PERM_WRITE
+from rayq.store.errors import (
+    BrokerUnavailableError,
+    ConfigError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    TopicNotFoundError,
+)
+from rayq.store.message import MessageExt
+from rayq.store.names import validate_group, validate_topic
+
+# Admin calls may scan indexes or persist tables: allow more than a send.
+ADMIN_CALL_TIMEOUT_S = 30.0
+QUEUES_MAX = 1024
+QUERY_MAX_NUM = 64 * 1024
+# Readable and writeable; the default of RocketMQ's TopicConfig and mqadmin updateTopic.
+DEFAULT_PERM = PERM_READ | PERM_WRITE
+
+
+class Admin:
+    """Manage topics and consumer groups of the rayq deployment in ``namespace``."""
+
+    def __init__(self, *, namespace: str | None = None, config: ClientConfig | None = None) -> None:
+        if config is not None and not isinstance(config, ClientConfig):
+            raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            raise ConfigError(f"namespace must be a non-empty str, got {namespace!r}")
+        self._ctx = ClientContext(config, namespace)
+
+    # ------------------------------------------------------------- topics
+    def create_topic(self, topic: str, queues: int = 4, perm: int = DEFAULT_PERM) -> None:
+        """Create (or overwrite) ``topic`` with ``queues`` read and write queues on every
+        live broker."""
+        validate_topic(topic)
+        _check_queues(queues)
+        _check_perm(perm)
+        brokers = self._live_brokers()
+        self._gather({b: ("create_topic", topic, queues, queues, perm) for b in brokers})
+        self._ctx.route(topic, refresh=True)
+
+    def update_topic(self, topic: str, queues: int | None = None, perm: int | None = None) -> None:
+        """Change the queue count and/or permission of ``topic`` where it exists; what is
+        not given stays as it is."""
+        validate_topic(topic)
+        if queues is not None:
+            _check_queues(queues)
+        if perm is not None:
+            _check_perm(perm)
+        route = self._route(topic)
+        self._gather({
+            d.broker_name: (
+                "create_topic", topic,
+                d.read_queue_nums if queues is None else queues,
+                d.write_queue_nums if queues is None else queues,
+                d.perm if perm is None else perm,
+            )
+            for d in route.queues
+        })  # fmt: skip
+        self._ctx.route(topic, refresh=True)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete ``topic`` (its queues and committed offsets) from every live broker;
+        raises TopicNotFoundError if no broker had it."""
+        validate_topic(topic)
+        existed = self._gather({b: ("delete_topic", topic) for b in self._live_brokers()})
+        self._ctx.route(topic, refresh=True)
+        if not any(existed.values()):
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
+
+    def topics(self) -> list[str]:
+        """Every topic some live broker serves, sorted."""
+        return call(self._ctx.coordinator.topics.remote(), ADMIN_CALL_TIMEOUT_S)
+
+    def topic_stats(self, topic: str) -> list[QueueStats]:
+        """Min/max offset and last store time of each queue of ``topic`` on every broker."""
+        validate_topic(topic)
+        route = self._route(topic)
+        stats = self._gather({d.broker_name: ("topic_stats", topic) for d in route.queues})
+        return sorted((s for per_broker in stats.values() for s in per_broker),
+                      key=lambda s: s.queue)  # fmt: skip
+
+    # ------------------------------------------------------------- groups
+    def consumer_progress(self, group: str) -> list[QueueProgress]:
+        """Committed offset, max offset and lag of every queue ``group`` has committed on."""
+        validate_group(group)
+        pairs = [(d.broker_name, t) for t, route in self._routes().items() for d in route.queues]
+        offsets = self._gather_pairs({p: ("query_offsets", group, p[1]) for p in pairs})
+        committed = {p: o for p, o in offsets.items() if o}
+        stats = self._gather_pairs({p: ("topic_stats", p[1]) for p in committed})
+        out = []
+        for pair, per_queue in committed.items():
+            max_offsets = {s.queue.queue_id: s.max_offset for s in stats[pair]}
+            for qid, offset in sorted(per_queue.items()):
+                hi = max_offsets.get(qid, 0)
+                out.append(QueueProgress(queue=MessageQueue(pair[1], pair[0], qid),
+                                         committed_offset=offset, max_offset=hi,
+                                         lag=max(hi - offset, 0)))  # fmt: skip
+        return sorted(out, key=lambda p: p.queue)
+
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+        """Set ``group``'s committed offsets on ``topic`` to the first message stored at or
+        after ``timestamp_ms`` (the end of a queue if none). Returns the new offsets.
+
+        Running consumers of the group keep their in-memory positions and commit them
+        again: stop them first (RocketMQ's ``resetOffsetByTimestamp`` has the same caveat
+        for consumers it cannot reach)."""
+        validate_group(group)
+        validate_topic(topic)
+        _check_int("timestamp_ms", timestamp_ms, 0, 2**63 - 1)
+        route = self._route(topic)
+        reset = self._gather({d.broker_name: ("reset_offsets", group, topic, timestamp_ms)
+                              for d in route.queues})  # fmt: skip
+        return {MessageQueue(topic, b, q): o for b, per_queue in sorted(reset.items())
+                for q, o in sorted(per_queue.items())}  # fmt: skip
+
+    # ----------------------------------------------------------- messages
+    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                      end_ms: int | None = None) -> list[MessageExt]:  # fmt: skip
+        """Messages of ``topic`` whose key (or unique id) is ``key``, stored between
+        ``begin_ms`` and ``end_ms`` (default: now), newest first, at most ``max_num``."""
+        validate_topic(topic)
+        if not isinstance(key, str) or not key:
+            raise InvalidMessageError(f"key must be a non-empty str, got {key!r}")
+        _check_int("max_num", max_num, 1, QUERY_MAX_NUM)
+        _check_int("begin_ms", begin_ms, 0, 2**63 - 1)
+        if end_ms is not None:
+            _check_int("end_ms", end_ms, begin_ms, 2**63 - 1)
+        route = self._route(topic)
+        found = self._gather({d.broker_name: ("query_message", topic, key, max_num, begin_ms,
+                                              end_ms) for d in route.queues})  # fmt: skip
+        merged = [m for msgs in found.values() for m in msgs]
+        merged.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.commitlog_offset),
+                    reverse=True)  # fmt: skip
+        return merged[:max_num]
+
+    def view_message(self, msg_id: str) -> MessageExt:
+        """The message with this id (unique id or offset message id), from any broker."""
+        if not isinstance(msg_id, str) or not msg_id:
+            raise InvalidMessageError(f"msg_id must be a non-empty str, got {msg_id!r}")
+        found = self._gather({b: ("view_message", msg_id) for b in self._live_brokers()})
+        for broker in sorted(found):
+            if found[broker] is not None:
+                return found[broker]
+        raise InvalidMessageError(
+            f"no message with id {msg_id!r} on any broker (wrong id, or removed by retention)",
+            msg_id=msg_id,
+        )
+
+    # ------------------------------------------------------------ helpers
+    def _live_brokers(self) -> list[str]:
+        brokers = self._ctx.brokers()
+        if not brokers:
+            raise BrokerUnavailableError("no live broker is registered with the coordinator")
+        return brokers
+
+    def _route(self, topic: str) -> Any:
+        route = self._ctx.route(topic, refresh=True)
+        if route is None:
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
+        return route
+
+    def _routes(self) -> dict[str, Any]:
+        topics = self.topics()
+        routes = call(self._ctx.coordinator.routes.remote(topics), ADMIN_CALL_TIMEOUT_S)
+        return {t: r for t, r in routes.items() if r is not None}
+
+    def _gather(self, calls: dict[str, tuple[Any, ...]]) -> dict[str, Any]:
+        """Run ``BrokerServer`` methods on several brokers at once: {broker: result}."""
+        return {b: r for (b, _), r in self._gather_pairs(
+            {(b, ""): args for b, args in calls.items()}).items()}  # fmt: skip
+
+    def _gather_pairs(self, calls: dict[tuple[str, str], tuple[Any, ...]]) -> dict[Any, Any]:
+        """Like ``_gather`` with (broker, topic) keys; all calls are in flight together."""
+        refs = {key: self._ctx.broker(key[0]).call.remote(*args) for key, args in calls.items()}
+        out = {}
+        for key, ref in refs.items():
+            try:
+                out[key] = call(ref, ADMIN_CALL_TIMEOUT_S)
+            except BrokerUnavailableError:
+                self._ctx.forget(key[0])
+                raise
+        return out
+
+
+def _check_int(name: str, value: object, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidOffsetError(f"{name} must be an int in {lo}..{hi}, got {value!r}",
+                                 value=repr(value), limit=hi)  # fmt: skip
+
+
+def _check_queues(queues: object) -> None:
+    if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= QUEUES_MAX:
+        raise ConfigError(f"queues must be an int in 1..{QUEUES_MAX}, got {queues!r}",
+                          value=repr(queues), limit=QUEUES_MAX)  # fmt: skip
+
+
+def _check_perm(perm: object) -> None:
+    if not isinstance(perm, int) or isinstance(perm, bool) or not 0 <= perm <= PERM_ALL:
+        raise ConfigError(
+            f"perm must be an int in 0..{PERM_ALL} (4 read | 2 write | 1 inherit), got {perm!r}",
+            value=repr(perm), limit=PERM_ALL,
+        )  # fmt: skip
+
+
+__all__ = ["Admin"]

@@ -1,0 +1,526 @@
+"""The pull consumer: RocketMQ's lite pull consumer (Kafka's ``poll`` loop) over Ray.
+
+The caller owns the loop::
+
+    consumer = rayq.PullConsumer("lg", consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe("orders", "TagA || TagB")
+    consumer.start()
+    while running:
+        for msg in consumer.poll(timeout=1.0):
+            handle(msg)
+    consumer.shutdown()                      # commits (auto_commit) and closes
+
+How a poll works: every assigned, unpaused queue has at most one pull in flight,
+sent to its broker's PullHold actor with ``suspend_ms`` (so a queue with nothing
+new is parked there: long polling, no client-side sleep-and-retry). ``poll`` sends
+the missing pulls, waits (``ray.wait``) until the first replies arrive or
+``timeout`` passes, and returns every message that arrived, in queue order per
+queue; pulls still in flight are kept for the next poll. The broker filters by
+tag hash, the client re-checks the exact tag.
+
+Offsets: the consumer keeps each queue's position (next offset to pull) in memory
+and ``commit`` writes the positions to the brokers (one call per broker and
+topic); with ``auto_commit`` a poll first commits what the previous polls
+returned, every ``auto_commit_interval_ms`` (at-least-once, as in Kafka). A queue
+with no committed offset starts at its min offset (FIRST_OFFSET), its max offset
+(LAST_OFFSET, for every new group: unlike RocketMQ, which reads a new group's
+queues from the start while they are young) or the first message stored at or
+after ``consume_timestamp_ms`` (TIMESTAMP; default: half an hour ago).
+
+For now ``subscribe`` takes *all* readable queues of the topic: several pull
+consumers of one group do not share the queues yet (coordinator-driven
+allocation comes later). Use ``assign`` to split queues by hand. A consumer is
+not thread-safe: call it from one thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from rayq.actors.wire import ClientConfig, MessageQueue, PullRequest, PullResponse, PullStatus
+from rayq.client import ClientContext, call
+from rayq.store.codec import decode_records
+from rayq.store.errors import (
+    BrokerUnavailableError,
+    ClientError,
+    ClosedError,
+    ConfigError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    RayqError,
+)
+from rayq.store.filters import TagFilter
+from rayq.store.message import MessageExt
+from rayq.store.names import validate_group, validate_topic
+
+logger = logging.getLogger(__name__)
+
+OFFSET_CALL_TIMEOUT_S = 30.0  # offset queries and commits
+PULL_RETRY_DELAY_S = 3.0  # after a failed pull (RocketMQ PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
+PULL_STALE_GRACE_S = 15.0  # a pull older than its suspend time plus this is sent again
+DEFAULT_CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # RocketMQ's consumeTimestamp default
+
+
+class ConsumeFromWhere(enum.Enum):
+    """Where a group starts on a queue it has never committed an offset for."""
+
+    FIRST_OFFSET = "FIRST_OFFSET"
+    LAST_OFFSET = "LAST_OFFSET"
+    TIMESTAMP = "TIMESTAMP"
+
+
+@dataclass
+class _QueueState:
+    """One assigned queue: its position, what the broker has, the pull in flight."""
+
+    tag_filter: TagFilter
+    offset: int = -1  # next queue offset to pull; -1 until resolved
+    committed: int = -1  # the broker's committed offset as far as we know
+    paused: bool = False
+    inflight: Any = None  # ObjectRef of the PullHold.pull in flight
+    sent_at: float = 0.0
+    retry_at: float = 0.0  # monotonic time before which no pull is sent
+
+
+class PullConsumer:
+    """A consumer whose caller pulls with ``poll``; offsets are the group's, on the brokers."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp_ms: int | None = None,
+        auto_commit: bool = True,
+        config: ClientConfig | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        validate_group(group)
+        _check_options(consume_from, consume_timestamp_ms, auto_commit, config, namespace)
+        self.group = group
+        self._consume_from = consume_from
+        if consume_timestamp_ms is None:
+            consume_timestamp_ms = int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS
+        self._consume_timestamp_ms = max(consume_timestamp_ms, 0)
+        self._auto_commit = auto_commit
+        self._ctx = ClientContext(config, namespace)
+        self._config = self._ctx.config
+        self._client_id = f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self._subscriptions: dict[str, TagFilter] = {}
+        self._manual = False
+        self._queues: dict[MessageQueue, _QueueState] = {}
+        self._pending: dict[Any, MessageQueue] = {}  # pull ref -> its queue
+        self._started = False
+        self._closed = False
+        self._next_auto_commit = 0.0
+        self._next_route_check = 0.0
+
+    # ------------------------------------------------------- subscription
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume every readable queue of ``topic`` (all of them: see the module doc),
+        filtered by ``expression`` (``"*"`` or ``"TagA || TagB"``)."""
+        self._check_open()
+        validate_topic(topic)
+        tag_filter = _parse_expression(expression)
+        if self._manual:
+            raise ClientError("this consumer uses assign(); subscribe() and assign() don't mix")
+        mqs = self._ctx.read_queues(topic, refresh=True)
+        self._subscriptions[topic] = tag_filter
+        self._set_topic_queues(topic, mqs, tag_filter)
+
+    def assign(self, mqs: Iterable[MessageQueue]) -> None:
+        """Consume exactly these queues (replacing the previous assignment), all tags."""
+        self._check_open()
+        wanted = list(mqs) if not isinstance(mqs, MessageQueue) else [mqs]
+        for mq in wanted:
+            _check_mq(mq)
+        if self._subscriptions:
+            raise ClientError("this consumer uses subscribe(); subscribe() and assign() don't mix")
+        for topic in sorted({mq.topic for mq in wanted}):
+            known = set(self._ctx.read_queues(topic, refresh=True))
+            missing = sorted(mq for mq in wanted if mq.topic == topic and mq not in known)
+            if missing:
+                raise InvalidOffsetError(f"no readable queue {missing[0]} in topic {topic!r}; "
+                                         f"it has {sorted(known)}")  # fmt: skip
+        self._manual = bool(wanted)
+        if self._auto_commit and self._started:
+            self._commit_quietly()
+        for mq in [mq for mq in self._queues if mq not in wanted]:
+            self._drop(mq)
+        added = [mq for mq in wanted if mq not in self._queues]
+        for mq in added:
+            self._queues[mq] = _QueueState(TagFilter.parse("*"))
+        if self._started:
+            self._resolve_offsets(added)
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer reads, sorted."""
+        self._check_open()
+        return sorted(self._queues)
+
+    # ---------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Register with the coordinator and find the starting offset of every queue."""
+        self._check_open()
+        if self._started:
+            return
+        call(self._ctx.coordinator.register_client.remote(self._client_id, "pull", self.group),
+             OFFSET_CALL_TIMEOUT_S)  # fmt: skip
+        self._resolve_offsets([mq for mq, s in self._queues.items() if s.offset < 0])
+        self._started = True
+        now = time.monotonic()
+        self._next_auto_commit = now + self._config.auto_commit_interval_ms / 1000
+        self._next_route_check = now + self._config.route_refresh_interval_ms / 1000
+
+    def shutdown(self) -> None:
+        """Commit (with auto_commit), stop the pulls in flight and close; idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._auto_commit and self._started:
+                self._commit_quietly()
+        finally:
+            for mq in list(self._queues):
+                self._cancel(self._queues[mq])
+            self._closed = True
+            if self._started:
+                with suppress(Exception):
+                    self._ctx.coordinator.unregister_client.remote(self._client_id)
+
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --------------------------------------------------------------- poll
+    def poll(self, timeout: float = 1.0) -> list[MessageExt]:
+        """Messages that arrived within ``timeout`` seconds ([] if none), in queue order
+        per queue; the positions of those queues move past them."""
+        self._check_open()
+        timeout_s = _check_timeout(timeout)
+        if not self._started:
+            raise ClientError("the consumer is not started: call start() before poll()")
+        deadline = time.monotonic() + timeout_s
+        self._maybe_auto_commit()
+        self._maybe_refresh_routes()
+        self._resolve_pending()
+        messages: list[MessageExt] = []
+        while True:
+            self._send_pulls()
+            for ref in self._wait(deadline):
+                messages.extend(self._take(ref))
+            if messages or time.monotonic() >= deadline:
+                return messages
+
+    def _send_pulls(self) -> None:
+        """One pull in flight per active queue (a stale one is replaced)."""
+        now = time.monotonic()
+        stale_s = self._config.broker_suspend_max_ms / 1000 + PULL_STALE_GRACE_S
+        for mq, s in self._queues.items():
+            if s.paused or s.offset < 0 or now < s.retry_at:
+                continue
+            if s.inflight is not None:
+                if now - s.sent_at <= stale_s:
+                    continue
+                logger.warning("pull of %s got no answer in %.0f s; sending it again", mq, stale_s)
+                self._cancel(s)
+            req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                              queue_offset=s.offset, max_nums=self._config.poll_max_messages,
+                              expression=s.tag_filter.expression,
+                              suspend_ms=self._config.broker_suspend_max_ms)  # fmt: skip
+            try:
+                s.inflight = self._ctx.hold(mq.broker_name).pull.remote(req)
+            except RayqError as exc:
+                self._pull_failed(mq, s, exc)
+                continue
+            s.sent_at = now
+            self._pending[s.inflight] = mq
+
+    def _wait(self, deadline: float) -> list[Any]:
+        """Refs of the replies that are ready: the first ones within the deadline."""
+        now = time.monotonic()
+        active = [s for s in self._queues.values() if not s.paused]
+        wake = min([deadline] + [s.retry_at for s in active if s.retry_at > now])
+        refs = [s.inflight for s in active if s.inflight is not None]
+        if not refs:
+            time.sleep(max(wake - now, 0.0))
+            return []
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(wake - now, 0.0))
+        if ready and len(refs) > 1:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return ready
+
+    def _take(self, ref: Any) -> list[MessageExt]:
+        """The messages of one ready reply; moves that queue's position."""
+        mq = self._pending.pop(ref, None)
+        s = self._queues.get(mq) if mq is not None else None
+        if s is None or s.inflight is not ref:
+            return []
+        s.inflight = None
+        try:
+            resp: PullResponse = call(ref)
+        except Exception as exc:  # logged; the queue is pulled again after a delay
+            self._pull_failed(mq, s, exc)
+            return []
+        if resp.status is PullStatus.OFFSET_ILLEGAL:
+            logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, s.offset,
+                           resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
+        s.offset = resp.next_offset
+        if resp.status is not PullStatus.FOUND:
+            return []
+        msgs = decode_records(resp.buffer, broker_name=mq.broker_name)
+        if s.tag_filter.tags is None:
+            return msgs
+        return [m for m in msgs if s.tag_filter.matches_tags(m.tags)]
+
+    def _pull_failed(self, mq: MessageQueue, s: _QueueState, exc: BaseException) -> None:
+        logger.warning("pull of %s failed (%s: %s); trying again in %.0f s", mq,
+                       type(exc).__name__, exc, PULL_RETRY_DELAY_S)  # fmt: skip
+        if isinstance(exc, BrokerUnavailableError):
+            self._ctx.forget(mq.broker_name)
+        s.retry_at = time.monotonic() + PULL_RETRY_DELAY_S
+
+    # ---------------------------------------------------------- positions
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Make the next poll read ``mq`` from ``offset`` (an offset outside the queue
+        moves to its nearest end on the next pull)."""
+        self._check_open()
+        s = self._state(mq)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}",
+                                     value=repr(offset), limit=0)  # fmt: skip
+        self._cancel(s)
+        s.offset = offset
+        s.retry_at = 0.0
+
+    def seek_to_begin(self, mq: MessageQueue) -> None:
+        """Read ``mq`` from its oldest stored message."""
+        self._check_open()
+        self._state(mq)
+        self.seek(mq, self._queue_ends([mq])[mq][0])
+
+    def seek_to_end(self, mq: MessageQueue) -> None:
+        """Read only what arrives in ``mq`` from now on."""
+        self._check_open()
+        self._state(mq)
+        self.seek(mq, self._queue_ends([mq])[mq][1])
+
+    def pause(self, mqs: Iterable[MessageQueue]) -> None:
+        """Stop returning messages of these queues until ``resume`` (positions are kept)."""
+        self._check_open()
+        for s in [self._state(mq) for mq in _as_list(mqs)]:
+            s.paused = True
+
+    def resume(self, mqs: Iterable[MessageQueue]) -> None:
+        """Return messages of these paused queues again."""
+        self._check_open()
+        for s in [self._state(mq) for mq in _as_list(mqs)]:
+            s.paused = False
+
+    def position(self, mq: MessageQueue) -> int:
+        """The next offset ``poll`` reads from ``mq`` (-1 before it is known)."""
+        self._check_open()
+        return self._state(mq).offset
+
+    def committed(self, mq: MessageQueue) -> int:
+        """The group's committed offset of ``mq`` on its broker (-1: none)."""
+        self._check_open()
+        _check_mq(mq)
+        offsets = call(self._ctx.broker(mq.broker_name).call.remote("query_offsets", self.group,
+                                                                    mq.topic),
+                       OFFSET_CALL_TIMEOUT_S)  # fmt: skip
+        return offsets.get(mq.queue_id, -1)
+
+    # ------------------------------------------------------------ commits
+    def commit(self) -> None:
+        """Write the position of every queue to its broker (one call per broker and topic)."""
+        self._check_open()
+        self._commit()
+
+    def _commit(self) -> None:
+        todo: dict[tuple[str, str], dict[int, int]] = {}
+        for mq, s in self._queues.items():
+            if s.offset >= 0 and s.offset != s.committed:
+                todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = s.offset
+        refs = {key: self._ctx.broker(key[0]).call.remote("commit_offsets", self.group, key[1],
+                                                          offsets)
+                for key, offsets in todo.items()}  # fmt: skip
+        self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
+        first_error: RayqError | None = None
+        for (broker, topic), ref in refs.items():
+            try:
+                call(ref, OFFSET_CALL_TIMEOUT_S)
+            except RayqError as exc:
+                first_error = first_error or exc
+                continue
+            for qid, offset in todo[(broker, topic)].items():
+                s = self._queues.get(MessageQueue(topic, broker, qid))
+                if s is not None:
+                    s.committed = offset
+        if first_error is not None:
+            raise first_error
+
+    def _commit_quietly(self) -> None:
+        try:
+            self._commit()
+        except RayqError as exc:  # re-delivered after a restart, never lost
+            logger.warning("group %s: committing offsets failed: %s", self.group, exc)
+
+    def _maybe_auto_commit(self) -> None:
+        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._commit_quietly()
+
+    # ------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the pull consumer of group {self.group!r} is shut down")
+
+    def _state(self, mq: MessageQueue) -> _QueueState:
+        _check_mq(mq)
+        s = self._queues.get(mq)
+        if s is None:
+            raise ClientError(f"{mq} is not assigned to this consumer; see assignment()")
+        return s
+
+    def _cancel(self, s: _QueueState) -> None:
+        if s.inflight is not None:
+            self._pending.pop(s.inflight, None)
+            with suppress(Exception):
+                ray.cancel(s.inflight)
+            s.inflight = None
+
+    def _drop(self, mq: MessageQueue) -> None:
+        self._cancel(self._queues.pop(mq))
+
+    def _set_topic_queues(self, topic: str, mqs: list[MessageQueue], tf: TagFilter) -> None:
+        """Make the assignment of ``topic`` exactly ``mqs`` with filter ``tf``."""
+        for mq in [mq for mq in self._queues if mq.topic == topic and mq not in mqs]:
+            self._drop(mq)
+        added = []
+        for mq in mqs:
+            s = self._queues.get(mq)
+            if s is None:
+                self._queues[mq] = _QueueState(tf)
+                added.append(mq)
+            elif s.tag_filter != tf:
+                self._cancel(s)
+                s.tag_filter = tf
+        if self._started:
+            self._resolve_offsets(added)
+
+    def _maybe_refresh_routes(self) -> None:
+        """Follow queue-count changes of subscribed topics (every route refresh interval)."""
+        if not self._subscriptions or time.monotonic() < self._next_route_check:
+            return
+        self._next_route_check = time.monotonic() + self._config.route_refresh_interval_ms / 1000
+        for topic, tf in self._subscriptions.items():
+            try:
+                self._set_topic_queues(topic, self._ctx.read_queues(topic, refresh=True), tf)
+            except RayqError as exc:
+                logger.warning("group %s: refreshing the route of %r failed: %s", self.group,
+                               topic, exc)  # fmt: skip
+
+    def _resolve_pending(self) -> None:
+        pending = [mq for mq, s in self._queues.items() if s.offset < 0]
+        if pending:
+            try:
+                self._resolve_offsets(pending)
+            except RayqError as exc:
+                logger.warning("group %s: finding start offsets failed: %s", self.group, exc)
+
+    def _resolve_offsets(self, mqs: list[MessageQueue]) -> None:
+        """Start each queue at its committed offset, else where ``consume_from`` says."""
+        if not mqs:
+            return
+        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
+        committed = self._broker_calls({p: ("query_offsets", self.group, p[1]) for p in pairs})
+        fresh = []
+        for mq in mqs:
+            offset = committed[(mq.broker_name, mq.topic)].get(mq.queue_id, -1)
+            if offset >= 0:
+                self._queues[mq].offset = self._queues[mq].committed = offset
+            else:
+                fresh.append(mq)
+        if self._consume_from is ConsumeFromWhere.TIMESTAMP:
+            ts = self._consume_timestamp_ms
+            found = self._broker_calls({(mq.broker_name, mq): ("offset_by_time", mq.topic,
+                                        mq.queue_id, ts) for mq in fresh})  # fmt: skip
+            starts = {mq: offset for (_, mq), offset in found.items()}
+        else:
+            side = 0 if self._consume_from is ConsumeFromWhere.FIRST_OFFSET else 1
+            starts = {mq: ends[side] for mq, ends in self._queue_ends(fresh).items()}
+        for mq, offset in starts.items():
+            self._queues[mq].offset = offset
+
+    def _queue_ends(self, mqs: list[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
+        """(min offset, max offset) of each queue, from their brokers."""
+        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
+        stats = self._broker_calls({p: ("topic_stats", p[1]) for p in pairs})
+        ends = {q.queue: (q.min_offset, q.max_offset) for per in stats.values() for q in per}
+        return {mq: ends.get(mq, (0, 0)) for mq in mqs}
+
+    def _broker_calls(self, calls: dict[tuple[str, Any], tuple[Any, ...]]) -> dict[Any, Any]:
+        """BrokerServer methods on (broker, x) keys, all in flight together."""
+        refs = {key: self._ctx.broker(key[0]).call.remote(*args) for key, args in calls.items()}
+        return {key: call(ref, OFFSET_CALL_TIMEOUT_S) for key, ref in refs.items()}
+
+
+# --------------------------------------------------------------- validation
+def _check_options(consume_from: object, consume_timestamp_ms: object, auto_commit: object,
+                   config: object, namespace: object) -> None:  # fmt: skip
+    if not isinstance(consume_from, ConsumeFromWhere):
+        raise ConfigError(f"consume_from must be a ConsumeFromWhere, got {consume_from!r}")
+    if consume_timestamp_ms is not None and (
+        not isinstance(consume_timestamp_ms, int) or isinstance(consume_timestamp_ms, bool)
+        or consume_timestamp_ms < 0
+    ):  # fmt: skip
+        raise ConfigError(f"consume_timestamp_ms must be an int >= 0 (ms since the epoch), "
+                          f"got {consume_timestamp_ms!r}")  # fmt: skip
+    if not isinstance(auto_commit, bool):
+        raise ConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
+    if config is not None and not isinstance(config, ClientConfig):
+        raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        raise ConfigError(f"namespace must be a non-empty str, got {namespace!r}")
+
+
+def _check_timeout(timeout: object) -> float:
+    if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
+            or not math.isfinite(timeout) or timeout < 0):  # fmt: skip
+        raise ConfigError(f"timeout must be a number of seconds >= 0, got {timeout!r}",
+                          value=repr(timeout), limit=0)  # fmt: skip
+    return float(timeout)
+
+
+def _parse_expression(expression: object) -> TagFilter:
+    if not isinstance(expression, str):
+        raise InvalidMessageError(
+            f"expression must be a str such as '*' or 'TagA || TagB', got {expression!r}"
+        )
+    return TagFilter.parse(expression)
+
+
+def _check_mq(mq: object) -> None:
+    if not isinstance(mq, MessageQueue):
+        raise ClientError(f"expected a rayq MessageQueue, got {type(mq).__name__}")
+    validate_topic(mq.topic)
+
+
+def _as_list(mqs: Iterable[MessageQueue] | MessageQueue) -> list[MessageQueue]:
+    return [mqs] if isinstance(mqs, MessageQueue) else list(mqs)
+
+
+__all__ = ["ConsumeFromWhere", "PullConsumer"]
