@@ -32,10 +32,11 @@ test-fast: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
 demo: $(STAMP)
-	$(BIN)/python examples/store_tour.py
+	$(BIN)/python examples/quickstart.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
+	$(BIN)/python benchmarks/broker_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

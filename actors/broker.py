@@ -317,7 +317,12 @@ class BrokerActor:
 
     @ray.method(concurrency_group="send")
     async def put(self, batch: EncodedBatch) -> BatchSendResult:
+        known = (
+            batch.topic in self.server.tables.topics if isinstance(batch, EncodedBatch) else True
+        )
         result = self.server.put(batch)
+        if not known:  # auto-created: routes must show it now, not at the next heartbeat
+            await self._register()
         if self._hold is not None:
             self._hold.notify.remote(batch.topic, batch.queue_id, result.queue_offsets[-1] + 1)
         if self.server.config.flush_disk_type.value == "SYNC_FLUSH" and self._flusher is not None:

@@ -1,0 +1,23 @@
+"""The quickstart (``make demo``) runs end to end in its own process and Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_quickstart_sends_reads_back_and_leaves_no_lag() -> None:
+    """quickstart.py sends sync and async, reads every message back, commits (lag 0)."""
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), "--messages", "200"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    assert "read back 200 messages" in out
+    assert "consumer lag after commit: 0" in out
+    assert "query by key 'order-7': ['{\"order\": 7}']" in out
