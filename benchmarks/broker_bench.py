@@ -54,6 +54,7 @@ def sync_latency(producer: rayq.Producer, n: int) -> tuple[float, float]:
 
 
 def end_to_end(producer: rayq.Producer, n: int) -> tuple[float, float]:
+    rayq.Admin().create_topic("e2e", queues=4)
     consumer = rayq.PullConsumer("e2e", consume_from=rayq.ConsumeFromWhere.LAST_OFFSET)
     consumer.subscribe("e2e")
     consumer.start()

@@ -8,6 +8,7 @@ Ray instance (``rayq.start()``) and stops it at the end.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import rayq
@@ -18,11 +19,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000)
     args = parser.parse_args()
     n = args.messages
-    cluster = rayq.start()
-    try:
-        run(cluster, n)
-    finally:
-        cluster.shutdown()
+    # A throwaway store: rayq.start() alone keeps it under the Ray session directory.
+    with tempfile.TemporaryDirectory(prefix="rayq-quickstart-") as store_dir:
+        cluster = rayq.start(store_dir)
+        try:
+            run(cluster, n)
+        finally:
+            cluster.shutdown()
 
 
 def run(cluster: rayq.Cluster, n: int) -> None:
