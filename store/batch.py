@@ -88,19 +88,45 @@ def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, 
 
 def _property_texts(msgs: Sequence[InnerMessage]) -> tuple[list[str], list[tuple], int]:
     """Each message's property string, its (tags, keys, uniq) and the entry count."""
-    if not any([m.properties for m in msgs]) and all(
-        [m.tags and m.keys and m.uniq_key for m in msgs]
-    ):  # the common shape: one f-string per message
-        texts = [
-            f"TAGS\x01{m.tags}\x02KEYS\x01{m.keys}\x02UNIQ_KEY\x01{m.uniq_key}\x02" for m in msgs
-        ]
-        return texts, [(m.tags, m.keys, m.uniq_key) for m in msgs], 3 * len(msgs)
+    fast = _shared_property_texts(msgs)
+    if fast is not None:
+        return fast
     texts, fields, entries = [], [], 0
     for i, m in enumerate(msgs):
         tags, keys, uniq, others = _props_of(i, m)
         texts.append(P.encode_message_properties(tags, keys, uniq, others))
         fields.append((tags, keys, uniq))
         entries += P.count_entries(tags, keys, uniq, others)
+    return texts, fields, entries
+
+
+def _shared_property_texts(
+    msgs: Sequence[InnerMessage],
+) -> tuple[list[str], list[tuple], int] | None:
+    """The common case, one comprehension: every message has the same other properties
+    (a producer adds its group to each) and str/None tags, keys and unique ids."""
+    shared = msgs[0].properties
+    if not all([m.properties is shared or m.properties == shared for m in msgs]):
+        return None
+    if any(name in shared for name in _RESERVED):
+        return None
+    kinds = {m.tags.__class__ for m in msgs} | {m.keys.__class__ for m in msgs}
+    if not kinds <= {str, type(None)} or {m.uniq_key.__class__ for m in msgs} != {str}:
+        return None
+    try:
+        P.check_properties(shared)
+    except InvalidMessageError:
+        return None  # the slow path reports it with the message's index
+    suffix = P.encode_properties(shared)
+    texts = [
+        (f"TAGS\x01{m.tags}\x02" if m.tags else "")
+        + (f"KEYS\x01{m.keys}\x02" if m.keys else "")
+        + (f"UNIQ_KEY\x01{m.uniq_key}\x02" if m.uniq_key else "")
+        + suffix
+        for m in msgs
+    ]
+    fields = [(m.tags or None, m.keys or "", m.uniq_key) for m in msgs]
+    entries = sum([bool(t) + bool(k) + bool(u) for t, k, u in fields]) + len(shared) * len(msgs)
     return texts, fields, entries
 
 

@@ -54,7 +54,16 @@ class UniqIdGenerator:
             return out
 
     def next_id(self) -> str:
-        return self._prefix + _TAIL.pack(*self._reserve(1)[0]).hex().upper()
+        now_ms = (time.monotonic_ns() - self._start) // 1_000_000
+        with self._lock:
+            if now_ms > self._ms:
+                self._ms, self._counter = now_ms, 0
+            elif self._counter < 0xFFFF:
+                self._counter += 1
+            else:
+                self._ms, self._counter = self._ms + 1, 0
+            ms, counter = self._ms, self._counter
+        return f"{self._prefix}{ms & 0xFFFFFFFF:08X}{counter:04X}"
 
     def next_ids(self, count: int) -> list[str]:
         prefix = self._prefix
