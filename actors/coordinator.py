@@ -16,8 +16,10 @@ from typing import Any
 import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
+from rayq.store.config_files import is_readable
 
-from .wire import BrokerInfo, QueueData, TopicRoute, broker_actor_name
+from .allocation import allocate_averagely
+from .wire import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +64,32 @@ class RouteTable:
         return sorted({t for info in self.brokers.values() for t in info.topics})
 
 
+class GroupTable:
+    """Members of each consumer group per topic, with when each was last heard from."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], dict[str, int]] = {}
+
+    def touch(self, group: str, topic: str, client_id: str, now_ms: int,
+              expiry_ms: int) -> list[str]:  # fmt: skip
+        """Record ``client_id`` as alive; the sorted live members of group/topic."""
+        members = self.seen.setdefault((group, topic), {})
+        members[client_id] = now_ms
+        for cid in [c for c, t in members.items() if now_ms - t > expiry_ms]:
+            del members[cid]
+        return sorted(members)
+
+    def leave(self, client_id: str) -> None:
+        for members in self.seen.values():
+            members.pop(client_id, None)
+
+
 class CoordinatorActor:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.table = RouteTable()
         self.clients: dict[str, tuple[str, str]] = {}
+        self.groups = GroupTable()
         self._watches: dict[str, asyncio.Task] = {}
         self._scan: asyncio.Task | None = None
 
@@ -122,6 +145,19 @@ class CoordinatorActor:
 
     async def unregister_client(self, client_id: str) -> None:
         self.clients.pop(client_id, None)
+        self.groups.leave(client_id)
+
+    async def group_share(self, group: str, client_id: str, topic: str,
+                          expiry_ms: int) -> list[MessageQueue] | None:  # fmt: skip
+        """``client_id``'s share of ``topic``'s queues among the group's live members
+        (averagely); members not heard from for ``expiry_ms`` no longer count."""
+        route = self.table.route(topic)
+        if route is None:
+            return None
+        queues = [MessageQueue(topic, d.broker_name, q) for d in route.queues
+                  if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
+        members = self.groups.touch(group, topic, client_id, _now_ms(), expiry_ms)
+        return allocate_averagely(queues, members)[client_id]
 
     async def ready(self) -> bool:
         return True

@@ -84,6 +84,8 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     poll_max_messages: Positive = 1024
     auto_commit_interval_ms: Positive = 5_000
     broker_suspend_max_ms: Positive = 15_000
+    rebalance_interval_ms: Positive = 2_000
+    member_expiry_ms: Positive = 30_000
 
 
 class SendStatus(enum.Enum):

@@ -27,10 +27,13 @@ with no committed offset starts at its min offset (FIRST_OFFSET), its max offset
 queues from the start while they are young) or the first message stored at or
 after ``consume_timestamp_ms`` (TIMESTAMP; default: half an hour ago).
 
-For now ``subscribe`` takes *all* readable queues of the topic: several pull
-consumers of one group do not share the queues yet (coordinator-driven
-allocation comes later). Use ``assign`` to split queues by hand. A consumer is
-not thread-safe: call it from one thread.
+Sharing: the pull consumers of one group that subscribe to a topic split its
+queues among themselves. The coordinator computes each member's share (averagely,
+over the members that asked within ``member_expiry_ms``); every consumer asks for
+its share on ``subscribe`` and every ``rebalance_interval_ms`` during ``poll``,
+commits the positions of queues it gives up, and starts the queues it gets at their
+committed offsets. ``shutdown`` leaves the group at once. ``assign`` takes queues
+by hand instead. A consumer is not thread-safe: call it from one thread.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from rayq.store.errors import (
     InvalidMessageError,
     InvalidOffsetError,
     RayqError,
+    TopicNotFoundError,
 )
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
@@ -136,9 +140,9 @@ class PullConsumer:
         tag_filter = _parse_expression(expression)
         if self._manual:
             raise ClientError("this consumer uses assign(); subscribe() and assign() don't mix")
-        mqs = self._ctx.read_queues(topic, refresh=True)
+        self._ctx.read_queues(topic, refresh=True)  # TopicNotFoundError for unknown topics
         self._subscriptions[topic] = tag_filter
-        self._set_topic_queues(topic, mqs, tag_filter)
+        self._set_topic_queues(topic, self._share(topic), tag_filter)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Consume exactly these queues (replacing the previous assignment), all tags."""
@@ -182,7 +186,7 @@ class PullConsumer:
         self._started = True
         now = time.monotonic()
         self._next_auto_commit = now + self._config.auto_commit_interval_ms / 1000
-        self._next_route_check = now + self._config.route_refresh_interval_ms / 1000
+        self._next_route_check = now + self._config.rebalance_interval_ms / 1000
 
     def shutdown(self) -> None:
         """Commit (with auto_commit), stop the pulls in flight and close; idempotent."""
@@ -407,7 +411,10 @@ class PullConsumer:
 
     def _set_topic_queues(self, topic: str, mqs: list[MessageQueue], tf: TagFilter) -> None:
         """Make the assignment of ``topic`` exactly ``mqs`` with filter ``tf``."""
-        for mq in [mq for mq in self._queues if mq.topic == topic and mq not in mqs]:
+        gone = [mq for mq in self._queues if mq.topic == topic and mq not in mqs]
+        if gone and self._started:  # the next owner starts where this one got to
+            self._commit_quietly()
+        for mq in gone:
             self._drop(mq)
         added = []
         for mq in mqs:
@@ -422,16 +429,24 @@ class PullConsumer:
             self._resolve_offsets(added)
 
     def _maybe_refresh_routes(self) -> None:
-        """Follow queue-count changes of subscribed topics (every route refresh interval)."""
+        """Rebalance: take this member's current share of every subscribed topic."""
         if not self._subscriptions or time.monotonic() < self._next_route_check:
             return
-        self._next_route_check = time.monotonic() + self._config.route_refresh_interval_ms / 1000
+        self._next_route_check = time.monotonic() + self._config.rebalance_interval_ms / 1000
         for topic, tf in self._subscriptions.items():
             try:
-                self._set_topic_queues(topic, self._ctx.read_queues(topic, refresh=True), tf)
+                self._set_topic_queues(topic, self._share(topic), tf)
             except RayqError as exc:
-                logger.warning("group %s: refreshing the route of %r failed: %s", self.group,
-                               topic, exc)  # fmt: skip
+                logger.warning("group %s: rebalancing %r failed: %s", self.group, topic, exc)
+
+    def _share(self, topic: str) -> list[MessageQueue]:
+        """This member's queues of ``topic`` (the coordinator splits them among the group)."""
+        share = call(self._ctx.coordinator.group_share.remote(
+            self.group, self._client_id, topic, self._config.member_expiry_ms),
+            OFFSET_CALL_TIMEOUT_S)  # fmt: skip
+        if share is None:
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
+        return list(share)
 
     def _resolve_pending(self) -> None:
         pending = [mq for mq, s in self._queues.items() if s.offset < 0]
