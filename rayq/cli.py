@@ -1,0 +1,71 @@
+"""The ``rayq`` command: deploy, inspect and stop rayq on a running Ray cluster.
+
+    rayq start  [--address auto] [--namespace rayq] [--brokers 1] [--store-dir DIR]
+    rayq status [--address auto] [--namespace rayq]
+    rayq stop   [--address auto] [--namespace rayq]
+
+``start`` leaves the actors running (they are detached) and exits; drivers and
+``ray job submit`` scripts then attach with ``rayq.connect()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rayq.actors.wire import NAMESPACE
+
+
+def make_argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rayq", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("start", "start a coordinator and brokers on this node"),
+                       ("status", "list brokers and topics"),
+                       ("stop", "stop every rayq actor (stores are closed cleanly)")):  # fmt: skip
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--address", default="auto", help="Ray address (default: auto)")
+        cmd.add_argument("--namespace", default=NAMESPACE, help="Ray namespace of rayq")
+        if name == "start":
+            cmd.add_argument("--brokers", type=int, default=1, help="brokers to start (1..26)")
+            cmd.add_argument("--store-dir", default=None, help="directory for the stores")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_argument_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    import ray
+
+    from rayq.cluster import Cluster, connect, start
+    from rayq.store.errors import RayqError
+
+    try:
+        if args.command == "start":
+            cluster = start(args.store_dir, args.brokers, namespace=args.namespace,
+                            address=args.address)  # fmt: skip
+            print(
+                f"rayq running in namespace {args.namespace!r}: brokers {cluster.broker_names}, "
+                f"stores under {cluster.store_dir}"
+            )
+            return 0
+        connect(args.namespace, address=args.address)
+        coordinator = ray.get_actor("rayq-coordinator", namespace=args.namespace)
+        brokers = ray.get(coordinator.brokers.remote())
+        if args.command == "status":
+            print(f"brokers: {brokers}")
+            print(f"topics: {ray.get(coordinator.topics.remote())}")
+            return 0
+        Cluster(args.namespace, brokers, None, owns_ray=False).shutdown()  # type: ignore[arg-type]
+        print(f"rayq stopped in namespace {args.namespace!r}")
+        return 0
+    except RayqError as exc:
+        print(f"rayq {args.command}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The ``rayq`` command's argument parsing (no Ray: running it is an integration test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayq.cli import make_argument_parser
+
+
+def test_start_takes_brokers_store_dir_address_and_namespace() -> None:
+    """``rayq start`` options parse with their defaults."""
+    args = make_argument_parser().parse_args(["start", "--brokers", "2", "--store-dir", "/s"])
+    assert (args.command, args.brokers, args.store_dir) == ("start", 2, "/s")
+    assert (args.address, args.namespace) == ("auto", "rayq")
+
+
+def test_a_command_is_required_and_unknown_ones_are_refused() -> None:
+    """Without a known command the parser exits with a usage error."""
+    parser = make_argument_parser()
+    for argv in ([], ["launch"]):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(argv)
+        assert exc.value.code == 2
