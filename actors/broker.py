@@ -272,6 +272,7 @@ class BrokerActor:
         self._coordinator: Any = None
         self._tasks: list[asyncio.Task] = []
         self._closed = False
+        self._started = False
 
     async def start_services(self) -> bool:
         """Find the hold service, flusher and coordinator by name, register, start timers.
@@ -282,6 +283,7 @@ class BrokerActor:
         """
         from .wire import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
 
+        self._started = True
         name = self.server.name
         self._hold = _lookup(hold_actor_name(name), self.namespace)
         self._flusher = _lookup(flusher_actor_name(name), self.namespace)
@@ -315,8 +317,15 @@ class BrokerActor:
             except Exception:  # a failed tick is logged; the next one tries again
                 logger.exception("broker %s: periodic %s failed", self.server.name, fn.__name__)
 
+    async def _ensure_started(self) -> None:
+        """After a restart, the first call (the flusher's, within a flush interval) re-wires
+        and re-registers this broker, whoever else notices the restart."""
+        if not self._started:
+            await self.start_services()
+
     @ray.method(concurrency_group="send")
     async def put(self, batch: EncodedBatch) -> BatchSendResult:
+        await self._ensure_started()
         known = (
             batch.topic in self.server.tables.topics if isinstance(batch, EncodedBatch) else True
         )
@@ -338,6 +347,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="pull")
     async def pull(self, req: PullRequest) -> PullResponse:
+        await self._ensure_started()
         return self.server.pull(req)
 
     @ray.method(concurrency_group="admin")
@@ -345,6 +355,7 @@ class BrokerActor:
         """Admin and offset calls (kept in their own concurrency group)."""
         if method.startswith("_") or not hasattr(BrokerServer, method):
             raise InvalidMessageError(f"broker has no method {method!r}")
+        await self._ensure_started()
         result = getattr(self.server, method)(*args)
         if method in ("create_topic", "delete_topic"):
             await self._register()

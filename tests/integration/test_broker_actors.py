@@ -3,39 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import ray
 
-from rayq.actors.wire import BrokerConfig, PullRequest, PullStatus, broker_actor_name
+from rayq.actors.wire import PullRequest, PullStatus, broker_actor_name
 from rayq.client import ClientContext, call
-from rayq.cluster import Cluster, start
-from rayq.store import InnerMessage, StoreConfig, UniqIdGenerator, decode_records, encode_batch
+from rayq.cluster import Cluster
+from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch
 from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError, TopicNotFoundError
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-broker-actors"
 IDS = UniqIdGenerator()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process")
-    small = BrokerConfig(
-        store=StoreConfig.for_tests(
-            commitlog_segment_size_bytes=1 << 20,
-            disk_max_used_space_ratio=1.0,
-            disk_clean_forcibly_ratio=1.0,
-            disk_warning_ratio=1.0,
-        )
-    )
-    c = start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE, config=small)
-    try:
-        yield c
-    finally:
-        c.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
-import ray
 
 import rayq
 from rayq.client import ClientContext, call
-from rayq.store import InnerMessage, StoreConfig, UniqIdGenerator, encode_batch
+from rayq.store import InnerMessage, UniqIdGenerator, encode_batch
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-group-sharing"
 IDS = UniqIdGenerator()
-SMALL = StoreConfig.for_tests(
-    commitlog_segment_size_bytes=1 << 20, disk_max_used_space_ratio=1.0,
-    disk_clean_forcibly_ratio=1.0, disk_warning_ratio=1.0,
-)  # fmt: skip
 FAST = rayq.ClientConfig(rebalance_interval_ms=200, member_expiry_ms=30_000)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayq.Cluster]:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process")
-    c = rayq.start(tmp_path_factory.mktemp("s"), namespace=NAMESPACE,
-                   config=rayq.BrokerConfig(store=SMALL))  # fmt: skip
-    try:
-        yield c
-    finally:
-        c.shutdown()
 
 
 def send(topic: str, per_queue: int) -> None:

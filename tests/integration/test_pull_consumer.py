@@ -7,10 +7,8 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
-import ray
 
 import rayq
 import rayq.cluster
@@ -18,38 +16,13 @@ from rayq.actors.wire import MessageQueue
 from rayq.admin import Admin
 from rayq.client import ClientContext, call
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
-from rayq.store import InnerMessage, MessageExt, StoreConfig, encode_batch
+from rayq.store import InnerMessage, MessageExt, encode_batch
 
 pytestmark = pytest.mark.integration
 
 BROKER = "broker-a"
-# Small segments (rolled over by the bigger tests), and no disk-usage limits: the
-# tests must not depend on how full the machine's disk is.
-SMALL_STORE = StoreConfig.for_tests(
-    commitlog_segment_size_bytes=256 * 1024,
-    cq_entries_per_file=1024,
-    index_hash_slots=1024,
-    index_entries_max=8192,
-    disk_max_used_space_ratio=1.0,
-    disk_clean_forcibly_ratio=1.0,
-    disk_warning_ratio=1.0,
-)
+NAMESPACE = "rayq-test-pull-consumer"
 FIRST = ConsumeFromWhere.FIRST_OFFSET
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayq.cluster.Cluster]:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process; this module starts its own")
-    started = rayq.cluster.start(
-        store_dir=tmp_path_factory.mktemp("s"),
-        namespace="rayq-test-pull-consumer",
-        config=rayq.BrokerConfig(store=SMALL_STORE),
-    )
-    try:
-        yield started
-    finally:
-        started.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -2,38 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ray
 
-from rayq.actors.wire import BrokerConfig, SendStatus, flusher_actor_name
+from rayq.actors.wire import SendStatus, flusher_actor_name
 from rayq.client import ClientContext, call
-from rayq.cluster import Cluster, start
-from rayq.store import FlushDiskType, InnerMessage, StoreConfig, UniqIdGenerator, encode_batch
+from rayq.cluster import Cluster
+from rayq.store import FlushDiskType, InnerMessage, UniqIdGenerator, encode_batch
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-sync-flush"
+BROKER_OVERRIDES = {"flush_disk_type": FlushDiskType.SYNC_FLUSH}
 IDS = UniqIdGenerator()
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process")
-    small = StoreConfig.for_tests(
-        commitlog_segment_size_bytes=1 << 20,
-        disk_max_used_space_ratio=1.0,
-        disk_clean_forcibly_ratio=1.0,
-        disk_warning_ratio=1.0,
-    )
-    config = BrokerConfig(flush_disk_type=FlushDiskType.SYNC_FLUSH, store=small)
-    c = start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE, config=config)
-    try:
-        yield c
-    finally:
-        c.shutdown()
 
 
 def test_concurrent_sync_sends_are_durable_when_acknowledged(cluster: Cluster) -> None:

@@ -1,0 +1,43 @@
+"""Shared fixtures for the integration tests: one small rayq deployment per module.
+
+A module sets ``NAMESPACE`` (each module its own Ray namespace) and may set
+``BROKER_OVERRIDES`` (extra ``BrokerConfig`` fields); the ``cluster`` fixture
+starts rayq on a fresh local Ray with small store files and no disk-usage limits
+(tests must not depend on how full the machine's disk is) and always shuts it down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+import rayq
+from rayq.store import StoreConfig
+
+SMALL_STORE = StoreConfig.for_tests(
+    commitlog_segment_size_bytes=256 * 1024,
+    cq_entries_per_file=1024,
+    index_hash_slots=1024,
+    index_entries_max=8192,
+    disk_max_used_space_ratio=1.0,
+    disk_clean_forcibly_ratio=1.0,
+    disk_warning_ratio=1.0,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[rayq.Cluster]:
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialized in this process; this module starts its own")
+    namespace = request.module.NAMESPACE
+    overrides = getattr(request.module, "BROKER_OVERRIDES", {})
+    config = rayq.BrokerConfig(store=SMALL_STORE, **overrides)
+    started = rayq.start(tmp_path_factory.mktemp("store"), namespace=namespace, config=config)
+    try:
+        yield started
+    finally:
+        started.shutdown()
