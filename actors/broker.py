@@ -19,8 +19,7 @@ from typing import Any
 
 import ray
 
-from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter, decode_records
-from rayq.store import properties as P
+from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter
 from rayq.store.config_files import PERM_ALL, ConfigStore, TopicConfig, is_readable, is_writeable
 from rayq.store.errors import (
     DiskFullError,
@@ -248,16 +247,6 @@ class BrokerServer:
     def close(self) -> None:
         self.tables.close()
         self.store.close()
-
-
-def decode(buffer: bytes, broker_name: str) -> list[MessageExt]:
-    """Consumers decode pulled buffers with this (re-exported for symmetry)."""
-    return decode_records(buffer, broker_name=broker_name)
-
-
-def tags_match(expression: str, msg: MessageExt) -> bool:
-    """The exact client-side tag check after the broker's hash filter."""
-    return TagFilter.parse(expression).matches_tags(msg.properties.get(P.TAGS))
 
 
 class BrokerActor:

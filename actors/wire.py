@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
-from rayq.store.errors import ConfigError
+from rayq.store.config import convert_config
 
 NAMESPACE = "rayq"
 COORDINATOR_NAME = "rayq-coordinator"
@@ -62,10 +62,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     @classmethod
     def from_dict(cls, values: dict) -> BrokerConfig:
-        try:
-            return msgspec.convert(values, cls)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"invalid broker config: {exc}") from None
+        return convert_config(values, cls, "broker config")
 
 
 class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -22,10 +22,9 @@ import msgspec
 from crc32c import crc32c
 
 from . import codec
-from . import properties as P
 from .consume_queue import HOLE_SIZE
 from .filters import tags_code
-from .index_file import HASH_MASK, topic_seed
+from .index_file import topic_seed
 from .segment import Segment, SegmentedFile
 
 if TYPE_CHECKING:
@@ -52,38 +51,28 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
 
     def add(self, topic: str, queue_id: int, queue_offset: int, offset: int, size: int,
             props: bytes, store_timestamp: int) -> None:  # fmt: skip
-        """Add one record (used by recovery; the append path fills columns in bulk)."""
-        found = dict(_SYSTEM.findall(props))
-        self.topics.append(topic)
-        self.queue_ids.append(queue_id)
-        self.queue_offsets.append(queue_offset)
-        self.offsets.append(offset)
-        self.sizes.append(size)
-        tags = found.get(b"TAGS")
-        self.tags_codes.append(tags_code(tags.decode()) if tags else 0)
-        if found:
-            seed = _seeds.get(topic) or _seed(topic)
-            keys = [k for k in found.get(b"KEYS", b"").split(b" ") if k]
-            uniq = found.get(b"UNIQ_KEY")
-            if uniq:
-                keys.append(uniq)
-            for k in keys:
-                self.index_hashes.append(crc32c(k, seed))
-                self.index_offsets.append(offset)
-                self.index_times.append(store_timestamp)
+        """Add one record (the careful recovery path)."""
+        self.add_records([topic], [queue_id], [queue_offset], [offset], [size], [props],
+                         [store_timestamp])  # fmt: skip
 
     def add_run(self, run: GoodRun) -> None:
         """Add a run of valid records (from scanner.scan)."""
-        self.topics += run.topics
-        self.queue_ids += run.queue_ids
-        self.queue_offsets += run.queue_offsets
-        self.offsets += run.offsets
-        self.sizes += run.sizes
+        self.add_records(run.topics, run.queue_ids, run.queue_offsets, run.offsets, run.sizes,
+                         run.properties, run.store_timestamps)  # fmt: skip
+
+    def add_records(self, topics: list[str], queue_ids: list[int], queue_offsets: list[int],
+                    offsets: list[int], sizes: list[int], properties: list[bytes],
+                    store_timestamps: list[int]) -> None:  # fmt: skip
+        """Add records by columns; tags and keys are read from their raw properties."""
+        self.topics += topics
+        self.queue_ids += queue_ids
+        self.queue_offsets += queue_offsets
+        self.offsets += offsets
+        self.sizes += sizes
         codes, hashes = self.tags_codes, self.index_hashes
         owners_at, times = self.index_offsets, self.index_times
-        founds = map(_SYSTEM.findall, run.properties)
-        columns = zip(founds, run.topics, run.offsets, run.store_timestamps, strict=True)
-        for found, topic, offset, ts in columns:
+        founds = map(_SYSTEM.findall, properties)
+        for found, topic, offset, ts in zip(founds, topics, offsets, store_timestamps, strict=True):
             if not found:
                 codes.append(0)
                 continue
@@ -129,15 +118,6 @@ def _seed(topic: str) -> int:
     return seed
 
 
-def index_hashes_of(topic: str, keys: str, uniq_key: str) -> list[int]:
-    """Index hashes of ``topic#k`` for every key in ``keys`` and for ``uniq_key``."""
-    seed = _seeds.get(topic) or _seed(topic)
-    out = [crc32c(k.encode(), seed) & HASH_MASK for k in keys.split(P.KEY_SEPARATOR) if k]
-    if uniq_key:
-        out.append(crc32c(uniq_key.encode(), seed) & HASH_MASK)
-    return out
-
-
 class CommitLog:
     """Segments of records plus the write position."""
 
@@ -165,15 +145,6 @@ class CommitLog:
             codec.PREFIX.pack_into(seg.mv, seg.wrote, seg.size - seg.wrote, codec.BLANK_MAGIC)
         seg.wrote = seg.size
         return self.file.create(seg.end)
-
-    def record_view(self, offset: int, size: int) -> memoryview | None:
-        seg = self.file.find(offset)
-        if seg is None:
-            return None
-        local = offset - seg.start
-        if local + size > seg.wrote:
-            return None
-        return seg.mv[local : local + size]
 
     def read(self, offset: int, size: int) -> bytes | None:
         """The record bytes at ``offset`` (``size`` from its consume-queue entry)."""

@@ -8,7 +8,7 @@ segments so that rolling to a new segment happens constantly in tests.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -98,13 +98,21 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> StoreConfig:
         """Build from plain values (TOML/JSON); errors name the offending field."""
-        try:
-            return msgspec.convert(values, cls)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"invalid store config: {exc}") from None
+        return convert_config(values, cls, "store config")
 
     def replace(self, **changes: Any) -> StoreConfig:
         return StoreConfig.from_dict({**msgspec.structs.asdict(self), **changes})
+
+
+C = TypeVar("C")
+
+
+def convert_config(values: dict[str, Any], cls: type[C], what: str) -> C:
+    """``cls`` built from plain values; a bad value is a ConfigError naming its field."""
+    try:
+        return msgspec.convert(values, cls)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid {what}: {exc}") from None
 
 
 def parse_delete_when(spec: str) -> frozenset[int]:

@@ -162,10 +162,6 @@ class ConsumeQueue:
                 lo = mid + 1
         return self.max_offset - lo
 
-    def last_entry(self) -> tuple[int, int, int] | None:
-        end = self.max_offset
-        return self.entry(end - 1) if end > self.min_offset else None
-
     def truncate_from_commitlog(self, commitlog_offset: int) -> int:
         """Drop entries whose record starts at or past ``commitlog_offset``; returns count."""
         end = self.max_offset
