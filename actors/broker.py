@@ -20,9 +20,17 @@ from typing import Any
 import ray
 
 from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter
-from rayq.store.config_files import PERM_ALL, ConfigStore, TopicConfig, is_readable, is_writeable
+from rayq.store.config_files import (
+    PERM_ALL,
+    ConfigStore,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    is_readable,
+    is_writeable,
+)
 from rayq.store.errors import (
     DiskFullError,
+    GroupNotFoundError,
     InvalidMessageError,
     InvalidOffsetError,
     MessageTooLargeError,
@@ -158,7 +166,12 @@ class BrokerServer:
     # --------------------------------------------------------------- pull
     def pull(self, req: PullRequest) -> PullResponse:
         """Non-blocking pull of up to ``req.max_nums`` messages (PullHold adds waiting)."""
-        validate_group(req.group)
+        group = self.group_config(req.group, create=True)
+        if not group.consume_enable:
+            raise PermissionDeniedError(
+                f"consumer group {req.group!r} may not consume (consume_enable is off); "
+                "turn it on with Admin.update_group", group=req.group,
+            )  # fmt: skip
         cfg = self.topic_config(req.topic, create=False)
         if not is_readable(cfg.perm):
             raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
@@ -190,9 +203,48 @@ class BrokerServer:
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
 
+    # ------------------------------------------------------------- groups
+    def group_config(self, group: str, create: bool = False) -> SubscriptionGroupConfig:
+        """The subscription group's config; auto-created (defaults) on a group's first pull
+        or commit when ``auto_create_subscription_group`` is on, as RocketMQ does."""
+        validate_group(group)
+        cfg = self.tables.subscription_groups.get(group)
+        if cfg is not None:
+            return cfg
+        if not create or not self.config.auto_create_subscription_group:
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist on broker {self.name}; create it "
+                "with Admin.create_group or enable auto_create_subscription_group", group=group,
+            )  # fmt: skip
+        return self.update_group(SubscriptionGroupConfig(group_name=group))
+
+    def update_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        """Create or replace a subscription group's config."""
+        if not isinstance(cfg, SubscriptionGroupConfig):
+            raise InvalidMessageError(
+                f"expected a SubscriptionGroupConfig, got {type(cfg).__name__}"
+            )
+        validate_group(cfg.group_name)
+        self.tables.subscription_groups.put(cfg)
+        self.tables.subscription_groups.persist()
+        return cfg
+
+    def delete_group(self, group: str, clean_offsets: bool = False) -> bool:
+        """Remove a group's config (and with ``clean_offsets`` its committed offsets)."""
+        validate_group(group)
+        existed = self.tables.subscription_groups.delete(group)
+        self.tables.subscription_groups.persist()
+        if clean_offsets:
+            existed = bool(self.tables.consumer_offsets.remove_group(group)) or existed
+            self.tables.consumer_offsets.persist()
+        return existed
+
+    def groups(self) -> list[str]:
+        return self.tables.subscription_groups.groups()
+
     # ------------------------------------------------------------ offsets
     def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        validate_group(group)
+        self.group_config(group, create=True)
         validate_topic(topic)
         self.tables.consumer_offsets.commit_many(group, topic, offsets)
 

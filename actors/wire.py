@@ -41,6 +41,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     broker_name: str = "broker-a"
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
     default_topic_queue_nums: Positive = 4
     long_polling_enable: bool = True
     short_polling_time_mills: Positive = 1000

@@ -23,6 +23,7 @@ from rayq.errors import (
     ConfigError,
     CorruptRecordError,
     DiskFullError,
+    GroupNotFoundError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -46,6 +47,7 @@ from rayq.store import (
     StoreConfig,
     TagFilter,
 )
+from rayq.store.config_files import SubscriptionGroupConfig
 
 __version__ = "0.1.0"
 
@@ -103,6 +105,7 @@ __all__ = [
     "DiskFullError",
     "FlushDiskType",
     "GetStatus",
+    "GroupNotFoundError",
     "InvalidGroupError",
     "InvalidMessageError",
     "InvalidOffsetError",
@@ -125,6 +128,7 @@ __all__ = [
     "StoreConfig",
     "StoreError",
     "StoreLockedError",
+    "SubscriptionGroupConfig",
     "TagFilter",
     "TopicNotFoundError",
     "all_error_classes",

@@ -10,18 +10,22 @@ call, and every failure is a rayq error (``rayq.client.call``).
     admin.create_topic("orders", queues=4)
     admin.topic_stats("orders")        # [QueueStats(queue=..., min_offset=..., ...)]
     admin.consumer_progress("cg")      # [QueueProgress(queue=..., lag=...)]
+    admin.create_group("cg", retry_max_times=3); admin.update_group("cg", consume_enable=False)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from rayq.actors.wire import ClientConfig, MessageQueue, QueueProgress, QueueStats
 from rayq.client import ClientContext, call
-from rayq.store.config_files import PERM_ALL, PERM_READ, PERM_WRITE
+from rayq.store.config_files import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
 from rayq.store.errors import (
     BrokerUnavailableError,
     ConfigError,
+    GroupNotFoundError,
     InvalidMessageError,
     InvalidOffsetError,
     TopicNotFoundError,
@@ -35,6 +39,10 @@ QUEUES_MAX = 1024
 QUERY_MAX_NUM = 64 * 1024
 # Readable and writeable; the default of RocketMQ's TopicConfig and mqadmin updateTopic.
 DEFAULT_PERM = PERM_READ | PERM_WRITE
+RETRY_MAX_TIMES_MAX = 1024
+_GROUP_FIELDS = frozenset(
+    {"consume_enable", "consume_broadcast_enable", "retry_max_times", "consume_message_orderly"}
+)
 
 
 class Admin:
@@ -100,6 +108,72 @@ class Admin:
                       key=lambda s: s.queue)  # fmt: skip
 
     # ------------------------------------------------------------- groups
+    def create_group(
+        self,
+        group: str,
+        *,
+        consume_enable: bool = True,
+        consume_broadcast_enable: bool = True,
+        retry_max_times: int = 16,
+        consume_message_orderly: bool = False,
+    ) -> SubscriptionGroupConfig:
+        """Create (or overwrite) subscription group ``group`` on every live broker."""
+        validate_group(group)
+        cfg = SubscriptionGroupConfig(group_name=group)
+        return self._put_group(cfg, consume_enable=consume_enable,
+                               consume_broadcast_enable=consume_broadcast_enable,
+                               retry_max_times=retry_max_times,
+                               consume_message_orderly=consume_message_orderly)  # fmt: skip
+
+    def update_group(self, group: str, **changes: Any) -> SubscriptionGroupConfig:
+        """Change fields of an existing group's config (e.g. ``consume_enable=False`` stops
+        its consumers' pulls); what is not given stays as it is."""
+        return self._put_group(self.group_config(group), **changes)
+
+    def delete_group(self, group: str, *, clean_offsets: bool = False) -> None:
+        """Delete ``group``'s config (and with ``clean_offsets`` its committed offsets) from
+        every live broker; raises GroupNotFoundError if no broker had it."""
+        validate_group(group)
+        existed = self._gather({b: ("delete_group", group, clean_offsets)
+                                for b in self._live_brokers()})  # fmt: skip
+        if not any(existed.values()):
+            raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",
+                                     group=group)  # fmt: skip
+
+    def groups(self) -> list[str]:
+        """Every subscription group some live broker knows, sorted."""
+        per_broker = self._gather({b: ("groups",) for b in self._live_brokers()})
+        return sorted({g for names in per_broker.values() for g in names})
+
+    def group_config(self, group: str) -> SubscriptionGroupConfig:
+        """The config of ``group`` (from the first broker that has it)."""
+        validate_group(group)
+        for broker in self._live_brokers():
+            try:
+                return call(self._ctx.broker(broker).call.remote("group_config", group),
+                            ADMIN_CALL_TIMEOUT_S)  # fmt: skip
+            except GroupNotFoundError:
+                continue
+        raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",
+                                 group=group)  # fmt: skip
+
+    def _put_group(self, cfg: SubscriptionGroupConfig, **changes: Any) -> SubscriptionGroupConfig:
+        unknown = sorted(set(changes) - _GROUP_FIELDS)
+        if unknown:
+            raise ConfigError(f"unknown subscription group settings {unknown}; known: "
+                              f"{sorted(_GROUP_FIELDS)}")  # fmt: skip
+        for name, value in changes.items():
+            if name == "retry_max_times":
+                if value.__class__ is not int or not 0 <= value <= RETRY_MAX_TIMES_MAX:
+                    raise ConfigError(f"retry_max_times must be an int in "
+                                      f"0..{RETRY_MAX_TIMES_MAX}, got {value!r}",
+                                      value=repr(value), limit=RETRY_MAX_TIMES_MAX)  # fmt: skip
+            elif not isinstance(value, bool):
+                raise ConfigError(f"{name} must be a bool, got {value!r}", value=repr(value))
+        cfg = msgspec.structs.replace(cfg, **changes)
+        self._gather({b: ("update_group", cfg) for b in self._live_brokers()})
+        return cfg
+
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """Committed offset, max offset and lag of every queue ``group`` has committed on."""
         validate_group(group)

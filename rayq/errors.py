@@ -11,6 +11,7 @@ engine can raise them without importing anything above it) and re-exported here:
     │   │   └── MessageTooLargeError
     │   ├── InvalidOffsetError
     │   ├── TopicNotFoundError
+│   ├── GroupNotFoundError
     │   ├── PermissionDeniedError
     │   └── ConfigError
     ├── BrokerError                 the server side could not serve
@@ -34,6 +35,7 @@ from rayq.store.errors import (
     ConfigError,
     CorruptRecordError,
     DiskFullError,
+    GroupNotFoundError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -57,6 +59,7 @@ __all__ = [
     "ConfigError",
     "CorruptRecordError",
     "DiskFullError",
+    "GroupNotFoundError",
     "InvalidGroupError",
     "InvalidMessageError",
     "InvalidOffsetError",

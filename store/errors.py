@@ -64,6 +64,10 @@ class TopicNotFoundError(ClientError):
     """The topic does not exist and may not be auto-created."""
 
 
+class GroupNotFoundError(ClientError):
+    """The consumer group does not exist and may not be auto-created."""
+
+
 class PermissionDeniedError(ClientError):
     """The topic or broker does not allow this operation."""
 

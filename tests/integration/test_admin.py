@@ -10,7 +10,7 @@ import pytest
 
 import rayq
 import rayq.cluster
-from rayq.actors.wire import MessageQueue
+from rayq.actors.wire import MessageQueue, PullRequest
 from rayq.admin import Admin
 from rayq.client import ClientContext, call
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
@@ -214,3 +214,74 @@ def test_consumer_progress_covers_every_topic_of_the_group(admin: Admin) -> None
         consumer.commit()
     progress = admin.consumer_progress(group)
     assert [(p.queue.topic, p.lag) for p in progress] == [(t, 2) for t in topics]
+
+
+def pull_once(group: str, topic: str) -> object:
+    req = PullRequest(group=group, topic=topic, queue_id=0, queue_offset=0, suspend_ms=0)
+    return call(ClientContext().broker(BROKER).pull.remote(req))
+
+
+def test_subscription_group_create_update_delete(admin: Admin) -> None:
+    """A group's config is created, read, changed (consume_enable=False stops its pulls
+    with PermissionDeniedError), and deleted with its offsets."""
+    topic, group = unique("adm-grp"), unique("g")
+    admin.create_topic(topic, queues=1)
+    put(topic, 0, [b"m"] * 2)
+    cfg = admin.create_group(group, retry_max_times=3)
+    assert group in admin.groups()
+    assert admin.group_config(group) == cfg
+    assert (cfg.retry_max_times, cfg.consume_enable) == (3, True)
+    assert pull_once(group, topic).count == 2
+
+    changed = admin.update_group(group, consume_enable=False)
+    assert (changed.retry_max_times, changed.consume_enable) == (3, False)
+    assert admin.group_config(group).consume_enable is False
+    with pytest.raises(rayq.PermissionDeniedError, match="consume_enable"):
+        pull_once(group, topic)
+    admin.update_group(group, consume_enable=True)
+    assert pull_once(group, topic).count == 2
+
+    call(ClientContext().broker(BROKER).call.remote("commit_offsets", group, topic, {0: 2}))
+    assert [p.committed_offset for p in admin.consumer_progress(group)] == [2]
+    admin.delete_group(group, clean_offsets=True)
+    assert group not in admin.groups()
+    assert admin.consumer_progress(group) == []
+    with pytest.raises(rayq.GroupNotFoundError):
+        admin.group_config(group)
+    with pytest.raises(rayq.GroupNotFoundError):
+        admin.delete_group(group)
+
+
+def test_a_group_is_auto_created_on_its_first_pull(admin: Admin) -> None:
+    topic, group = unique("adm-auto"), unique("g")
+    admin.create_topic(topic, queues=1)
+    assert group not in admin.groups()
+    pull_once(group, topic)
+    assert group in admin.groups()
+    assert admin.group_config(group).retry_max_times == 16
+
+
+@pytest.mark.parametrize(
+    ("bad_call", "error"),
+    [
+        (lambda a: a.create_group("bad group!"), rayq.InvalidGroupError),
+        (lambda a: a.create_group("g-ok", retry_max_times=-1), rayq.ConfigError),
+        (lambda a: a.create_group("g-ok", consume_enable="yes"), rayq.ConfigError),
+        (lambda a: a.update_group("no-such-group", consume_enable=False), rayq.GroupNotFoundError),
+        (lambda a: a.delete_group("no-such-group"), rayq.GroupNotFoundError),
+    ],
+)
+def test_bad_group_input_raises_rayq_errors(
+    admin: Admin, bad_call: object, error: type[rayq.RayqError]
+) -> None:
+    with pytest.raises(error):
+        bad_call(admin)  # type: ignore[operator]
+    assert "g-ok" not in admin.groups()
+
+
+def test_update_group_rejects_unknown_settings(admin: Admin) -> None:
+    group = unique("g")
+    admin.create_group(group)
+    with pytest.raises(rayq.ConfigError, match="unknown subscription group settings"):
+        admin.update_group(group, consume_enabled=False)
+    assert admin.group_config(group).consume_enable is True
