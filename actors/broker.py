@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter
+from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.config_files import (
     PERM_ALL,
     ConfigStore,
@@ -40,6 +41,7 @@ from rayq.store.errors import (
 from rayq.store.message import GetStatus, MessageExt
 from rayq.store.names import validate_group, validate_topic
 
+from .queue_locks import QueueLocks
 from .wire import (
     BatchSendResult,
     BrokerConfig,
@@ -88,6 +90,8 @@ class BrokerServer:
                                   store_host=local_host(config.listen_port),
                                   broker_name=self.name)  # fmt: skip
         self.tables = ConfigStore(self.root)
+        self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
+        self._fences: dict[tuple[str, str, int], int] = {}  # (group, topic, queue) -> generation
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
@@ -243,10 +247,39 @@ class BrokerServer:
         return self.tables.subscription_groups.groups()
 
     # ------------------------------------------------------------ offsets
-    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+    def commit_offsets(self, group: str, topic: str, offsets: dict[int, int],
+                       generation: int = -1) -> list[int]:  # fmt: skip
+        """Commit next-offsets per queue; the queue ids refused as stale.
+
+        A push consumer commits with its assignment's ``generation``: once a queue saw a
+        commit of generation g, commits of older generations are refused, so a consumer
+        that lost the queue in a rebalance cannot move the group's offset (in memory: a
+        broker restart forgets the fences)."""
         self.group_config(group, create=True)
         validate_topic(topic)
+        stale: list[int] = []
+        if generation >= 0:
+            fresh = {}
+            for qid, offset in offsets.items():
+                key = (group, topic, qid)
+                if generation < self._fences.get(key, -1):
+                    stale.append(qid)
+                else:
+                    self._fences[key] = generation
+                    fresh[qid] = offset
+            offsets = fresh
         self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        return stale
+
+    def lock_queues(self, group: str, client_id: str,
+                    queues: list[tuple[str, int]]) -> list[tuple[str, int]]:  # fmt: skip
+        """Orderly consumption: lock (or renew) queues for ``client_id``; the ones it holds."""
+        validate_group(group)
+        return self.locks.lock(group, client_id, [(t, q) for t, q in queues], _now_ms())
+
+    def unlock_queues(self, group: str, client_id: str, queues: list[tuple[str, int]]) -> int:
+        validate_group(group)
+        return self.locks.unlock(group, client_id, [(t, q) for t, q in queues])
 
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         validate_group(group)
@@ -416,6 +449,10 @@ class BrokerActor:
             task.cancel()
         with contextlib.suppress(Exception):
             self.server.close()
+
+
+def _now_ms() -> int:
+    return SYSTEM_CLOCK.now_ms()
 
 
 def _lookup(actor_name: str, namespace: str) -> Any:

@@ -19,6 +19,7 @@ from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.config_files import is_readable
 
 from .allocation import allocate_averagely
+from .rebalance import MemberSpec, Plan, Rebalancer
 from .wire import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 BROKER_EXPIRY_MS = 120_000
 SCAN_INTERVAL_MS = 10_000
 RESTART_WAIT_S = 60.0
+SAFETY_REBALANCE_MS = 20_000  # every push-consumer group, in case an event was missed
+MEMBER_CALL_TIMEOUT_S = 30.0  # a revoke waits for in-flight work; a member slower is dropped
 
 
 class RouteTable:
@@ -92,11 +95,22 @@ class CoordinatorActor:
         self.groups = GroupTable()
         self._watches: dict[str, asyncio.Task] = {}
         self._scan: asyncio.Task | None = None
+        self.rebalancer = Rebalancer()
+        self._members: dict[tuple[str, str], Any] = {}  # (group, member id) -> actor handle
+        self._member_watches: dict[tuple[str, str], asyncio.Task] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._dirty: set[str] = set()
+        self._safety: asyncio.Task | None = None
+        self._pending: set[asyncio.Task] = set()
 
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
             self._scan = asyncio.create_task(self._scan_loop())
+        old = self.table.brokers.get(info.broker_name)
+        changed = {t for t in set(info.topics) | set(old.topics if old else {})
+                   if (old.topics.get(t) if old else None) != info.topics.get(t)}  # fmt: skip
         new = self.table.register(info, _now_ms())
+        self._routes_changed(changed)
         watch = self._watches.get(info.broker_name)
         if watch is None or watch.done():
             self._watches[info.broker_name] = asyncio.create_task(self._watch(info.broker_name))
@@ -113,7 +127,7 @@ class CoordinatorActor:
                 await handle.park.remote()
             except Exception:
                 logger.warning("broker %s died; dropping it until it is back", broker_name)
-                self.table.remove(broker_name)
+                self._remove_broker(broker_name)
             try:  # restarted by Ray (max_restarts): wire it up again
                 await asyncio.wait_for(handle.start_services.remote(), RESTART_WAIT_S)
             except Exception:
@@ -122,11 +136,21 @@ class CoordinatorActor:
     async def _scan_loop(self) -> None:
         while True:
             await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
-            for gone in self.table.expire(_now_ms()):
+            now = _now_ms()
+            expired = [b for b, seen in self.table.last_seen_ms.items()
+                       if now - seen > BROKER_EXPIRY_MS]  # fmt: skip
+            for gone in expired:
                 logger.warning("broker %s missed its heartbeats; dropping it", gone)
+                self._remove_broker(gone)
+
+    def _remove_broker(self, broker_name: str) -> None:
+        info = self.table.brokers.get(broker_name)
+        self.table.remove(broker_name)
+        if info is not None:
+            self._routes_changed(set(info.topics))
 
     async def unregister_broker(self, broker_name: str) -> None:
-        self.table.remove(broker_name)
+        self._remove_broker(broker_name)
 
     async def route(self, topic: str) -> TopicRoute | None:
         return self.table.route(topic)
@@ -161,6 +185,121 @@ class CoordinatorActor:
 
     async def ready(self) -> bool:
         return True
+
+    # ------------------------------------------------ push-consumer groups
+    async def join_group(self, group: str, member_id: str, handle: Any, spec: MemberSpec) -> int:
+        """A push consumer joins (ConfigError if it subscribes unlike the group); the group
+        is rebalanced before this returns."""
+        self.rebalancer.join(group, member_id, spec)
+        key = (group, member_id)
+        self._members[key] = handle
+        watch = self._member_watches.get(key)
+        if watch is None or watch.done():
+            self._member_watches[key] = asyncio.create_task(self._watch_member(group, member_id))
+        if self._safety is None:
+            self._safety = asyncio.create_task(self._safety_loop())
+        await self._rebalance(group)
+        return len(self.rebalancer.members(group))
+
+    async def leave_group(self, group: str, member_id: str) -> None:
+        """A member leaves (shut down): its queues go to the others at once."""
+        watch = self._member_watches.pop((group, member_id), None)
+        if watch is not None:
+            watch.cancel()
+        if self._forget_member(group, member_id):
+            await self._rebalance(group)
+
+    async def member_alive(self, group: str, member_id: str) -> bool:
+        return member_id in self.rebalancer.members(group)
+
+    async def group_members(self, group: str) -> dict[str, list[MessageQueue]]:
+        """Each member of a push-consumer group and the queues it owns now."""
+        owned = self.rebalancer.owned(group)
+        return {m: sorted(owned.get(m, frozenset())) for m in self.rebalancer.members(group)}
+
+    def _forget_member(self, group: str, member_id: str) -> bool:
+        self._members.pop((group, member_id), None)
+        return self.rebalancer.leave(group, member_id)
+
+    async def _watch_member(self, group: str, member_id: str) -> None:
+        """Ray reports a consumer actor's death here: its queues move at once."""
+        handle = self._members.get((group, member_id))
+        if handle is None:
+            return
+        try:
+            await handle.park.remote()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("consumer %s of group %s died; rebalancing", member_id, group)
+        if self._forget_member(group, member_id):
+            await self._rebalance(group)
+
+    async def _safety_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SAFETY_REBALANCE_MS / 1000)
+            for group in self.rebalancer.groups():
+                await self._rebalance(group)
+
+    def _routes_changed(self, topics: set[str]) -> None:
+        for group in self.rebalancer.groups_of_topics(topics) if topics else []:
+            task = asyncio.create_task(self._rebalance(group))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _rebalance(self, group: str) -> None:
+        """Rebalance ``group``; calls that arrive while one runs are folded into one rerun."""
+        self._dirty.add(group)
+        lock = self._locks.setdefault(group, asyncio.Lock())
+        if lock.locked():
+            return
+        async with lock:
+            while group in self._dirty:
+                self._dirty.discard(group)
+                plan = self.rebalancer.plan(group, self._queues_of, _now_ms())
+                if plan is not None:
+                    await self._carry_out(plan)
+
+    def _queues_of(self, topic: str) -> list[MessageQueue]:
+        route = self.table.route(topic)
+        if route is None:
+            return []
+        return [MessageQueue(topic, d.broker_name, q) for d in route.queues
+                if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
+
+    async def _carry_out(self, plan: Plan) -> None:
+        """Step 1: owners release what they lose (acknowledged or dead). Step 2: assign."""
+        group = plan.group
+        revokes = {m: qs for m, qs in plan.revoke.items() if qs}
+        results = await self._call_members(group, "revoke", plan.generation, revokes)
+        for member, qs in revokes.items():
+            if isinstance(results[member], BaseException):
+                logger.warning("group %s: %s did not release %d queues (%s); moving them anyway",
+                               group, member, len(qs), results[member])  # fmt: skip
+            self.rebalancer.released(group, member, qs)
+        results = await self._call_members(group, "assign", plan.generation, plan.assign)
+        for member, qs in plan.assign.items():
+            if not isinstance(results[member], BaseException):
+                self.rebalancer.assigned(group, member, qs)
+
+    async def _call_members(self, group: str, method: str, generation: int,
+                            queues: dict[str, list[MessageQueue]]) -> dict[str, Any]:  # fmt: skip
+        async def one(member: str, qs: list[MessageQueue]) -> Any:
+            handle = self._members.get((group, member))
+            if handle is None:
+                return KeyError(member)
+            try:
+                return await asyncio.wait_for(
+                    getattr(handle, method).remote(generation, qs), MEMBER_CALL_TIMEOUT_S
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                return exc
+
+        members = list(queues)
+        got = await asyncio.gather(*(one(m, queues[m]) for m in members))
+        return dict(zip(members, got, strict=True))
 
 
 def _now_ms() -> int:

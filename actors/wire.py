@@ -53,6 +53,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     pull_max_bytes: Positive = 4 * 1024 * 1024
     store: StoreConfig = DEFAULT_STORE_CONFIG
     listen_port: Positive = 10911  # part of the store host in offset message ids
+    rebalance_lock_max_live_time_ms: Positive = 60_000  # orderly consumption queue locks
 
     @property
     def store_config(self) -> StoreConfig:
@@ -84,6 +85,21 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     broker_suspend_max_ms: Positive = 15_000
     rebalance_interval_ms: Positive = 2_000
     member_expiry_ms: Positive = 30_000
+    # Push consumers (RocketMQ DefaultMQPushConsumer's fields, in ms where RocketMQ mixes units).
+    consume_thread: Positive = 20
+    consume_message_batch_max_size: Positive = 1
+    pull_threshold_for_queue: Positive = 1_000
+    pull_threshold_size_for_queue_mib: Positive = 100
+    consume_concurrently_max_span: Positive = 2_000
+    consume_timeout_ms: Positive = 15 * 60 * 1000
+    suspend_current_queue_time_millis: Positive = 1_000
+    pull_time_delay_when_flow_control_ms: Positive = 50
+    pull_time_delay_when_exception_ms: Positive = 3_000
+    lock_renew_interval_ms: Positive = 20_000
+    lock_stale_ms: Positive = 30_000
+    member_heartbeat_interval_ms: Positive = 10_000
+    offset_store_dir: str = ""  # broadcasting offsets; "" = ~/.rayq_offsets
+    instance_name: str = "DEFAULT"
 
 
 class SendStatus(enum.Enum):

@@ -1,0 +1,82 @@
+"""Calling the user's listener: statuses, batching, and what an exception means.
+
+A concurrent listener is ``fn(list[MessageExt]) -> ConsumeStatus``; it may also
+return ``(ConsumeStatus.CONSUME_SUCCESS, ack_index)``: messages up to and including
+``ack_index`` succeeded, the rest are sent back (RocketMQ's ``ackIndex``). An
+orderly listener returns a ``ConsumeOrderlyStatus``. An exception, ``None`` or
+anything else counts as RECONSUME_LATER (or SUSPEND_CURRENT_QUEUE_A_MOMENT) and is
+logged; it never reaches the consumer actor.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rayq.store.message import MessageExt
+
+logger = logging.getLogger(__name__)
+
+
+class ConsumeStatus(enum.Enum):
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class ConsumeOrderlyStatus(enum.Enum):
+    SUCCESS = "SUCCESS"
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+class ListenerRunner:
+    """Runs the listener in a pool thread on slices of ``batch_max`` messages."""
+
+    def __init__(self, listener: Callable[..., Any], orderly: bool, batch_max: int) -> None:
+        self.listener = listener
+        self.orderly = orderly
+        self.batch_max = batch_max
+
+    def run_concurrently(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        """Consume ``msgs``; the ones that failed."""
+        failed: list[MessageExt] = []
+        n = self.batch_max
+        for i in range(0, len(msgs), n):
+            batch = msgs[i : i + n]
+            try:
+                result = self.listener(batch)
+            except Exception:
+                logger.exception("listener raised on %d messages; they will be consumed again",
+                                 len(batch))  # fmt: skip
+                failed.extend(batch)
+                continue
+            if result is ConsumeStatus.CONSUME_SUCCESS:
+                continue
+            if (
+                isinstance(result, tuple)
+                and len(result) == 2
+                and result[0] is ConsumeStatus.CONSUME_SUCCESS
+                and isinstance(result[1], int)
+            ):
+                failed.extend(batch[max(result[1] + 1, 0) :])
+                continue
+            if result is not ConsumeStatus.RECONSUME_LATER:
+                logger.warning("listener returned %r, not a ConsumeStatus; treated as "
+                               "RECONSUME_LATER", result)  # fmt: skip
+            failed.extend(batch)
+        return failed
+
+    def run_orderly(self, msgs: list[MessageExt]) -> bool:
+        """Consume ``msgs`` in order; True on SUCCESS."""
+        try:
+            result = self.listener(msgs)
+        except Exception:
+            logger.exception("orderly listener raised; suspending the queue a moment")
+            return False
+        if result is ConsumeOrderlyStatus.SUCCESS:
+            return True
+        if result is not ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
+            logger.warning("orderly listener returned %r, not a ConsumeOrderlyStatus; treated "
+                           "as SUSPEND_CURRENT_QUEUE_A_MOMENT", result)  # fmt: skip
+        return False

@@ -1,0 +1,413 @@
+"""A push consumer's work, run inside its Consumer actor (RocketMQ's
+``DefaultMQPushConsumerImpl`` with ``ConsumeMessageConcurrentlyService`` and
+``ConsumeMessageOrderlyService``).
+
+The coordinator decides which queues this consumer owns (``assign``/``revoke``,
+see ``rayq.actors.rebalance``). For each owned queue an asyncio task pulls through
+the broker's PullHold (long polling) into a ``ProcessQueue``, with flow control
+(``pull_threshold_for_queue`` messages, ``pull_threshold_size_for_queue_mib``, and
+for concurrent listeners ``consume_concurrently_max_span``). The user's listener
+runs in a pool of ``consume_thread`` threads:
+
+- concurrent: each pulled batch is one pool task that calls the listener on slices
+  of ``consume_message_batch_max_size``; failed messages are sent back to the
+  broker (``%RETRY%<group>`` with a delay, ``%DLQ%<group>`` past
+  ``max_reconsume_times``); the committed offset is the smallest one still held.
+- orderly: one consume loop per queue, holding the broker's lock on the queue;
+  SUSPEND (or an exception) retries the same messages after
+  ``suspend_current_queue_time_millis``, counting reconsume times.
+
+Broadcasting: every consumer owns every queue, offsets live in a local file and
+failed messages are logged and dropped, as in RocketMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rayq.actors.allocation import AllocateStrategy
+from rayq.actors.rebalance import MemberSpec
+from rayq.actors.wire import ClientConfig, MessageQueue, PullRequest, PullStatus
+from rayq.client import ClientContext
+from rayq.consume_listener import ListenerRunner
+from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
+from rayq.process_queue import ProcessQueue
+from rayq.store import properties as P
+from rayq.store.codec import decode_records
+from rayq.store.config_files import PERM_ALL
+from rayq.store.filters import TagFilter
+from rayq.store.message import MessageExt
+
+logger = logging.getLogger(__name__)
+
+REVOKE_WAIT_S = 10.0  # how long a revoked queue's in-flight work may take to finish
+SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
+LOCK_RETRY_S = 1.0
+
+
+def retry_topic(group: str) -> str:
+    return "%RETRY%" + group
+
+
+class ConsumeService:
+    def __init__(self, *, group: str, member_id: str, subscriptions: dict[str, str],
+                 listener: Callable[..., Any], orderly: bool, broadcasting: bool,
+                 consume_from: str, consume_timestamp_ms: int, max_reconsume_times: int,
+                 strategy: AllocateStrategy, allocation: list[MessageQueue],
+                 config: ClientConfig, namespace: str) -> None:  # fmt: skip
+        self.group = group
+        self.member_id = member_id
+        self.orderly = orderly
+        self.broadcasting = broadcasting
+        self.config = config
+        self.namespace = namespace
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.max_reconsume_times = max_reconsume_times
+        self.retry_topic = retry_topic(group)
+        subs = dict(subscriptions)
+        if not broadcasting:
+            subs[self.retry_topic] = "*"
+        self.filters = {t: TagFilter.parse(e) for t, e in subs.items()}
+        self.spec = MemberSpec(
+            subscriptions=tuple(sorted(subs.items())),
+            model="BROADCASTING" if broadcasting else "CLUSTERING",
+            strategy=strategy, allocation=tuple(allocation),
+        )  # fmt: skip
+        self.runner = ListenerRunner(listener, orderly, config.consume_message_batch_max_size)
+        self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
+        self.generation = -1
+        self.queues: dict[MessageQueue, ProcessQueue] = {}
+        self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}
+        self.background: set[asyncio.Task] = set()
+        self.history: list[tuple[MessageQueue, float, float]] = []  # (queue, owned from, to)
+        self._owned_since: dict[MessageQueue, float] = {}
+        self.consumed = 0
+        self.ctx: Any = None
+        self.offsets: Any = None
+        self.handle: Any = None
+        self.closed = False
+
+    # ------------------------------------------------------------ members
+    async def start(self, handle: Any) -> None:
+        self.handle = handle
+        self.ctx = ClientContext(self.config, self.namespace)
+        if self.broadcasting:
+            self.offsets = LocalOffsetStore(self.config.offset_store_dir,
+                                            self.config.instance_name, self.group)  # fmt: skip
+        else:
+            self.offsets = RemoteOffsetStore(self.ctx, self.group)
+            await self._ensure_retry_topic()
+        await self.join()
+
+    async def join(self) -> None:
+        await self.ctx.coordinator.join_group.remote(self.group, self.member_id, self.handle,
+                                                     self.spec)  # fmt: skip
+
+    async def heartbeat(self) -> None:
+        """Join again if the coordinator forgot this member (it was restarted)."""
+        if not self.closed and not await self.ctx.coordinator.member_alive.remote(
+                self.group, self.member_id):  # fmt: skip
+            logger.warning("consumer %s: the coordinator forgot group %s; joining again",
+                           self.member_id, self.group)  # fmt: skip
+            await self.join()
+
+    async def _ensure_retry_topic(self) -> None:
+        for broker in await self.ctx.coordinator.brokers.remote():
+            handle = self.ctx.broker(broker)
+            if self.retry_topic not in await handle.call.remote("topics"):
+                await handle.call.remote("create_topic", self.retry_topic, 1, 1, PERM_ALL)
+
+    # --------------------------------------------------------- assignment
+    async def assign(self, generation: int, queues: list[MessageQueue]) -> None:
+        """Own exactly ``queues`` from now on (the coordinator revoked the others first)."""
+        if self.closed:
+            return
+        self.generation = max(self.generation, generation)
+        gone = [mq for mq in self.queues if mq not in set(queues)]
+        if gone:
+            await self.revoke(generation, gone)
+        new = [mq for mq in queues if mq not in self.queues]
+        if not new:
+            return
+        starts = await self._start_offsets(new)
+        for mq in new:
+            pq = ProcessQueue()
+            pq.next_pull = starts[mq]
+            self.offsets.update(mq, starts[mq])
+            self.queues[mq] = pq
+            self._owned_since[mq] = time.monotonic()
+            loops = [asyncio.create_task(self._pull_loop(mq, pq))]
+            if self.orderly:
+                loops.append(asyncio.create_task(self._orderly_loop(mq, pq)))
+            self.tasks[mq] = loops
+        logger.info("consumer %s now owns %d queues (generation %d)", self.member_id,
+                    len(self.queues), generation)  # fmt: skip
+
+    async def revoke(self, generation: int, queues: list[MessageQueue]) -> None:
+        """Give ``queues`` up: stop pulling, let in-flight work finish, commit, unlock."""
+        mqs = [mq for mq in queues if mq in self.queues]
+        for mq in mqs:
+            for task in self.tasks.get(mq, [])[:1]:  # the pull loop
+                task.cancel()
+        deadline = time.monotonic() + REVOKE_WAIT_S
+        for mq in mqs:
+            pq = self.queues[mq]
+            while (pq.inflight or pq.taken) and time.monotonic() < deadline:
+                pq.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pq.changed.wait(), 0.1)
+            self.offsets.update(mq, pq.commit_offset())
+        if mqs:
+            await self.offsets.persist(mqs, self.generation)
+        for mq in mqs:
+            pq = self.queues.pop(mq)
+            pq.drop()
+            for task in self.tasks.pop(mq, []):
+                task.cancel()
+            self.offsets.forget(mq)
+            self.history.append((mq, self._owned_since.pop(mq, 0.0), time.monotonic()))
+        if self.orderly and mqs and not self.broadcasting:
+            await self._unlock(mqs)
+
+    async def _start_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        found = await self.offsets.read(mqs)
+        fresh = [mq for mq in mqs if mq not in found]
+        if fresh:
+            pairs = sorted({(mq.broker_name, mq.topic) for mq in fresh})
+            stats = await asyncio.gather(
+                *(self.ctx.broker(b).call.remote("topic_stats", t) for b, t in pairs)
+            )
+            ends = {s.queue: (s.min_offset, s.max_offset) for per in stats for s in per}
+            for mq in fresh:
+                lo, hi = ends.get(mq, (0, 0))
+                if mq.topic == self.retry_topic or self.consume_from == "FIRST_OFFSET":
+                    found[mq] = lo
+                elif self.consume_from == "TIMESTAMP":
+                    found[mq] = await self.ctx.broker(mq.broker_name).call.remote(
+                        "offset_by_time", mq.topic, mq.queue_id, self.consume_timestamp_ms
+                    )
+                else:
+                    found[mq] = hi
+        return found
+
+    # --------------------------------------------------------------- pull
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        cfg = self.config
+        max_bytes = cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
+        tag_filter = self.filters.get(mq.topic, TagFilter.parse("*"))
+        while not pq.dropped:
+            if (
+                pq.count >= cfg.pull_threshold_for_queue
+                or pq.bytes >= max_bytes
+                or (not self.orderly and pq.span > cfg.consume_concurrently_max_span)
+            ):
+                await asyncio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
+                continue
+            req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                              queue_offset=pq.next_pull, max_nums=cfg.pull_batch_size,
+                              expression=tag_filter.expression,
+                              suspend_ms=cfg.broker_suspend_max_ms)  # fmt: skip
+            try:
+                resp = await self.ctx.hold(mq.broker_name).pull.remote(req)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("consumer %s: pull of %s failed (%s); again in %.1f s",
+                               self.member_id, mq, exc,
+                               cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
+                self.ctx.forget(mq.broker_name)
+                await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
+                continue
+            if pq.dropped:
+                return
+            if resp.status is PullStatus.FOUND:
+                msgs = self._prepare(decode_records(resp.buffer, broker_name=mq.broker_name),
+                                     tag_filter)  # fmt: skip
+                pq.put(msgs, resp.next_offset)
+                if msgs and not self.orderly:
+                    self._spawn(self._consume_concurrently(mq, pq, msgs))
+            else:
+                if resp.status is PullStatus.OFFSET_ILLEGAL:
+                    logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq,
+                                   pq.next_pull, resp.min_offset, resp.max_offset,
+                                   resp.next_offset)  # fmt: skip
+                pq.next_pull = resp.next_offset
+            if not pq.count:
+                self.offsets.update(mq, pq.commit_offset())
+
+    def _prepare(self, msgs: list[MessageExt], tag_filter: TagFilter) -> list[MessageExt]:
+        """Exact tag check, and retried messages get their original topic back."""
+        if tag_filter.tags is not None:
+            msgs = [m for m in msgs if tag_filter.matches_tags(m.tags)]
+        for m in msgs:
+            if m.topic == self.retry_topic:
+                m.topic = m.properties.get(P.RETRY_TOPIC, m.topic)
+        return msgs
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    # --------------------------------------------------------- concurrent
+    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue,
+                                    msgs: list[MessageExt]) -> None:  # fmt: skip
+        pq.inflight += 1
+        pq.mark_started(msgs)
+        try:
+            failed = await asyncio.get_running_loop().run_in_executor(
+                self.pool, self.runner.run_concurrently, msgs
+            )
+        finally:
+            pq.inflight -= 1
+        if pq.dropped:
+            return
+        self.consumed += len(msgs) - len(failed)
+        kept: list[MessageExt] = []
+        if failed and not self.broadcasting:
+            kept = await self._send_back(failed)
+        elif failed:
+            logger.warning("consumer %s: %d broadcast messages failed and are dropped",
+                           self.member_id, len(failed))  # fmt: skip
+        keep = {m.queue_offset for m in kept}
+        pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
+        self.offsets.update(mq, pq.commit_offset())
+        if kept:
+            for m in kept:
+                m.reconsume_times += 1
+            await asyncio.sleep(SEND_BACK_RETRY_S)
+            if not pq.dropped:
+                self._spawn(self._consume_concurrently(mq, pq, kept))
+
+    async def _send_back(self, msgs: list[MessageExt], *, dlq: bool = False) -> list[MessageExt]:
+        """Send failed messages back to their brokers (one call per broker); the ones
+        that could not be sent back (to be consumed again here)."""
+        by_broker: dict[str, list[MessageExt]] = {}
+        for m in msgs:
+            by_broker.setdefault(m.broker_name, []).append(m)
+        kept: list[MessageExt] = []
+        for broker, batch in by_broker.items():
+            items = [(m.commitlog_offset, -1 if dlq else 0) for m in batch]
+            try:
+                await self.ctx.broker(broker).call.remote(
+                    "send_back", self.group, items, self.max_reconsume_times
+                )
+            except Exception as exc:
+                logger.warning("consumer %s: send-back of %d messages to %s failed (%s); "
+                               "consuming them again here", self.member_id, len(batch),
+                               broker, exc)  # fmt: skip
+                kept.extend(batch)
+        return kept
+
+    async def clean_expired(self) -> None:
+        """Send back messages stuck in the listener past ``consume_timeout_ms``."""
+        if self.orderly or self.broadcasting:
+            return
+        for mq, pq in list(self.queues.items()):
+            stuck = pq.expired(self.config.consume_timeout_ms / 1000)
+            if stuck and not await self._send_back(stuck):
+                logger.warning("consumer %s: %d messages of %s took longer than %d ms; sent "
+                               "back", self.member_id, len(stuck), mq,
+                               self.config.consume_timeout_ms)  # fmt: skip
+                pq.remove(m.queue_offset for m in stuck)
+                self.offsets.update(mq, pq.commit_offset())
+
+    # ------------------------------------------------------------ orderly
+    async def _orderly_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        while not pq.dropped:
+            stale = time.monotonic() - pq.locked_at > cfg.lock_stale_ms / 1000
+            if not self.broadcasting and stale and not await self._lock([mq]):
+                await asyncio.sleep(LOCK_RETRY_S)
+                continue
+            pq.changed.clear()
+            msgs = pq.take(cfg.consume_message_batch_max_size)
+            if not msgs:
+                await pq.changed.wait()
+                continue
+            ok = await loop.run_in_executor(self.pool, self.runner.run_orderly, msgs)
+            if ok:
+                self.consumed += len(msgs)
+                self.offsets.update(mq, pq.commit_taken())
+                continue
+            for m in msgs:
+                m.reconsume_times += 1
+            over = [m for m in msgs if m.reconsume_times > self.max_reconsume_times]
+            if over and (self.broadcasting or not await self._send_back(over, dlq=True)):
+                for m in over:
+                    pq.taken.pop(m.queue_offset, None)
+                    pq.bytes -= len(m.body)
+            if pq.taken:
+                pq.rollback_taken()
+                await asyncio.sleep(cfg.suspend_current_queue_time_millis / 1000)
+            else:
+                self.offsets.update(mq, pq.commit_taken())
+
+    async def _lock(self, mqs: list[MessageQueue]) -> bool:
+        """Lock (or renew) ``mqs`` on their brokers; True if all were locked."""
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        all_ok = True
+        for broker, qs in by_broker.items():
+            try:
+                got = await self.ctx.broker(broker).call.remote(
+                    "lock_queues", self.group, self.member_id, [(q.topic, q.queue_id) for q in qs]
+                )
+            except Exception as exc:
+                logger.warning("consumer %s: locking queues on %s failed: %s", self.member_id,
+                               broker, exc)  # fmt: skip
+                all_ok = False
+                continue
+            now = time.monotonic()
+            for q in qs:
+                if (q.topic, q.queue_id) in {tuple(g) for g in got} and q in self.queues:
+                    self.queues[q].locked_at = now
+                else:
+                    all_ok = False
+        return all_ok
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        by_broker: dict[str, list[tuple[str, int]]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append((mq.topic, mq.queue_id))
+        for broker, qs in by_broker.items():
+            with contextlib.suppress(Exception):
+                await self.ctx.broker(broker).call.remote("unlock_queues", self.group,
+                                                          self.member_id, qs)  # fmt: skip
+
+    async def renew_locks(self) -> None:
+        if self.orderly and not self.broadcasting and self.queues:
+            await self._lock(list(self.queues))
+
+    # ------------------------------------------------------------ offsets
+    async def commit(self) -> None:
+        if self.offsets is not None:
+            await self.offsets.persist(None, self.generation)
+
+    async def shutdown(self) -> None:
+        """Stop, let in-flight work finish, commit, and leave the group (others rebalance)."""
+        if self.closed:
+            return
+        self.closed = True  # assignments from now on are ignored
+        if self.ctx is not None:
+            await self.revoke(self.generation, list(self.queues))
+            await self.commit()
+            with contextlib.suppress(Exception):
+                await self.ctx.coordinator.leave_group.remote(self.group, self.member_id)
+        for task in list(self.background):
+            task.cancel()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def stats(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "consumed": self.consumed,
+                "queues": sorted(self.queues), "generation": self.generation,
+                "history": list(self.history)}  # fmt: skip

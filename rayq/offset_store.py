@@ -1,0 +1,121 @@
+"""Where a push consumer keeps its offsets (RocketMQ ``OffsetStore``).
+
+Clustering: on the brokers, shared by the group (``RemoteOffsetStore``); commits
+carry the assignment's generation, so a broker refuses a stale member's commit.
+Broadcasting: in a local file per consumer instance (``LocalOffsetStore``), since
+every member reads every queue::
+
+    <offset_store_dir>/<instance_name>/<group>/
+        offsets.json        {"offsets": {"<topic>|<broker>|<queue id>": next offset}}
+        offsets.json.bak    the previous good version
+        offsets.json.tmp    written and fsynced, then renamed
+
+``offset_store_dir`` defaults to ``~/.rayq_offsets`` on the consumer's node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import msgspec
+
+from rayq.actors.wire import MessageQueue
+from rayq.store.config_files import JsonFile
+
+logger = logging.getLogger(__name__)
+
+CALL_TIMEOUT_S = 30.0
+
+
+class _OffsetsFile(msgspec.Struct):
+    offsets: dict[str, int]
+
+
+def _key(mq: MessageQueue) -> str:
+    return f"{mq.topic}|{mq.broker_name}|{mq.queue_id}"
+
+
+class RemoteOffsetStore:
+    """The group's offsets on the brokers; ``ctx`` gives broker handles by name."""
+
+    def __init__(self, ctx: object, group: str) -> None:
+        self._ctx = ctx
+        self.group = group
+        self.offsets: dict[MessageQueue, int] = {}
+        self._committed: dict[MessageQueue, int] = {}
+
+    def update(self, mq: MessageQueue, offset: int) -> None:
+        self.offsets[mq] = offset
+
+    async def read(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """The committed offsets of ``mqs`` (queues without one are left out)."""
+        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
+        refs = [self._ctx.broker(b).call.remote("query_offsets", self.group, t) for b, t in pairs]
+        found = await asyncio.wait_for(asyncio.gather(*refs), CALL_TIMEOUT_S)
+        committed = {
+            MessageQueue(t, b, q): o
+            for (b, t), per in zip(pairs, found, strict=True)
+            for q, o in per.items()
+        }
+        return {mq: committed[mq] for mq in mqs if mq in committed}
+
+    async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
+        """Commit the offsets of ``mqs`` (default: all) that changed since the last commit."""
+        todo: dict[tuple[str, str], dict[int, int]] = {}
+        for mq in mqs if mqs is not None else list(self.offsets):
+            off = self.offsets.get(mq)
+            if off is not None and off >= 0 and self._committed.get(mq) != off:
+                todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = off
+        if not todo:
+            return
+        refs = [self._ctx.broker(b).call.remote("commit_offsets", self.group, t, offs, generation)
+                for (b, t), offs in todo.items()]  # fmt: skip
+        results = await asyncio.gather(*refs, return_exceptions=True)
+        for ((broker, topic), offs), result in zip(todo.items(), results, strict=True):
+            if isinstance(result, BaseException):
+                logger.warning("group %s: committing %s on %s failed: %s", self.group, topic,
+                               broker, result)  # fmt: skip
+                continue
+            for qid, off in offs.items():
+                if qid in result:
+                    logger.warning("group %s: commit of %s:%s:%d refused (a newer owner "
+                                   "committed)", self.group, topic, broker, qid)  # fmt: skip
+                self._committed[MessageQueue(topic, broker, qid)] = off
+
+    def forget(self, mq: MessageQueue) -> None:
+        self.offsets.pop(mq, None)
+        self._committed.pop(mq, None)
+
+
+class LocalOffsetStore:
+    """Offsets of one broadcasting consumer, in a local JSON file."""
+
+    def __init__(self, directory: str, instance_name: str, group: str) -> None:
+        root = Path(directory or os.path.expanduser("~/.rayq_offsets"))
+        path = root / instance_name / group / "offsets.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = JsonFile(path, _OffsetsFile)
+        loaded = self.file.load()
+        self._saved = dict(loaded.offsets) if loaded else {}
+        self.offsets: dict[MessageQueue, int] = {}
+
+    def update(self, mq: MessageQueue, offset: int) -> None:
+        self.offsets[mq] = offset
+
+    async def read(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return {mq: self._saved[_key(mq)] for mq in mqs if _key(mq) in self._saved}
+
+    async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
+        changed = False
+        for mq, off in self.offsets.items():
+            if off >= 0 and self._saved.get(_key(mq)) != off:
+                self._saved[_key(mq)] = off
+                changed = True
+        if changed:
+            self.file.save(_OffsetsFile(offsets=dict(sorted(self._saved.items()))))
+
+    def forget(self, mq: MessageQueue) -> None:
+        self.offsets.pop(mq, None)

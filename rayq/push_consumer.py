@@ -1,0 +1,222 @@
+"""The push consumer: the user's listener runs in a Consumer actor; the coordinator
+decides which queues it owns.
+
+    consumer = rayq.PushConsumer("cg", consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe("orders", "TagA || TagB")
+    consumer.register_listener(lambda msgs: rayq.ConsumeStatus.CONSUME_SUCCESS)
+    consumer.start()          # a Consumer actor joins the group and starts consuming
+    ...
+    consumer.shutdown()       # finishes in-flight work, commits, leaves the group
+
+The listener is any picklable callable (it runs in the actor's thread pool and may
+call other Ray actors). See ``rayq.consume_service`` for how messages flow and
+``rayq.actors.rebalance`` for how queues move between the group's consumers.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import ray
+from ray import cloudpickle
+
+from rayq.actors.allocation import AllocateStrategy
+from rayq.actors.consumer import spawn_consumer
+from rayq.actors.wire import ClientConfig, MessageQueue
+from rayq.client import ClientContext, call
+from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
+from rayq.consume_service import ConsumeService
+from rayq.pull_consumer import DEFAULT_CONSUME_TIMESTAMP_AGO_MS, ConsumeFromWhere
+from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
+from rayq.store.filters import TagFilter
+from rayq.store.names import validate_group, validate_topic
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 60.0
+SHUTDOWN_TIMEOUT_S = 60.0
+MAX_RECONSUME_TIMES_MAX = 1024
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"  # each message to one consumer of the group
+    BROADCASTING = "BROADCASTING"  # every consumer gets every message
+
+
+class PushConsumer:
+    """A consumer whose listener is called with messages as they arrive."""
+
+    def __init__(
+        self,
+        group: str,
+        *,
+        model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp_ms: int | None = None,
+        allocate_strategy: AllocateStrategy = AllocateStrategy.AVERAGELY,
+        max_reconsume_times: int = 16,
+        config: ClientConfig | None = None,
+        namespace: str | None = None,
+        allocate_queues: list[MessageQueue] | None = None,
+    ) -> None:
+        validate_group(group)
+        _check(isinstance(model, MessageModel), f"model must be a MessageModel, got {model!r}")
+        _check(isinstance(consume_from, ConsumeFromWhere),
+               f"consume_from must be a ConsumeFromWhere, got {consume_from!r}")  # fmt: skip
+        _check(
+            consume_timestamp_ms is None
+            or (consume_timestamp_ms.__class__ is int and consume_timestamp_ms >= 0),
+            f"consume_timestamp_ms must be an int >= 0, got {consume_timestamp_ms!r}",
+        )
+        _check(
+            isinstance(allocate_strategy, AllocateStrategy),
+            f"allocate_strategy must be an AllocateStrategy, got {allocate_strategy!r}",
+        )
+        _check(max_reconsume_times.__class__ is int
+               and 0 <= max_reconsume_times <= MAX_RECONSUME_TIMES_MAX,
+               f"max_reconsume_times must be an int in 0..{MAX_RECONSUME_TIMES_MAX}, "
+               f"got {max_reconsume_times!r}")  # fmt: skip
+        _check(config is None or isinstance(config, ClientConfig),
+               f"config must be a rayq ClientConfig, got {type(config).__name__}")  # fmt: skip
+        queues = list(allocate_queues or [])
+        _check(all(isinstance(q, MessageQueue) for q in queues),
+               "allocate_queues must be a list of rayq MessageQueue")  # fmt: skip
+        _check((allocate_strategy is AllocateStrategy.CONFIG) == bool(queues),
+               "allocate_queues goes with allocate_strategy=AllocateStrategy.CONFIG, and only "
+               "with it")  # fmt: skip
+        self.group = group
+        self.model = model
+        self._consume_from = consume_from
+        if consume_timestamp_ms is None:
+            consume_timestamp_ms = int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS
+        self._consume_timestamp_ms = max(consume_timestamp_ms, 0)
+        self._strategy = allocate_strategy
+        self._allocation = queues
+        self._max_reconsume_times = max_reconsume_times
+        self._ctx = ClientContext(config, namespace)
+        self.member_id = f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self._subscriptions: dict[str, str] = {}
+        self._listener: Callable[..., Any] | None = None
+        self._orderly = False
+        self._actor: Any = None
+        self._closed = False
+
+    # ------------------------------------------------------------ set up
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` ("*", "A || B")."""
+        self._check_setup()
+        validate_topic(topic)
+        TagFilter.parse(expression)
+        self._subscriptions[topic] = expression
+
+    def unsubscribe(self, topic: str) -> None:
+        self._check_setup()
+        self._subscriptions.pop(topic, None)
+
+    def register_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
+        """``fn(list[MessageExt]) -> ConsumeStatus`` (or ``-> ConsumeOrderlyStatus`` with
+        ``orderly=True``); it must be picklable: it runs in the Consumer actor."""
+        self._check_setup()
+        _check(callable(fn), f"the listener must be callable, got {type(fn).__name__}")
+        _check(isinstance(orderly, bool), f"orderly must be a bool, got {orderly!r}")
+        try:
+            cloudpickle.dumps(fn)
+        except Exception as exc:
+            raise ConfigError(
+                f"the listener cannot be pickled to the Consumer actor: {exc}; "
+                "use a module-level function or a picklable callable"
+            ) from None
+        self._listener = fn
+        self._orderly = orderly
+
+    def start(self) -> None:
+        """Start the Consumer actor; returns once it joined and got its first queues."""
+        self._check_setup()
+        if not self._subscriptions:
+            raise ClientError("subscribe to at least one topic before start()")
+        if self._listener is None:
+            raise ClientError("register a listener before start()")
+        factory = partial(
+            ConsumeService, group=self.group, member_id=self.member_id,
+            subscriptions=dict(self._subscriptions), listener=self._listener,
+            orderly=self._orderly, broadcasting=self.model is MessageModel.BROADCASTING,
+            consume_from=self._consume_from.value, consume_timestamp_ms=self._consume_timestamp_ms,
+            max_reconsume_times=self._max_reconsume_times, strategy=self._strategy,
+            allocation=self._allocation, config=self._ctx.config, namespace=self._ctx.namespace,
+        )  # fmt: skip
+        actor = spawn_consumer(factory, self._ctx.namespace, f"rayq-consumer-{self.member_id}")
+        try:
+            call(actor.start.remote(), START_TIMEOUT_S)
+        except RayqError:
+            ray.kill(actor)
+            raise
+        self._actor = actor
+
+    # ----------------------------------------------------------- running
+    @property
+    def actor(self) -> Any:
+        """The Consumer actor's handle (None before ``start``)."""
+        return self._actor
+
+    def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer owns now."""
+        return self.stats()["queues"] if self._actor is not None else []
+
+    def stats(self) -> dict[str, Any]:
+        """``member_id``, ``consumed``, ``queues``, ``generation`` and ownership ``history``."""
+        self._check_open()
+        if self._actor is None:
+            raise ClientError("the consumer is not started")
+        return call(self._actor.stats.remote(), START_TIMEOUT_S)
+
+    def shutdown(self) -> None:
+        """Finish in-flight work, commit offsets, leave the group (the others take its queues
+        at once), stop the actor. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._actor is not None:
+            try:
+                call(self._actor.shutdown.remote(), SHUTDOWN_TIMEOUT_S)
+            except RayqError as exc:
+                logger.warning("consumer %s: shutdown failed: %s", self.member_id, exc)
+            ray.kill(self._actor)
+            self._actor = None
+
+    def __enter__(self) -> PushConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(f"the push consumer of group {self.group!r} is shut down")
+
+    def _check_setup(self) -> None:
+        self._check_open()
+        if self._actor is not None:
+            raise ClientError("the consumer is started; subscribe and register before start()")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+__all__ = [
+    "AllocateStrategy",
+    "ConsumeOrderlyStatus",
+    "ConsumeStatus",
+    "MessageModel",
+    "PushConsumer",
+]

@@ -1,0 +1,223 @@
+"""Push consumers through the public API: rebalance by the coordinator, concurrent and
+orderly listeners, broadcasting, and bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+import ray
+
+import rayq
+from rayq import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageModel
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "rayq-test-push"
+
+
+@ray.remote(num_cpus=0)
+class Recorder:
+    """Collects (consumer, topic, queue id, queue offset, body, reconsume times)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.fail: dict[bytes, int] = {}
+
+    def add(self, rows: list[tuple]) -> None:
+        self.rows.extend(rows)
+
+    def get(self) -> list[tuple]:
+        return list(self.rows)
+
+
+class Listener:
+    """Records every message; bodies in ``fail`` fail that many times first."""
+
+    def __init__(self, recorder: object, name: str, fail: dict[bytes, int] | None = None,
+                 orderly: bool = False) -> None:  # fmt: skip
+        self.recorder = recorder
+        self.name = name
+        self.fail = dict(fail or {})
+        self.orderly = orderly
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+    def __call__(self, msgs: list[rayq.MessageExt]) -> object:
+        with self.lock:
+            failing = [m for m in msgs if self.fail.get(m.body, 0) > 0]
+            for m in failing:
+                self.fail[m.body] -= 1
+        rows = [(self.name, m.topic, m.queue_id, m.queue_offset, m.body, m.reconsume_times,
+                 bool(failing)) for m in msgs]  # fmt: skip
+        self.recorder.add.remote(rows)  # type: ignore[attr-defined]
+        if failing:
+            return (ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT if self.orderly
+                    else ConsumeStatus.RECONSUME_LATER)  # fmt: skip
+        return ConsumeOrderlyStatus.SUCCESS if self.orderly else ConsumeStatus.CONSUME_SUCCESS
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: rayq.Cluster) -> rayq.Admin:
+    return rayq.Admin()
+
+
+@pytest.fixture
+def recorder(cluster: rayq.Cluster) -> Iterator[object]:
+    rec = Recorder.remote()
+    yield rec
+    ray.kill(rec)
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+def consumer(group: str, topic: str, listener: Callable, **options: object) -> rayq.PushConsumer:
+    c = rayq.PushConsumer(group, consume_from=ConsumeFromWhere.FIRST_OFFSET, **options)
+    c.subscribe(topic)
+    c.register_listener(listener, orderly=getattr(listener, "orderly", False))
+    c.start()
+    return c
+
+
+def send(topic: str, bodies: list[bytes]) -> None:
+    with rayq.Producer(group="pg") as producer:
+        for i in range(0, len(bodies), 50):
+            producer.send_batch([rayq.Message(topic, b) for b in bodies[i : i + 50]])
+
+
+def test_three_consumers_share_eight_queues_and_consume_each_message_once(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    topic, group = unique("push"), unique("cg")
+    admin.create_topic(topic, queues=8)
+    consumers = [consumer(group, topic, Listener(recorder, f"c{i}")) for i in range(3)]
+    try:
+        wait_for(lambda: sum(len([q for q in c.assignment() if q.topic == topic])
+                             for c in consumers) == 8, what="assignment")  # fmt: skip
+        sizes = sorted(len([q for q in c.assignment() if q.topic == topic]) for c in consumers)
+        assert sizes == [2, 3, 3]
+        owned = [q for c in consumers for q in c.assignment() if q.topic == topic]
+        assert len(owned) == len(set(owned)) == 8
+        bodies = [f"m{i}".encode() for i in range(400)]
+        send(topic, bodies)
+        wait_for(lambda: len(ray.get(recorder.get.remote())) >= 400, what="400 messages")
+        time.sleep(0.5)
+        rows = ray.get(recorder.get.remote())
+        assert Counter(r[4] for r in rows) == Counter(bodies)
+        by_queue = {(r[2]): r[0] for r in rows}
+        for name, c in zip(("c0", "c1", "c2"), consumers, strict=True):
+            mine = {q.queue_id for q in c.assignment() if q.topic == topic}
+            assert {q for q, n in by_queue.items() if n == name} <= mine
+    finally:
+        for c in consumers:
+            c.shutdown()
+
+
+def test_broadcasting_gives_every_consumer_every_message(
+    admin: rayq.Admin, recorder: object, tmp_path: object
+) -> None:
+    topic, group = unique("bc"), unique("cg")
+    admin.create_topic(topic, queues=2)
+    config = rayq.ClientConfig(offset_store_dir=str(tmp_path))
+    consumers = [
+        consumer(group, topic, Listener(recorder, f"b{i}"), model=MessageModel.BROADCASTING,
+                 config=rayq.ClientConfig(offset_store_dir=str(tmp_path),
+                                          instance_name=f"i{i}"))
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        bodies = [f"b{i}".encode() for i in range(50)]
+        send(topic, bodies)
+        wait_for(lambda: len(ray.get(recorder.get.remote())) >= 100, what="100 deliveries")
+        rows = ray.get(recorder.get.remote())
+        for name in ("b0", "b1"):
+            assert sorted(r[4] for r in rows if r[0] == name) == sorted(bodies)
+    finally:
+        for c in consumers:
+            c.shutdown()
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("offsets.json"))
+    assert files == [f"i0/{group}/offsets.json", f"i1/{group}/offsets.json"]
+    assert config.offset_store_dir == str(tmp_path)
+
+
+def test_consumers_subscribing_differently_in_one_group_get_a_clear_error(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    t1, t2, group = unique("s1"), unique("s2"), unique("cg")
+    admin.create_topic(t1, queues=1)
+    admin.create_topic(t2, queues=1)
+    first = consumer(group, t1, Listener(recorder, "a"))
+    try:
+        with pytest.raises(rayq.ConfigError, match="must subscribe alike"):
+            consumer(group, t2, Listener(recorder, "b"))
+        assert len(first.assignment()) == 2  # its topic's queue and its retry queue
+    finally:
+        first.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda: rayq.PushConsumer("bad group!"), rayq.InvalidGroupError),
+        (lambda: rayq.PushConsumer("g", model="CLUSTERING"), rayq.ConfigError),
+        (lambda: rayq.PushConsumer("g", max_reconsume_times=-1), rayq.ConfigError),
+        (
+            lambda: rayq.PushConsumer("g", allocate_strategy=rayq.AllocateStrategy.CONFIG),
+            rayq.ConfigError,
+        ),
+        (lambda: rayq.PushConsumer("g").subscribe("bad topic"), rayq.InvalidTopicError),
+        (lambda: rayq.PushConsumer("g").register_listener(42), rayq.ConfigError),
+        (
+            lambda: rayq.PushConsumer("g").register_listener(lambda m: m, orderly=1),
+            rayq.ConfigError,
+        ),
+        (lambda: rayq.PushConsumer("g").start(), rayq.ClientError),
+    ],
+)
+def test_bad_input_is_refused_before_anything_starts(
+    cluster: rayq.Cluster, make: Callable, error: type[rayq.RayqError]
+) -> None:
+    with pytest.raises(error):
+        make()
+
+
+def test_a_listener_that_cannot_be_pickled_is_refused(cluster: rayq.Cluster) -> None:
+    lock = threading.Lock()
+    c = rayq.PushConsumer("g-pickle")
+    with pytest.raises(rayq.ConfigError, match="pickled"):
+        c.register_listener(lambda msgs: lock)
+
+
+def test_calls_after_shutdown_raise_closed_error(admin: rayq.Admin, recorder: object) -> None:
+    topic, group = unique("closed"), unique("cg")
+    admin.create_topic(topic, queues=1)
+    c = consumer(group, topic, Listener(recorder, "x"))
+    c.shutdown()
+    c.shutdown()
+    with pytest.raises(rayq.ClosedError):
+        c.subscribe(topic)
+    with pytest.raises(rayq.ClosedError):
+        c.stats()
