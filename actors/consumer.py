@@ -63,12 +63,14 @@ class ConsumerActor:
     async def stats(self) -> dict[str, Any]:
         return self.service.stats()
 
-    async def shutdown(self) -> None:
+    async def shutdown(self) -> dict[str, Any]:
+        """Stop consuming, commit, leave the group; the final stats."""
         for task in self._tasks:
             task.cancel()
         with contextlib.suppress(Exception):
             await self.service.commit()
         await self.service.shutdown()
+        return self.service.stats()
 
 
 def spawn_consumer(factory: Callable[[], Any], namespace: str, name: str) -> Any:

@@ -410,4 +410,4 @@ class ConsumeService:
     def stats(self) -> dict[str, Any]:
         return {"member_id": self.member_id, "consumed": self.consumed,
                 "queues": sorted(self.queues), "generation": self.generation,
-                "history": list(self.history)}  # fmt: skip
+                "history": list(self.history), "owned_since": dict(self._owned_since)}  # fmt: skip

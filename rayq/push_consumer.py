@@ -108,6 +108,7 @@ class PushConsumer:
         self._orderly = False
         self._actor: Any = None
         self._closed = False
+        self._final_stats: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ set up
     def subscribe(self, topic: str, expression: str = "*") -> None:
@@ -171,7 +172,11 @@ class PushConsumer:
         return self.stats()["queues"] if self._actor is not None else []
 
     def stats(self) -> dict[str, Any]:
-        """``member_id``, ``consumed``, ``queues``, ``generation`` and ownership ``history``."""
+        """``member_id``, ``consumed``, ``queues``, ``generation``, ownership ``history``
+        (queue, from, to) and ``owned_since`` (queue: from), in ``time.monotonic()``; after
+        ``shutdown``, the last ones."""
+        if self._final_stats is not None:
+            return self._final_stats
         self._check_open()
         if self._actor is None:
             raise ClientError("the consumer is not started")
@@ -185,7 +190,7 @@ class PushConsumer:
         self._closed = True
         if self._actor is not None:
             try:
-                call(self._actor.shutdown.remote(), SHUTDOWN_TIMEOUT_S)
+                self._final_stats = call(self._actor.shutdown.remote(), SHUTDOWN_TIMEOUT_S)
             except RayqError as exc:
                 logger.warning("consumer %s: shutdown failed: %s", self.member_id, exc)
             ray.kill(self._actor)

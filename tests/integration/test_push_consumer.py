@@ -3,6 +3,7 @@ orderly listeners, broadcasting, and bad input."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -220,4 +221,70 @@ def test_calls_after_shutdown_raise_closed_error(admin: rayq.Admin, recorder: ob
     with pytest.raises(rayq.ClosedError):
         c.subscribe(topic)
     with pytest.raises(rayq.ClosedError):
-        c.stats()
+        c.register_listener(Listener(recorder, "y"))
+    with pytest.raises(rayq.ClosedError):
+        c.start()
+    assert c.stats()["queues"] == []  # the final stats stay readable
+
+
+def intervals(stats: dict, end: float) -> list[tuple[rayq.MessageQueue, float, float]]:
+    """Every (queue, from, to) a consumer owned, the current ones up to ``end``."""
+    return list(stats["history"]) + [(q, t, end) for q, t in stats["owned_since"].items()]
+
+
+def test_join_leave_and_kill_lose_nothing_and_never_share_a_queue(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    """Messages keep flowing while a consumer joins, one shuts down and one is killed:
+    every message is consumed, duplicates come only from the killed consumer's
+    uncommitted work, and no queue is ever owned by two consumers at once."""
+    topic, group = unique("churn"), unique("cg")
+    admin.create_topic(topic, queues=4)
+    bodies = [f"c{i}".encode() for i in range(1200)]
+    stop = threading.Event()
+
+    def produce() -> None:
+        with rayq.Producer(group="pg") as producer:
+            for i in range(0, len(bodies), 20):
+                producer.send_batch([rayq.Message(topic, b) for b in bodies[i : i + 20]])
+                time.sleep(0.05)
+        stop.set()
+
+    c0 = consumer(group, topic, Listener(recorder, "c0"))
+    c1 = consumer(group, topic, Listener(recorder, "c1"))
+    sender = threading.Thread(target=produce)
+    sender.start()
+    spans = []
+    try:
+        time.sleep(0.5)
+        c2 = consumer(group, topic, Listener(recorder, "c2"))
+        time.sleep(0.5)
+        c1.shutdown()
+        spans += intervals(c1.stats(), time.monotonic())  # released before shutdown returns
+        time.sleep(0.5)
+        c0_stats = c0.stats()
+        ray.kill(c0.actor)
+        spans += intervals(c0_stats, time.monotonic())
+        sender.join()
+        wait_for(lambda: set(bodies) <= {r[4] for r in ray.get(recorder.get.remote())},
+                 timeout=60, what="every message consumed")  # fmt: skip
+        wait_for(lambda: len([q for q in c2.assignment() if q.topic == topic]) == 4,
+                 what="the survivor owning every queue")  # fmt: skip
+        spans += intervals(c2.stats(), time.monotonic())
+    finally:
+        stop.wait(30)
+        for c in (c0, c1):
+            c._closed = True  # already stopped (killed or shut down)
+        c2.shutdown()
+    rows = ray.get(recorder.get.remote())
+    counts = Counter(r[4] for r in rows)
+    duplicated = {b for b, n in counts.items() if n > 1}
+    assert all(any(r[0] == "c0" for r in rows if r[4] == b) for b in duplicated), duplicated
+    by_queue: dict[rayq.MessageQueue, list[tuple[float, float]]] = {}
+    for q, start, end in spans:
+        if q.topic == topic:
+            by_queue.setdefault(q, []).append((start, end))
+    for q, owned in by_queue.items():
+        owned.sort()
+        for (_, end), (start, _) in itertools.pairwise(owned):
+            assert end <= start, f"{q} owned by two consumers at once"
