@@ -288,3 +288,41 @@ def test_join_leave_and_kill_lose_nothing_and_never_share_a_queue(
         owned.sort()
         for (_, end), (start, _) in itertools.pairwise(owned):
             assert end <= start, f"{q} owned by two consumers at once"
+
+
+def test_orderly_consumption_keeps_send_order_per_key_through_failures_and_a_rebalance(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    """Each key's messages are consumed in send order, although some fail (SUSPEND, retried
+    locally) and a second consumer joins half way."""
+    topic, group = unique("ord"), unique("cg")
+    admin.create_topic(topic, queues=4)
+    keys = [f"k{i}" for i in range(8)]
+    fail = {b"k1:3": 2, b"k5:10": 1, b"k6:0": 1}
+    first = consumer(group, topic, Listener(recorder, "o0", fail, orderly=True))
+    second = None
+    try:
+        with rayq.Producer(group="pg") as producer:
+            for seq in range(30):
+                if seq == 15:
+                    second = consumer(group, topic, Listener(recorder, "o1", fail, orderly=True))
+                for key in keys:
+                    producer.send_orderly(rayq.Message(topic, f"{key}:{seq}".encode()),
+                                          sharding_key=key)  # fmt: skip
+
+        def done() -> list[tuple]:
+            return [r for r in ray.get(recorder.get.remote()) if not r[6]]
+
+        wait_for(lambda: len(done()) >= 240, timeout=60, what="240 ordered messages")
+        assert second is not None and second.assignment()
+        per_key: dict[str, list[int]] = {}
+        for row in done():
+            key, seq = row[4].decode().split(":")
+            per_key.setdefault(key, []).append(int(seq))
+        assert per_key == {k: list(range(30)) for k in keys}
+        retried = [r for r in ray.get(recorder.get.remote()) if r[4] == b"k1:3"]
+        assert [r[5] for r in retried] == [0, 1, 2]  # reconsume times counted locally
+    finally:
+        first.shutdown()
+        if second is not None:
+            second.shutdown()
