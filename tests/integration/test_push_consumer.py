@@ -326,3 +326,27 @@ def test_orderly_consumption_keeps_send_order_per_key_through_failures_and_a_reb
         first.shutdown()
         if second is not None:
             second.shutdown()
+
+
+def test_the_broker_refuses_commits_of_an_older_generation_and_leases_queue_locks(
+    admin: rayq.Admin,
+) -> None:
+    from rayq.client import ClientContext, call
+
+    topic, group = unique("fence"), unique("cg")
+    admin.create_topic(topic, queues=2)
+    broker = ClientContext().broker("broker-a")
+
+    def commit(offsets: dict[int, int], generation: int) -> list[int]:
+        return call(broker.call.remote("commit_offsets", group, topic, offsets, generation))
+
+    assert commit({0: 5, 1: 5}, 200) == []
+    assert commit({0: 3}, 100) == [0]  # a stale owner cannot move the offset back
+    assert commit({0: 7}, 300) == []
+    assert call(broker.call.remote("query_offsets", group, topic)) == {0: 7, 1: 5}
+    got = call(broker.call.remote("lock_queues", group, "a", [(topic, 0), (topic, 1)]))
+    assert [tuple(g) for g in got] == [(topic, 0), (topic, 1)]
+    assert call(broker.call.remote("lock_queues", group, "b", [(topic, 0)])) == []
+    assert call(broker.call.remote("unlock_queues", group, "a", [(topic, 0)])) == 1
+    assert [tuple(g) for g in call(broker.call.remote("lock_queues", group, "b",
+                                                      [(topic, 0)]))] == [(topic, 0)]  # fmt: skip
