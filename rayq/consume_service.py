@@ -202,6 +202,7 @@ class ConsumeService:
         cfg = self.config
         max_bytes = cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
         tag_filter = self.filters.get(mq.topic, TagFilter.parse("*"))
+        backlog = False  # the last pull left messages behind: ask the broker directly
         while not pq.dropped:
             if (
                 pq.count >= cfg.pull_threshold_for_queue
@@ -215,7 +216,10 @@ class ConsumeService:
                               expression=tag_filter.expression,
                               suspend_ms=cfg.broker_suspend_max_ms)  # fmt: skip
             try:
-                resp = await self.ctx.hold(mq.broker_name).pull.remote(req)
+                if backlog:  # one hop instead of two (the hold service is for waiting)
+                    resp = await self.ctx.broker(mq.broker_name).pull.remote(req)
+                else:
+                    resp = await self.ctx.hold(mq.broker_name).pull.remote(req)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -223,10 +227,12 @@ class ConsumeService:
                                self.member_id, mq, exc,
                                cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
                 self.ctx.forget(mq.broker_name)
+                backlog = False
                 await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
                 continue
             if pq.dropped:
                 return
+            backlog = resp.status is PullStatus.FOUND and resp.next_offset < resp.max_offset
             if resp.status is PullStatus.FOUND:
                 msgs = self._prepare(decode_records(resp.buffer, broker_name=mq.broker_name),
                                      tag_filter)  # fmt: skip

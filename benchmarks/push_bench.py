@@ -1,0 +1,160 @@
+"""Push-consumer figures through Ray, all parts on this machine.
+
+Run: ``.venv/bin/python benchmarks/push_bench.py [--quick]`` (starts and stops its own
+local Ray). Prints: consumption throughput of one PushConsumer with a no-op listener
+draining a 1 KiB backlog on 8 queues, the same with 2 consumers, end-to-end latency
+(send -> listener called) at ~1,000 msgs/s, and the time from a consumer's death to
+its queues being consumed again by the survivor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import uuid
+
+import ray
+
+import rayq
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+@ray.remote(num_cpus=0)
+class Sink:
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, float, float]] = []
+
+    def add(self, rows: list[tuple[int, float, float]]) -> None:
+        self.rows.extend(rows)
+
+    def get(self) -> list[tuple[int, float, float]]:
+        return list(self.rows)
+
+
+def noop(msgs: list) -> rayq.ConsumeStatus:
+    return rayq.ConsumeStatus.CONSUME_SUCCESS
+
+
+class Timing:
+    """Reports (queue id, send time, listener time) of each message to a Sink."""
+
+    def __init__(self, sink: object) -> None:
+        self.sink = sink
+
+    def __call__(self, msgs: list) -> rayq.ConsumeStatus:
+        now = time.time()
+        self.sink.add.remote([(m.queue_id, float(m.body), now) for m in msgs])  # type: ignore[attr-defined]
+        return rayq.ConsumeStatus.CONSUME_SUCCESS
+
+
+def fill(topic: str, total: int) -> None:
+    body = b"x" * 1024
+    with rayq.Producer("bench-fill") as producer:
+        for _ in range(total // 100):
+            producer.send_batch([rayq.Message(topic, body)] * 100)
+
+
+def drain_rate(topic: str, total: int, consumers: int, batch: int) -> float:
+    group = f"bench-{uuid.uuid4().hex[:6]}"
+    config = rayq.ClientConfig(pull_batch_size=batch)
+    started = []
+    for _ in range(consumers):
+        c = rayq.PushConsumer(group, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+                              config=config)  # fmt: skip
+        c.subscribe(topic)
+        c.register_listener(noop)
+        started.append(c)
+    t0 = time.perf_counter()
+    for c in started:
+        c.start()
+    while sum(c.stats()["consumed"] for c in started) < total:
+        time.sleep(0.05)
+    rate = total / (time.perf_counter() - t0)
+    for c in started:
+        c.shutdown()
+    return rate
+
+
+def end_to_end(n: int) -> tuple[float, float]:
+    topic = "push-e2e"
+    rayq.Admin().create_topic(topic, queues=4)
+    sink = Sink.remote()
+    c = rayq.PushConsumer("bench-e2e")
+    c.subscribe(topic)
+    c.register_listener(Timing(sink))
+    c.start()
+    with rayq.Producer("bench-e2e") as producer:
+        for _ in range(n):
+            producer.send_oneway(rayq.Message(topic, repr(time.time()).encode()))
+            time.sleep(0.001)
+    time.sleep(1.0)
+    rows = ray.get(sink.get.remote())
+    c.shutdown()
+    lat = [(done - sent) * 1000 for _, sent, done in rows]
+    return pct(lat, 50), pct(lat, 99)
+
+
+def failover(seconds: float) -> float:
+    """Seconds from killing one of two consumers to the survivor consuming its queues."""
+    topic = "push-failover"
+    rayq.Admin().create_topic(topic, queues=4)
+    sink = Sink.remote()
+    group = f"bench-fo-{uuid.uuid4().hex[:6]}"
+    consumers = []
+    for _ in range(2):
+        c = rayq.PushConsumer(group)
+        c.subscribe(topic)
+        c.register_listener(Timing(sink))
+        c.start()
+        consumers.append(c)
+    victim, survivor = consumers
+    victim_queues = {q.queue_id for q in victim.assignment() if q.topic == topic}
+    killed_at = 0.0
+    with rayq.Producer("bench-fo") as producer:
+        t_end = time.time() + seconds
+        while time.time() < t_end:
+            if not killed_at and time.time() > t_end - seconds / 2:
+                killed_at = time.time()
+                ray.kill(victim.actor)
+                victim._closed = True  # killed: nothing to shut down
+            producer.send(rayq.Message(topic, repr(time.time()).encode()))
+            time.sleep(0.005)
+    time.sleep(1.0)
+    rows = ray.get(sink.get.remote())
+    survivor.shutdown()
+    resumed = [done for q, sent, done in rows if q in victim_queues and sent > killed_at]
+    return min(resumed) - killed_at if resumed else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    total = 50_000 if args.quick else 200_000
+    with tempfile.TemporaryDirectory(prefix="rayq-bench-") as tmp:
+        cluster = rayq.start(tmp)
+        try:
+            rayq.Admin().create_topic("push-backlog", queues=8)
+            fill("push-backlog", total)
+            for batch in (32, 256):
+                one = drain_rate("push-backlog", total, 1, batch)
+                two = drain_rate("push-backlog", total, 2, batch)
+                print(f"push consumption, no-op listener, 1 KiB, pull_batch_size {batch:>3}: "
+                      f"{one:>9,.0f} msgs/s with 1 consumer, {two:>9,.0f} msgs/s with 2 on "
+                      f"8 queues")  # fmt: skip
+            p50, p99 = end_to_end(2000 if args.quick else 5000)
+            print(f"end-to-end latency, ~1,000 msgs/s (send -> listener): p50 {p50:.2f} ms, "
+                  f"p99 {p99:.2f} ms")  # fmt: skip
+            gap = failover(4.0)
+            print(f"consumer killed -> its queues consumed again by the survivor: {gap:.2f} s")
+        finally:
+            cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
