@@ -43,6 +43,7 @@ framing holds (a valid record follows it) to QUARANTINE_MAGIC; readers skip it.
 from __future__ import annotations
 
 import enum
+import functools
 import socket
 import struct
 import zlib
@@ -114,7 +115,9 @@ def encode_host(host: str) -> bytes:
     return packed_ip + _HOST_PORT.pack(int(port) if port.isdigit() else 0)
 
 
+@functools.lru_cache(maxsize=4096)
 def decode_host(raw: bytes) -> str:
+    """``ip:port`` of an 8-byte host (cached: a queue's records share a few hosts)."""
     return f"{socket.inet_ntoa(raw[:4])}:{_HOST_PORT.unpack(raw[4:8])[0]}"
 
 
