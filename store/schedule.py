@@ -73,7 +73,8 @@ logger = logging.getLogger(__name__)
 SCHEDULE_TICK_MS: Final[int] = 100  # longest sleep between ticks (RocketMQ DELAY_FOR_A_WHILE)
 MIN_TICK_MS: Final[int] = 5
 DELIVER_MAX_PER_TICK: Final[int] = 2048  # per queue, so one tick stays short
-DELIVER_AT_MAX_AHEAD_MS: Final[int] = 3 * 24 * 3600 * 1000
+DELIVER_AT_MAX_AHEAD_MS: Final[int] = 3 * 24 * 3600 * 1000  # the producer's limit
+CLOCK_SKEW_MS: Final[int] = 60_000  # the broker allows the producer's clock to be this far ahead
 READ_BATCH: Final[int] = 32
 _GROUP: Final[str] = "SCHEDULE"  # get_messages wants a group; offsets are ours
 QueueTouched = dict[tuple[str, int], int]
@@ -170,7 +171,7 @@ class ScheduleService:
                 raise InvalidMessageError(
                     "a message has a delay level or a delivery time, not both", value=level
                 )
-            latest = self.clock.now_ms() + DELIVER_AT_MAX_AHEAD_MS
+            latest = self.clock.now_ms() + DELIVER_AT_MAX_AHEAD_MS + CLOCK_SKEW_MS
             if not 0 <= at <= latest:
                 raise InvalidMessageError(
                     f"deliver_at_ms={at} must be epoch ms at most 3 days ahead (<= {latest})",
