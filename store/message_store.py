@@ -11,6 +11,9 @@ Directory layout under the store root::
     config/dispatch.json          known queues and their sizes, for damage detection (manifest.py)
     config/*.json                 topics, groups, offsets (config_files.py, the broker's)
 
+Delayed messages are ordinary records of the system topic SCHEDULE_TOPIC_XXXX
+until they are due (schedule.py keeps that topic's queues and progress).
+
 One writer: ``put_messages`` appends a batch to the commit log and dispatches it
 to consume queues and the index in the same call. Readers use ``get_messages``
 (raw records, RocketMQ's statuses) and the lookups. ``flush`` makes everything
