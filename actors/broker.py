@@ -460,7 +460,8 @@ class BrokerActor:
         await self._ensure_started()
         version = self.server.tables.topics.data_version
         result = getattr(self.server, method)(*args)
-        if self.server.tables.topics.data_version != version:  # routes must show it now
+        changed = self.server.tables.topics.data_version != version  # e.g. a new %RETRY%
+        if changed or method in ("create_topic", "delete_topic"):  # routes must show it now
             await self._register()
         if isinstance(result, SendBackResult):  # dead letters are appended at once
             self._notify({(t, 0): self.server.max_offset(t, 0) for t in set(result.topics)})
