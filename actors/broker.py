@@ -4,7 +4,17 @@
 makes it a named, restartable async Ray actor pinned to a node. Sends, pulls and
 admin calls run in separate concurrency groups so held pulls and slow admin calls
 cannot starve sends. Restarted by Ray, ``__init__`` reopens (and so recovers)
-the store from disk.
+the store from disk, and the schedule service reloads its progress.
+
+Concurrency groups run on threads of their own: every append (sends, delayed
+deliveries, send-backs) holds ``BrokerServer.writing``, so one writer at a time.
+
+Delayed delivery (store/schedule.py): a batch the producer marked ``scheduled`` is
+routed through the schedule service; the actor ticks it (``SCHEDULE_TICK_MS``, or
+sooner when something is due sooner) and notifies its PullHold of what was
+delivered. Send-back (``send_back``, reached through ``call``): failed messages of
+a consumer group go to ``%RETRY%<group>`` through the delay levels, or to
+``%DLQ%<group>``, both created on first use with one queue.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +34,9 @@ from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter
 from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.config_files import (
     PERM_ALL,
+    PERM_READ,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
     ConfigStore,
     SubscriptionGroupConfig,
     TopicConfig,
@@ -38,8 +52,10 @@ from rayq.store.errors import (
     PermissionDeniedError,
     TopicNotFoundError,
 )
-from rayq.store.message import GetStatus, MessageExt
+from rayq.store.message import GetStatus, MessageExt, PutResult
 from rayq.store.names import validate_group, validate_topic
+from rayq.store.schedule import SCHEDULE_TICK_MS, ScheduleService, ScheduleStats
+from rayq.store.send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
 
 from .queue_locks import QueueLocks
 from .wire import (
@@ -52,6 +68,9 @@ from .wire import (
     PullStatus,
     QueueData,
     QueueStats,
+    SendBackItem,
+    SendBackRequest,
+    SendBackResult,
     SendStatus,
 )
 
@@ -92,12 +111,17 @@ class BrokerServer:
         self.tables = ConfigStore(self.root)
         self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
         self._fences: dict[tuple[str, str, int], int] = {}  # (group, topic, queue) -> generation
+        self.writing = threading.Lock()  # one appender at a time (see the module doc)
+        self.schedule = ScheduleService(
+            self.store, self.tables.delay_offsets, config.delay_levels,
+            accept=self.tables.topics.__contains__,
+        )  # fmt: skip
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
     # ------------------------------------------------------------- topics
     def topic_config(self, topic: str, create: bool = False) -> TopicConfig:
-        validate_topic(topic)
+        _check_not_system(topic)
         cfg = self.tables.topics.get(topic)
         if cfg is not None:
             return cfg
@@ -113,7 +137,7 @@ class BrokerServer:
     def create_topic(
         self, topic: str, read_queues: int, write_queues: int, perm: int
     ) -> TopicConfig:
-        validate_topic(topic)
+        _check_not_system(topic)
         for name, n in (("read_queues", read_queues), ("write_queues", write_queues)):
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
                 raise InvalidOffsetError(f"{name} must be an int in 1..1024, got {n!r}")
@@ -124,10 +148,11 @@ class BrokerServer:
         return cfg
 
     def delete_topic(self, topic: str) -> bool:
-        validate_topic(topic)
+        _check_not_system(topic)
         existed = self.tables.topics.delete(topic)
         self.tables.topics.persist()
-        self.store.delete_topic(topic)
+        with self.writing:
+            self.store.delete_topic(topic)
         self.tables.consumer_offsets.remove_topic(topic)
         return existed
 
@@ -156,13 +181,12 @@ class BrokerServer:
                 f"queue {batch.queue_id} of topic {batch.topic!r} does not exist: it has "
                 f"{cfg.write_queue_nums} write queues", queue_id=batch.queue_id,
             )  # fmt: skip
-        result = self.store.put_encoded(batch)
-        if result.status is PutStatus.DISK_FULL:
-            raise DiskFullError(result.error)
-        if result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
-            raise MessageTooLargeError(result.error)
-        if not result.ok:
-            raise InvalidMessageError(result.error)
+        with self.writing:
+            if batch.scheduled:  # some record has DELAY or __DELIVER_AT_MS: park those
+                result = self.schedule.put_batch(batch)
+            else:
+                result = self.store.put_encoded(batch)
+        raise_for_put(result)
         return BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
                                offset_msg_ids=result.offset_msg_ids,
                                queue_offsets=result.queue_offsets)  # fmt: skip
@@ -318,20 +342,83 @@ class BrokerServer:
     def view_message(self, msg_id: str) -> MessageExt | None:
         return self.store.view_message(msg_id)
 
+    # ------------------------------------------------- delays and retries
+    def send_back(self, request: SendBackRequest) -> SendBackResult:
+        """Failed messages of a consumer group to its retry or dead-letter topic: one call
+        per batch, all or none (store/send_back.py). Bad input raises a RayqError and
+        writes nothing."""
+        if not isinstance(request, SendBackRequest):
+            raise InvalidMessageError(
+                f"send_back takes a SendBackRequest, got {type(request).__name__}"
+            )
+        items = request.items if isinstance(request.items, list) else None
+        if items is None or not all(isinstance(i, SendBackItem) for i in items):
+            raise InvalidMessageError("SendBackRequest.items must be a list of SendBackItem")
+        msgs = prepare_send_back(self.store, request.group,
+                                 [(i.commitlog_offset, i.delay_level) for i in items],
+                                 request.max_reconsume_times)  # fmt: skip
+        for topic in {m.topic for m in msgs}:
+            self.ensure_system_topic(topic, GROUP_TOPIC_QUEUE_NUMS)
+        with self.writing:
+            result = self.schedule.put(msgs)
+        raise_for_put(result)
+        return SendBackResult(topics=[m.topic for m in msgs], msg_ids=result.msg_ids,
+                              reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
+
+    def schedule_tick(self) -> dict[tuple[str, int], int]:
+        """Deliver due delayed messages: {(topic, queue): new max offset} of what was written."""
+        with self.writing:
+            return self.schedule.tick()
+
+    def schedule_stats(self) -> ScheduleStats:
+        """Delay-level progress (next offset, max offset) and the deliver-at backlog."""
+        return self.schedule.stats()
+
+    def ensure_system_topic(self, topic: str, queues: int) -> bool:
+        """Create a retry or dead-letter topic (read and write) unless it exists; True if new.
+        Created even when auto_create_topic_enable is off, as RocketMQ does."""
+        if topic in self.tables.topics:
+            return False
+        self.create_topic(topic, queues, queues, PERM_READ | PERM_WRITE)
+        return True
+
     # ------------------------------------------------------ housekeeping
     def flush_targets(self) -> tuple[int, int]:
         """(commit-log bytes written, offset below which queues and index are written)."""
         return self.store.written_offset, self.store.dispatched_offset
 
     def persist(self) -> None:
+        with self.writing:
+            self.schedule.sync_progress()
         self.tables.persist_all()
 
     def retention_tick(self) -> None:
         self.store.retention_tick()
 
     def close(self) -> None:
+        with self.writing:
+            self.schedule.sync_progress()
         self.tables.close()
         self.store.close()
+
+
+def _check_not_system(topic: str) -> None:
+    validate_topic(topic)
+    if topic == SCHEDULE_TOPIC:
+        raise PermissionDeniedError(
+            f"{SCHEDULE_TOPIC} is a system topic: delayed messages wait there; send with "
+            "Message(delay_level=...) or Message(deliver_at_ms=...) instead", topic=topic,
+        )  # fmt: skip
+
+
+def raise_for_put(result: PutResult) -> None:
+    """The RayqError for a failed append (nothing was written)."""
+    if result.status is PutStatus.DISK_FULL:
+        raise DiskFullError(result.error)
+    if result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
+        raise MessageTooLargeError(result.error)
+    if not result.ok:
+        raise InvalidMessageError(result.error)
 
 
 class BrokerActor:
@@ -371,6 +458,7 @@ class BrokerActor:
                 asyncio.create_task(self._every(cfg.retention_check_interval_ms,
                                                 self.server.retention_tick)),
                 asyncio.create_task(self._every(cfg.heartbeat_interval_ms, self._heartbeat_sync)),
+                asyncio.create_task(self._schedule_loop()),
             ]  # fmt: skip
         await self._register()
         return True
@@ -391,6 +479,22 @@ class BrokerActor:
             except Exception:  # a failed tick is logged; the next one tries again
                 logger.exception("broker %s: periodic %s failed", self.server.name, fn.__name__)
 
+    async def _schedule_loop(self) -> None:
+        """Deliver delayed messages when due and wake the long polls waiting for them."""
+        while not self._closed:
+            wait_ms = SCHEDULE_TICK_MS
+            try:
+                self._notify(self.server.schedule_tick())
+                wait_ms = self.server.schedule.next_wait_ms()
+            except Exception:  # logged; the next tick tries again
+                logger.exception("broker %s: delayed delivery tick failed", self.server.name)
+            await asyncio.sleep(wait_ms / 1000)
+
+    def _notify(self, touched: dict[tuple[str, int], int]) -> None:
+        if self._hold is not None:
+            for (topic, queue_id), max_offset in touched.items():
+                self._hold.notify.remote(topic, queue_id, max_offset)
+
     async def _ensure_started(self) -> None:
         """After a restart, the first call (the flusher's, within a flush interval) re-wires
         and re-registers this broker, whoever else notices the restart."""
@@ -407,7 +511,10 @@ class BrokerActor:
         if not known:  # auto-created: routes must show it now, not at the next heartbeat
             await self._register()
         if self._hold is not None:
-            self._hold.notify.remote(batch.topic, batch.queue_id, result.queue_offsets[-1] + 1)
+            # A scheduled batch's offsets may be SCHEDULE_TOPIC_XXXX's: ask the queue.
+            high = (self.server.max_offset(batch.topic, batch.queue_id) if batch.scheduled
+                    else result.queue_offsets[-1] + 1)  # fmt: skip
+            self._hold.notify.remote(batch.topic, batch.queue_id, high)
         if self.server.config.flush_disk_type.value == "SYNC_FLUSH" and self._flusher is not None:
             written = self.server.store.written_offset
             timeout = self.server.config.store.sync_flush_timeout_ms / 1000
@@ -430,9 +537,13 @@ class BrokerActor:
         if method.startswith("_") or not hasattr(BrokerServer, method):
             raise InvalidMessageError(f"broker has no method {method!r}")
         await self._ensure_started()
+        version = self.server.tables.topics.data_version
         result = getattr(self.server, method)(*args)
-        if method in ("create_topic", "delete_topic"):
+        changed = self.server.tables.topics.data_version != version  # e.g. a new %RETRY%
+        if changed or method in ("create_topic", "delete_topic"):  # routes must show it now
             await self._register()
+        if isinstance(result, SendBackResult):  # dead letters are appended at once
+            self._notify({(t, 0): self.server.max_offset(t, 0) for t in set(result.topics)})
         return result
 
     @ray.method(concurrency_group="admin")

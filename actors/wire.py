@@ -16,6 +16,8 @@ from msgspec import Meta
 
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
 from rayq.store.config import convert_config
+from rayq.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
+from rayq.store.send_back import DEFAULT_MAX_RECONSUME_TIMES
 
 NAMESPACE = "rayq"
 COORDINATOR_NAME = "rayq-coordinator"
@@ -54,6 +56,14 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     store: StoreConfig = DEFAULT_STORE_CONFIG
     listen_port: Positive = 10911  # part of the store host in offset message ids
     rebalance_lock_max_live_time_ms: Positive = 60_000  # orderly consumption queue locks
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay of level 1, 2, ... (s/m/h/d)
+
+    def __post_init__(self) -> None:
+        DelayLevels.parse(self.message_delay_level)  # ConfigError for a bad table
+
+    @property
+    def delay_levels(self) -> DelayLevels:
+        return DelayLevels.parse(self.message_delay_level)
 
     @property
     def store_config(self) -> StoreConfig:
@@ -192,3 +202,32 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     store_dir: str
     topics: dict[str, QueueData]
     data_version: int = 0
+
+
+class SendBackItem(msgspec.Struct, frozen=True):
+    """One failed message: its commit-log offset (``MessageExt.commitlog_offset``) and
+    the delay level of its next attempt: 0 lets the broker pick ``3 + reconsume_times``,
+    a negative level sends it straight to the dead-letter topic."""
+
+    commitlog_offset: int
+    delay_level: int = 0
+
+
+class SendBackRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Messages ``group`` failed to consume, for ``Broker.call("send_back", request)``.
+
+    All items must be messages of the broker called (one call per broker and batch).
+    """
+
+    group: str
+    items: list[SendBackItem]
+    max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+
+
+class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Per item, in order: the topic the copy went to (``%RETRY%<group>`` or
+    ``%DLQ%<group>``), its msg id and its new reconsume times."""
+
+    topics: list[str]
+    msg_ids: list[str]
+    reconsume_times: list[int]

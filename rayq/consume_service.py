@@ -33,26 +33,30 @@ from typing import Any
 
 from rayq.actors.allocation import AllocateStrategy
 from rayq.actors.rebalance import MemberSpec
-from rayq.actors.wire import ClientConfig, MessageQueue, PullRequest, PullStatus
+from rayq.actors.wire import (
+    ClientConfig,
+    MessageQueue,
+    PullRequest,
+    PullStatus,
+    SendBackItem,
+    SendBackRequest,
+)
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
 from rayq.process_queue import ProcessQueue
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
-from rayq.store.config_files import PERM_ALL
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
+from rayq.store.names import retry_topic
+from rayq.store.send_back import GROUP_TOPIC_QUEUE_NUMS
 
 logger = logging.getLogger(__name__)
 
 REVOKE_WAIT_S = 10.0  # how long a revoked queue's in-flight work may take to finish
 SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
 LOCK_RETRY_S = 1.0
-
-
-def retry_topic(group: str) -> str:
-    return "%RETRY%" + group
 
 
 class ConsumeService:
@@ -119,10 +123,15 @@ class ConsumeService:
             await self.join()
 
     async def _ensure_retry_topic(self) -> None:
-        for broker in await self.ctx.coordinator.brokers.remote():
-            handle = self.ctx.broker(broker)
-            if self.retry_topic not in await handle.call.remote("topics"):
-                await handle.call.remote("create_topic", self.retry_topic, 1, 1, PERM_ALL)
+        brokers = await self.ctx.coordinator.brokers.remote()
+        await asyncio.gather(
+            *(
+                self.ctx.broker(b).call.remote(
+                    "ensure_system_topic", self.retry_topic, GROUP_TOPIC_QUEUE_NUMS
+                )
+                for b in brokers
+            )
+        )
 
     # --------------------------------------------------------- assignment
     async def assign(self, generation: int, queues: list[MessageQueue]) -> None:
@@ -300,11 +309,12 @@ class ConsumeService:
             by_broker.setdefault(m.broker_name, []).append(m)
         kept: list[MessageExt] = []
         for broker, batch in by_broker.items():
-            items = [(m.commitlog_offset, -1 if dlq else 0) for m in batch]
+            req = SendBackRequest(
+                group=self.group, max_reconsume_times=self.max_reconsume_times,
+                items=[SendBackItem(m.commitlog_offset, -1 if dlq else 0) for m in batch],
+            )  # fmt: skip
             try:
-                await self.ctx.broker(broker).call.remote(
-                    "send_back", self.group, items, self.max_reconsume_times
-                )
+                await self.ctx.broker(broker).call.remote("send_back", req)
             except Exception as exc:
                 logger.warning("consumer %s: send-back of %d messages to %s failed (%s); "
                                "consuming them again here", self.member_id, len(batch),

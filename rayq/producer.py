@@ -52,11 +52,11 @@ from rayq.store.errors import (
 )
 from rayq.store.message import COMPRESSED_FLAG
 from rayq.store.names import validate_group, validate_topic
+from rayq.store.schedule import DELIVER_AT_MAX_AHEAD_MS
 
 logger = logging.getLogger(__name__)
 
-MAX_DELAY_LEVEL: Final[int] = 18
-DELIVER_AT_MAX_AHEAD_MS: Final[int] = 3 * 24 * 3600 * 1000
+MAX_DELAY_LEVEL: Final[int] = 18  # the broker clamps to its own table (message_delay_level)
 SLOW_CALL_S: Final[float] = 1.0
 ASYNC_BATCH_MAX_MESSAGES: Final[int] = 1000
 MAX_INFLIGHT_PUTS: Final[int] = 4

@@ -11,6 +11,11 @@ per batch; the store re-checks the framing of every record with numpy
 CRC over it (``fill_store_block``), and copies the bytes in. No Python bytecode runs per message
 on the store side.
 
+``scheduled`` marks a batch in which some record carries a ``DELAY`` or
+``__DELIVER_AT_MS`` property: only such batches take the broker's scheduled path
+(schedule.py), which decodes them; every other batch is appended without a look at
+its properties. Like the hashes, the mark is the producer's word.
+
 Tag hashes and key hashes are hints the store trusts: a wrong one only hides the
 sender's own message from a tag filter or a key query (consumers re-check tags
 exactly, queries re-check keys), and recovery recomputes both from the properties.
@@ -48,7 +53,7 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     ``sizes`` (int32), ``tags_codes`` (int64) and ``index_hashes`` (int64) are
     little-endian numpy buffers; ``index_records`` (int32) names the record of
-    each index hash.
+    each index hash. ``scheduled``: some record has a DELAY or __DELIVER_AT_MS property.
     """
 
     topic: str
@@ -60,6 +65,11 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     index_hashes: bytes = b""
     index_records: bytes = b""
     msg_ids: list[str] = []
+    scheduled: bool = False
+
+
+def _is_scheduled(props: dict[str, str]) -> bool:
+    return bool(props) and (P.DELAY in props or P.DELIVER_AT_MS in props)
 
 
 def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, str]]:
@@ -86,18 +96,22 @@ def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, 
     return tags, keys, uniq, props
 
 
-def _property_texts(msgs: Sequence[InnerMessage]) -> tuple[list[str], list[tuple], int]:
-    """Each message's property string, its (tags, keys, uniq) and the entry count."""
+def _property_texts(
+    msgs: Sequence[InnerMessage],
+) -> tuple[list[str], list[tuple], int, bool]:
+    """Each message's property string, its (tags, keys, uniq), the entry count and
+    whether any message is scheduled (has a DELAY or __DELIVER_AT_MS property)."""
     fast = _shared_property_texts(msgs)
     if fast is not None:
-        return fast
-    texts, fields, entries = [], [], 0
+        return *fast, _is_scheduled(msgs[0].properties)
+    texts, fields, entries, scheduled = [], [], 0, False
     for i, m in enumerate(msgs):
         tags, keys, uniq, others = _props_of(i, m)
         texts.append(P.encode_message_properties(tags, keys, uniq, others))
         fields.append((tags, keys, uniq))
         entries += P.count_entries(tags, keys, uniq, others)
-    return texts, fields, entries
+        scheduled = scheduled or _is_scheduled(others)
+    return texts, fields, entries, scheduled
 
 
 def _shared_property_texts(
@@ -160,7 +174,7 @@ def encode_batch(
         raise InvalidMessageError(f"queue_id {queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
     bodies = [m.body for m in msgs]
     _check_bodies(bodies, max_body_bytes)
-    texts, fields, entries = _property_texts(msgs)
+    texts, fields, entries, scheduled = _property_texts(msgs)
     _check_texts(texts, entries)
     raws = list(map(str.encode, texts))
     longest = max(map(len, raws))
@@ -171,7 +185,7 @@ def encode_batch(
             f"{max_properties_bytes} (max_properties_size_bytes)",
             value=longest, limit=max_properties_bytes, field="properties",
         )  # fmt: skip
-    return _assemble(msgs, topic, queue_id, bodies, raws, fields)
+    return _assemble(msgs, topic, queue_id, bodies, raws, fields, scheduled)
 
 
 def _check_bodies(bodies: list[bytes], max_body: int) -> None:
@@ -190,7 +204,7 @@ def _check_bodies(bodies: list[bytes], max_body: int) -> None:
 
 
 def _assemble(msgs: Sequence[InnerMessage], topic: str, queue_id: int, bodies: list[bytes],
-              raws: list[bytes], fields: list[tuple]) -> EncodedBatch:  # fmt: skip
+              raws: list[bytes], fields: list[tuple], scheduled: bool) -> EncodedBatch:  # fmt: skip
     n = len(msgs)
     topic_field = codec.topic_field(topic)
     pack_len = codec.PROPS_LEN.pack
@@ -220,7 +234,7 @@ def _assemble(msgs: Sequence[InnerMessage], topic: str, queue_id: int, bodies: l
         tags_codes=np.asarray([tags_code(f[0]) for f in fields], dtype="<i8").tobytes(),
         index_hashes=np.asarray(hashes, dtype="<i8").tobytes(),
         index_records=np.asarray(owners, dtype="<i4").tobytes(),
-        msg_ids=[f[2] for f in fields],
+        msg_ids=[f[2] for f in fields], scheduled=scheduled,
     )  # fmt: skip
 
 

@@ -309,13 +309,15 @@ def decode_record(
     )
 
 
-def decode_records(buffer: bytes, *, broker_name: str = "") -> list[MessageExt]:
+def decode_records(
+    buffer: bytes, *, broker_name: str = "", decompress: bool = True
+) -> list[MessageExt]:
     """Decode records laid back to back (a GetResult buffer)."""
     out: list[MessageExt] = []
     pos = 0
     end = len(buffer)
     while pos < end:
         (size,) = PREFIX.unpack_from(buffer, pos)[:1]
-        out.append(decode_record(buffer, pos, broker_name=broker_name))
+        out.append(decode_record(buffer, pos, decompress=decompress, broker_name=broker_name))
         pos += size
     return out

@@ -7,7 +7,9 @@ On-disk layout (RocketMQ's ``store/config/``), all UTF-8 JSON, pretty-printed::
         subscriptionGroup.json    SubscriptionGroupsFile: data_version, subscription_group_table
         consumerOffset.json       ConsumerOffsetFile: offset_table
                                       {"<topic>@<group>": {queue_id: queue_offset}}
-        delayOffset.json          DelayOffsetFile: offset_table {delay_level: queue_offset}
+        delayOffset.json          DelayOffsetFile: offset_table {delay_level: queue_offset},
+                                      deliver_at {low_offset, last_due_ms, last_offset}
+                                      (progress of the deliver-at queue, schedule.py)
 
 Every ``<name>`` may have two siblings: ``<name>.tmp`` (a save in progress, never read) and
 ``<name>.bak`` (the previous good version). JSON object keys are strings, so queue ids and delay
@@ -166,10 +168,23 @@ class ConsumerOffsetFile(msgspec.Struct, kw_only=True):
             split_offset_key(key)
 
 
+class DeliverAtProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far the deliver-at queue of ``SCHEDULE_TOPIC`` was delivered (schedule.py).
+
+    Every message below ``low_offset`` was delivered; so was every message at or above
+    it whose (due time, queue offset) is at most (``last_due_ms``, ``last_offset``).
+    """
+
+    low_offset: NonNegative = 0
+    last_due_ms: NonNegative = 0
+    last_offset: Annotated[int, Meta(ge=-1)] = -1
+
+
 class DelayOffsetFile(msgspec.Struct, kw_only=True):
-    """Schema of delayOffset.json."""
+    """Schema of delayOffset.json (``deliver_at`` is absent from files of older versions)."""
 
     offset_table: dict[DelayLevel, NonNegative]
+    deliver_at: DeliverAtProgress = msgspec.field(default_factory=DeliverAtProgress)
 
 
 def offset_key(topic: str, group: str) -> str:
@@ -484,6 +499,7 @@ class DelayOffsetTable(_Table[DelayOffsetFile]):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, DelayOffsetFile)
         self._offsets: dict[int, int] = {}
+        self._deliver_at = DeliverAtProgress()
 
     def get(self, level: int) -> int:
         """The queue offset reached for ``level``; 0 when unknown."""
@@ -500,11 +516,25 @@ class DelayOffsetTable(_Table[DelayOffsetFile]):
     def levels(self) -> list[int]:
         return sorted(self._offsets)
 
+    @property
+    def deliver_at(self) -> DeliverAtProgress:
+        """Progress of the deliver-at queue (all zero on a fresh store)."""
+        return self._deliver_at
+
+    def set_deliver_at(self, progress: DeliverAtProgress) -> None:
+        progress = _validated(progress)
+        if progress != self._deliver_at:
+            self._deliver_at = progress
+            self.dirty = True
+
     def _snapshot(self) -> DelayOffsetFile:
-        return DelayOffsetFile(offset_table=dict(sorted(self._offsets.items())))
+        return DelayOffsetFile(
+            offset_table=dict(sorted(self._offsets.items())), deliver_at=self._deliver_at
+        )
 
     def _restore(self, value: DelayOffsetFile | None) -> None:
         self._offsets = dict(value.offset_table) if value else {}
+        self._deliver_at = value.deliver_at if value else DeliverAtProgress()
 
 
 # --- facade --------------------------------------------------------------------------------------

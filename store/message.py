@@ -85,6 +85,22 @@ class MessageExt(msgspec.Struct, kw_only=True):
         system = {P.TAGS, P.KEYS, P.UNIQ_KEY, P.WAIT}
         return {k: v for k, v in self.properties.items() if k not in system}
 
+    def to_inner(self) -> InnerMessage:
+        """This message as a record to append again (same topic and queue; a new copy of
+        its properties, TAGS/KEYS/UNIQ_KEY in their fields). The body goes as it is: read
+        it with ``decompress=False`` to keep a compressed body and its sys_flag together."""
+        props = dict(self.properties)
+        tags = props.pop(P.TAGS, None)
+        keys = props.pop(P.KEYS, "")
+        uniq_key = props.pop(P.UNIQ_KEY, "")
+        return InnerMessage(
+            topic=self.topic, queue_id=self.queue_id, body=self.body, tags=tags, keys=keys,
+            uniq_key=uniq_key, properties=props, flag=self.flag, sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp, born_host=self.born_host,
+            reconsume_times=self.reconsume_times,
+            prepared_transaction_offset=self.prepared_transaction_offset,
+        )  # fmt: skip
+
 
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"

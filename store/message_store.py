@@ -11,6 +11,9 @@ Directory layout under the store root::
     config/dispatch.json          known queues and their sizes, for damage detection (manifest.py)
     config/*.json                 topics, groups, offsets (config_files.py, the broker's)
 
+Delayed messages are ordinary records of the system topic SCHEDULE_TOPIC_XXXX
+until they are due (schedule.py keeps that topic's queues and progress).
+
 One writer: ``put_messages`` appends a batch to the commit log and dispatches it
 to consume queues and the index in the same call. Readers use ``get_messages``
 (raw records, RocketMQ's statuses) and the lookups. ``flush`` makes everything
@@ -425,14 +428,22 @@ class MessageStore:
                              min_offset=0, max_offset=0)  # fmt: skip
         return self._reader.read(cq, offset, max_nums, tag_filter)
 
-    def lookup_message(self, commitlog_offset: int) -> MessageExt | None:
-        """The message stored at a physical offset, or None."""
+    def lookup_message(
+        self, commitlog_offset: int, *, decompress: bool = True
+    ) -> MessageExt | None:
+        """The message stored at a physical offset, or None. ``decompress=False`` keeps a
+        compressed body as stored (its sys_flag still says so), for re-appending it."""
         self._check_open()
         _check_int("commitlog_offset", commitlog_offset, 0, 2**63 - 1)
         raw = self.commitlog.read_at(commitlog_offset)
-        if raw is None or codec.record_crc(raw, 0, len(raw)) != codec.CRC.unpack_from(raw, 8)[0]:
+        if raw is None or len(raw) < codec.FIXED_SIZE:
             return None
-        return codec.decode_record(raw, broker_name=self.broker_name)
+        view = memoryview(raw)
+        verdict, _, _ = codec.parse_record(view, 0, len(raw))
+        view.release()
+        if verdict is not codec.Check.OK:
+            return None
+        return codec.decode_record(raw, decompress=decompress, broker_name=self.broker_name)
 
     def query_message(
         self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None

@@ -2,6 +2,11 @@
 
 Checked before any path is built: a topic is a directory under ``consumequeue/``,
 so ``../x`` must never reach the file system.
+
+System topics use RocketMQ's names, which the pattern accepts: ``%RETRY%<group>``
+(messages a consumer group failed and sent back, redelivered after a delay),
+``%DLQ%<group>`` (messages that failed ``max_reconsume_times``) and
+``SCHEDULE_TOPIC_XXXX`` (delayed messages waiting for their time; config_files.py).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from .errors import InvalidGroupError, InvalidTopicError
 NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH: Final[int] = 127
 GROUP_MAX_LENGTH: Final[int] = 255
+RETRY_GROUP_TOPIC_PREFIX: Final[str] = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX: Final[str] = "%DLQ%"
 
 _valid_topics: set[str] = set()
 
@@ -64,3 +71,33 @@ def validate_group(group: object) -> str:
             value=group,
         )
     return group
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``: where ``group``'s failed messages wait to be consumed again."""
+    return _group_topic(RETRY_GROUP_TOPIC_PREFIX, group)
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``: the dead-letter topic of ``group``."""
+    return _group_topic(DLQ_GROUP_TOPIC_PREFIX, group)
+
+
+def is_retry_topic(topic: str) -> bool:
+    return topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+
+
+def is_dlq_topic(topic: str) -> bool:
+    return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+def _group_topic(prefix: str, group: str) -> str:
+    validate_group(group)
+    topic = prefix + group
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise InvalidGroupError(
+            f"group {group[:32]!r}... is too long for its topic {prefix}<group>: at most "
+            f"{TOPIC_MAX_LENGTH - len(prefix)} characters",
+            value=group, limit=TOPIC_MAX_LENGTH - len(prefix),
+        )  # fmt: skip
+    return validate_topic(topic)

@@ -19,6 +19,7 @@ from rayq import ConsumeFromWhere, ConsumeOrderlyStatus, ConsumeStatus, MessageM
 pytestmark = pytest.mark.integration
 
 NAMESPACE = "rayq-test-push"
+BROKER_OVERRIDES = {"message_delay_level": "1s 1s 1s 1s 1s 1s 1s 1s"}  # quick retries
 
 
 @ray.remote(num_cpus=0)
@@ -350,3 +351,41 @@ def test_the_broker_refuses_commits_of_an_older_generation_and_leases_queue_lock
     assert call(broker.call.remote("unlock_queues", group, "a", [(topic, 0)])) == 1
     assert [tuple(g) for g in call(broker.call.remote("lock_queues", group, "b",
                                                       [(topic, 0)]))] == [(topic, 0)]  # fmt: skip
+
+
+def test_failed_messages_are_retried_through_the_retry_topic_then_dead_lettered(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    """RECONSUME_LATER sends a message back: it comes again (original topic restored,
+    reconsume times counted) until it succeeds, or lands in %DLQ%<group> after
+    max_reconsume_times."""
+    topic, group = unique("retry"), unique("cg")
+    admin.create_topic(topic, queues=2)
+    fail = {b"flaky": 2, b"poison": 100}
+    c = consumer(group, topic, Listener(recorder, "r", fail), max_reconsume_times=2)
+    try:
+        send(topic, [b"ok", b"flaky", b"poison"])
+
+        def seen(body: bytes) -> list[tuple]:
+            return [r for r in ray.get(recorder.get.remote()) if r[4] == body]
+
+        wait_for(lambda: len(seen(b"flaky")) == 3, timeout=60, what="flaky retried twice")
+        assert [(r[1], r[5]) for r in seen(b"flaky")] == [(topic, 0), (topic, 1), (topic, 2)]
+        assert len(seen(b"ok")) == 1
+        wait_for(lambda: len(seen(b"poison")) == 3, timeout=60, what="poison retried")
+        dlq = f"%DLQ%{group}"
+        wait_for(lambda: dlq in admin.topics(), timeout=30, what="the dead-letter topic")
+        with rayq.PullConsumer(unique("dlq-reader"),
+                               consume_from=ConsumeFromWhere.FIRST_OFFSET) as reader:  # fmt: skip
+            reader.subscribe(dlq)
+            reader.start()
+            got: list[rayq.MessageExt] = []
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                got = reader.poll(timeout=1.0)
+        assert [m.body for m in got] == [b"poison"]
+        assert got[0].properties["DLQ_ORIGIN_TOPIC"] == topic
+        time.sleep(1.5)
+        assert len(seen(b"poison")) == 3  # dead letters are not consumed again
+    finally:
+        c.shutdown()

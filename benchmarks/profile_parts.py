@@ -1,0 +1,172 @@
+"""Where the time goes: sample every rayq process with py-spy while a workload runs.
+
+Run: ``.venv/bin/python benchmarks/profile_parts.py {produce,pull,push} [--seconds 8]``
+(starts and stops its own local Ray; py-spy comes with the ``dev`` extra and needs
+permission to ptrace, e.g. root or ``kernel.yama.ptrace_scope=0``).
+
+- ``produce``: one producer sending batches of 100 x 1 KiB in a loop;
+- ``pull``: one PullConsumer draining a backlog;
+- ``push``: one PushConsumer (no-op listener) draining a backlog.
+
+For each process (this driver, the broker, its hold service and flusher, consumer
+actors) it prints the share of samples in which the process was busy and the
+functions with the most inclusive and self samples, so a figure that misses its
+target can be traced to Ray calls, encoding, the store, or the listener pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import ray
+
+import rayq
+
+BODY = b"x" * 1024
+RATE_HZ = 200
+# Leaf frames that mean "waiting" (py-spy cannot tell a blocked C call from work).
+IDLE_LEAVES = (
+    "Worker.main_loop",
+    "EpollSelector.select",
+    "_worker thread.py",
+    "Event.wait",
+    "Condition.wait",
+    "select ",
+)
+
+
+def produce_loop(stop: threading.Event, topic: str) -> None:
+    with rayq.Producer("prof") as producer:
+        while not stop.is_set():
+            producer.send_batch([rayq.Message(topic, BODY)] * 100)
+
+
+def fill(topic: str, total: int) -> None:
+    with rayq.Producer("prof-fill") as producer:
+        for _ in range(total // 100):
+            producer.send_batch([rayq.Message(topic, BODY)] * 100)
+
+
+def pull_loop(stop: threading.Event, topic: str) -> None:
+    consumer = rayq.PullConsumer("prof-pull", consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(topic)
+    consumer.start()
+    while not stop.is_set():
+        consumer.poll(timeout=0.5)
+    consumer.shutdown()
+
+
+def noop(msgs: list) -> rayq.ConsumeStatus:
+    return rayq.ConsumeStatus.CONSUME_SUCCESS
+
+
+def processes() -> dict[str, int]:
+    """{role: pid} of this driver and every live rayq actor."""
+    from ray.util.state import list_actors
+
+    found = {"driver (producer/pull consumer)": os.getpid()}
+    address = ray.get_runtime_context().gcs_address
+    for a in list_actors(address=address, filters=[("state", "=", "ALIVE")]):
+        if a.pid and a.class_name in (
+            "BrokerActor",
+            "PullHoldActor",
+            "FlushService",
+            "FlusherActor",
+            "ConsumerActor",
+            "CoordinatorActor",
+        ):
+            found[f"{a.class_name} {a.name or ''}".strip()] = a.pid
+    return found
+
+
+def record(pids: dict[str, int], seconds: float, out: Path) -> dict[str, Path]:
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("py-spy is not installed: pip install py-spy (the dev extra has it)")
+    procs = {}
+    for role, pid in pids.items():
+        path = out / f"{pid}.txt"
+        procs[role] = (subprocess.Popen(
+            [spy, "record", "--format", "raw", "--nonblocking", "-r", str(RATE_HZ),
+             "-d", str(int(seconds)), "-p", str(pid), "-o", str(path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), path)  # fmt: skip
+    for proc, _ in procs.values():
+        proc.wait()
+    return {role: path for role, (_, path) in procs.items() if path.exists()}
+
+
+def summarize(role: str, path: Path, seconds: float, top: int) -> None:
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():  # "frame;frame;...;leaf count"
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") if "(" in f else f
+                  for f in stack.split(";")]  # fmt: skip
+        if frames[-1].startswith(IDLE_LEAVES):
+            continue
+        own[frames[-1]] += n
+        for f in set(frames):
+            inclusive[f] += n
+    busy = total / (RATE_HZ * seconds) * 100
+    print(f"\n== {role}: busy {busy:.0f}% of one core ({total} samples of work; waits excluded)")
+    print("   inclusive:")
+    for f, n in inclusive.most_common(top):
+        print(f"   {n / max(total, 1) * 100:5.1f}%  {f}")
+    print("   self:")
+    for f, n in own.most_common(top):
+        print(f"   {n / max(total, 1) * 100:5.1f}%  {f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workload", choices=["produce", "pull", "push"])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--top", type=int, default=12)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rayq-prof-") as tmp:
+        cluster = rayq.start(tmp)
+        stop = threading.Event()
+        push = None
+        try:
+            topic = f"prof-{args.workload}"
+            rayq.Admin().create_topic(topic, queues=8)
+            if args.workload != "produce":
+                fill(topic, 200_000)
+            if args.workload == "push":
+                first = rayq.ConsumeFromWhere.FIRST_OFFSET
+                push = rayq.PushConsumer("prof-push", consume_from=first)
+                push.subscribe(topic)
+                push.register_listener(noop)
+                push.start()
+            else:
+                loop = produce_loop if args.workload == "produce" else pull_loop
+                threading.Thread(target=loop, args=(stop, topic), daemon=True).start()
+            time.sleep(1.0)
+            files = record(processes(), args.seconds, Path(tmp))
+            for role, path in files.items():
+                summarize(role, path, args.seconds, args.top)
+        finally:
+            stop.set()
+            if push is not None:
+                push.shutdown()
+            time.sleep(0.5)
+            cluster.shutdown()
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
