@@ -434,6 +434,7 @@ class BrokerActor:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._started = False
+        self._watched: set[tuple[str, int]] = set()  # queues a held pull may wait on
 
     async def start_services(self) -> bool:
         """Find the hold service, flusher and coordinator by name, register, start timers.
@@ -510,11 +511,10 @@ class BrokerActor:
         result = self.server.put(batch)
         if not known:  # auto-created: routes must show it now, not at the next heartbeat
             await self._register()
-        if self._hold is not None:
-            # A scheduled batch's offsets may be SCHEDULE_TOPIC_XXXX's: ask the queue.
-            high = (self.server.max_offset(batch.topic, batch.queue_id) if batch.scheduled
-                    else result.queue_offsets[-1] + 1)  # fmt: skip
-            self._hold.notify.remote(batch.topic, batch.queue_id, high)
+        key = (batch.topic, batch.queue_id)
+        if self._hold is not None and key in self._watched and not batch.scheduled:
+            self._watched.discard(key)
+            self._hold.notify.remote(batch.topic, batch.queue_id, result.queue_offsets[-1] + 1)
         if self.server.config.flush_disk_type.value == "SYNC_FLUSH" and self._flusher is not None:
             written = self.server.store.written_offset
             timeout = self.server.config.store.sync_flush_timeout_ms / 1000
@@ -528,7 +528,13 @@ class BrokerActor:
 
     @ray.method(concurrency_group="pull")
     async def pull(self, req: PullRequest) -> PullResponse:
+        """A pull that may wait (``suspend_ms`` > 0: the hold service's) marks its queue
+        as watched before reading, so the next put to it notifies the hold service; puts
+        to queues nobody waits on send no notification. (Mark, then read; append, then
+        check: a put either is seen by the read or sees the mark.)"""
         await self._ensure_started()
+        if req.suspend_ms > 0:
+            self._watched.add((req.topic, req.queue_id))
         return self.server.pull(req)
 
     @ray.method(concurrency_group="admin")

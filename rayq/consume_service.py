@@ -223,7 +223,7 @@ class ConsumeService:
             req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                               queue_offset=pq.next_pull, max_nums=cfg.pull_batch_size,
                               expression=tag_filter.expression,
-                              suspend_ms=cfg.broker_suspend_max_ms)  # fmt: skip
+                              suspend_ms=0 if backlog else cfg.broker_suspend_max_ms)  # fmt: skip
             try:
                 if backlog:  # one hop instead of two (the hold service is for waiting)
                     resp = await self.ctx.broker(mq.broker_name).pull.remote(req)
@@ -247,7 +247,8 @@ class ConsumeService:
                                      tag_filter)  # fmt: skip
                 pq.put(msgs, resp.next_offset)
                 if msgs and not self.orderly:
-                    self._spawn(self._consume_concurrently(mq, pq, msgs))
+                    for part in self._split(msgs):
+                        self._spawn(self._consume_concurrently(mq, pq, part))
             else:
                 if resp.status is PullStatus.OFFSET_ILLEGAL:
                     logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq,
@@ -265,6 +266,14 @@ class ConsumeService:
             if m.topic == self.retry_topic:
                 m.topic = m.properties.get(P.RETRY_TOPIC, m.topic)
         return msgs
+
+    def _split(self, msgs: list[MessageExt]) -> list[list[MessageExt]]:
+        """One pulled batch as pool tasks: the pool's threads shared among the owned
+        queues, slices of at least ``consume_message_batch_max_size`` (a slow message
+        holds up its own slice, not the whole pull; fast listeners pay few hand-offs)."""
+        parts = max(1, self.config.consume_thread // max(1, len(self.queues)))
+        size = max(self.config.consume_message_batch_max_size, -(-len(msgs) // parts))
+        return [msgs[i : i + size] for i in range(0, len(msgs), size)]
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -389,3 +389,41 @@ def test_failed_messages_are_retried_through_the_retry_topic_then_dead_lettered(
         assert len(seen(b"poison")) == 3  # dead letters are not consumed again
     finally:
         c.shutdown()
+
+
+class Slow:
+    """Hangs on the first delivery of b"slow"; records every call."""
+
+    def __init__(self, recorder: object) -> None:
+        self.recorder = recorder
+        self.hung = False
+
+    def __call__(self, msgs: list[rayq.MessageExt]) -> ConsumeStatus:
+        self.recorder.add.remote([("s", m.topic, m.queue_id, m.queue_offset, m.body,  # type: ignore[attr-defined]
+                                   m.reconsume_times, False) for m in msgs])  # fmt: skip
+        if msgs[0].body == b"slow" and not self.hung:
+            self.hung = True
+            time.sleep(4.0)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+
+def test_a_message_stuck_in_the_listener_past_consume_timeout_is_sent_back(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    topic, group = unique("stuck"), unique("cg")
+    admin.create_topic(topic, queues=1)
+    config = rayq.ClientConfig(consume_timeout_ms=1000)
+    c = consumer(group, topic, Slow(recorder), config=config)
+    try:
+        send(topic, [b"slow", b"after"])
+
+        def slow_calls() -> list[tuple]:
+            return [r for r in ray.get(recorder.get.remote()) if r[4] == b"slow"]
+
+        wait_for(lambda: len(slow_calls()) == 2, timeout=30, what="the stuck message again")
+        assert [r[5] for r in slow_calls()] == [0, 1]
+        wait_for(lambda: any(p.queue.topic == topic and p.committed_offset == 2
+                             for p in admin.consumer_progress(group)),
+                 timeout=30, what="the offset past the stuck message")  # fmt: skip
+    finally:
+        c.shutdown()
