@@ -37,6 +37,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
 	$(BIN)/python benchmarks/broker_bench.py
+	$(BIN)/python benchmarks/push_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
