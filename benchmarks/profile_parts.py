@@ -6,7 +6,8 @@ permission to ptrace, e.g. root or ``kernel.yama.ptrace_scope=0``).
 
 - ``produce``: one producer sending batches of 100 x 1 KiB in a loop;
 - ``pull``: one PullConsumer draining a backlog;
-- ``push``: one PushConsumer (no-op listener) draining a backlog.
+- ``push``: one PushConsumer (no-op listener) draining a backlog;
+- ``e2e``: ~1,000 single messages a second (``send_oneway``) to a PushConsumer.
 
 For each process (this driver, the broker, its hold service and flusher, consumer
 actors) it prints the share of samples in which the process was busy and the
@@ -48,6 +49,14 @@ def produce_loop(stop: threading.Event, topic: str) -> None:
     with rayq.Producer("prof") as producer:
         while not stop.is_set():
             producer.send_batch([rayq.Message(topic, BODY)] * 100)
+
+
+def trickle_loop(stop: threading.Event, topic: str) -> None:
+    """~1,000 single messages a second, as in the end-to-end latency figures."""
+    with rayq.Producer("prof-e2e") as producer:
+        while not stop.is_set():
+            producer.send_oneway(rayq.Message(topic, BODY))
+            time.sleep(0.001)
 
 
 def fill(topic: str, total: int) -> None:
@@ -113,11 +122,11 @@ def summarize(role: str, path: Path, seconds: float, top: int) -> None:
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        total += n
         frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") if "(" in f else f
                   for f in stack.split(";")]  # fmt: skip
         if frames[-1].startswith(IDLE_LEAVES):
             continue
+        total += n
         own[frames[-1]] += n
         for f in set(frames):
             inclusive[f] += n
@@ -133,7 +142,7 @@ def summarize(role: str, path: Path, seconds: float, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workload", choices=["produce", "pull", "push"])
+    parser.add_argument("workload", choices=["produce", "pull", "push", "e2e"])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
@@ -144,15 +153,17 @@ def main() -> None:
         try:
             topic = f"prof-{args.workload}"
             rayq.Admin().create_topic(topic, queues=8)
-            if args.workload != "produce":
+            if args.workload in ("pull", "push"):
                 fill(topic, 200_000)
-            if args.workload == "push":
+            if args.workload in ("push", "e2e"):
                 first = rayq.ConsumeFromWhere.FIRST_OFFSET
                 push = rayq.PushConsumer("prof-push", consume_from=first)
                 push.subscribe(topic)
                 push.register_listener(noop)
                 push.start()
-            else:
+            if args.workload == "e2e":
+                threading.Thread(target=trickle_loop, args=(stop, topic), daemon=True).start()
+            elif args.workload != "push":
                 loop = produce_loop if args.workload == "produce" else pull_loop
                 threading.Thread(target=loop, args=(stop, topic), daemon=True).start()
             time.sleep(1.0)

@@ -252,6 +252,10 @@ class _AsyncSender:
         self._done: list[_Put] = []
         self._closing = False
         self._thread: threading.Thread | None = None
+        # Sticky queue per topic (Kafka's sticky partitioner): send_async fills one queue's
+        # batch until it is launched, then moves on round robin; many small sends then
+        # make few large puts instead of one put per message.
+        self.sticky: dict[str, MessageQueue] = {}
 
     def submit(self, msg: InnerMessage, queue: MessageQueue) -> Future:
         fut: Future = Future()
@@ -331,6 +335,8 @@ class _AsyncSender:
         return (done, expired, ready) if done or expired or ready else None
 
     def _take(self, queue: MessageQueue, now: float) -> _Put:
+        if self.sticky.get(queue.topic) == queue:
+            del self.sticky[queue.topic]
         msgs, futures = self._pending.pop(queue)
         del self._since[queue]
         limit, size, n = self._p.config.batch_max_bytes, 0, 0
@@ -536,13 +542,14 @@ class Producer:
         inner = self._prepare(msg)
         self._live_context()  # no deployment at all: raise here, not through the Future
         try:
-            queue = self._pick(inner.topic)
+            queue = self._sender.sticky.get(inner.topic) or self._pick(inner.topic)
         except BrokerUnavailableError as exc:  # no route now: report it through the Future
             failed: Future[SendResult] = Future()
             failed.set_exception(exc)
             return failed
         if queue.queue_id:
             inner = msgspec.structs.replace(inner, queue_id=queue.queue_id)
+        self._sender.sticky[inner.topic] = queue
         return self._sender.submit(inner, queue)
 
     def send_oneway(self, msg: Message) -> None:
