@@ -50,6 +50,7 @@ from rayq.store.errors import (
     InvalidOffsetError,
     MessageTooLargeError,
     PermissionDeniedError,
+    RayqError,
     TopicNotFoundError,
 )
 from rayq.store.message import GetStatus, MessageExt, PutResult
@@ -63,6 +64,7 @@ from .wire import (
     BrokerConfig,
     BrokerInfo,
     MessageQueue,
+    PullManyRequest,
     PullRequest,
     PullResponse,
     PullStatus,
@@ -536,6 +538,22 @@ class BrokerActor:
         if req.suspend_ms > 0:
             self._watched.add((req.topic, req.queue_id))
         return self.server.pull(req)
+
+    @ray.method(concurrency_group="pull")
+    async def pull_many(self, req: PullManyRequest) -> list[PullResponse | RayqError]:
+        """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's."""
+        await self._ensure_started()
+        if not isinstance(req, PullManyRequest):
+            raise InvalidMessageError(f"expected a PullManyRequest, got {type(req).__name__}")
+        out: list[PullResponse | RayqError] = []
+        for item in req.items:
+            if req.suspend_ms > 0:
+                self._watched.add((item.topic, item.queue_id))
+            try:
+                out.append(self.server.pull(req.request(item)))
+            except RayqError as exc:
+                out.append(exc)
+        return out
 
     @ray.method(concurrency_group="admin")
     async def call(self, method: str, *args: Any) -> Any:

@@ -15,7 +15,9 @@ from typing import Any
 
 import ray
 
-from .wire import BrokerConfig, PullRequest, PullResponse, PullStatus
+from rayq.store.errors import RayqError
+
+from .wire import BrokerConfig, PullManyRequest, PullRequest, PullResponse, PullStatus
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,23 @@ class HoldTable:
                 return False
         return True
 
+    async def wait_any(self, beyond: dict[tuple[str, int], int], timeout_s: float) -> bool:
+        """Wait until any queue's max offset passes its ``beyond``; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not any(self._max.get(k, -1) > b for k, b in beyond.items()):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            waiters = [asyncio.ensure_future(self._events.setdefault(k, asyncio.Event()).wait())
+                       for k in beyond]  # fmt: skip
+            try:
+                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+        return True
+
 
 class PullHoldActor:
     def __init__(self, config: BrokerConfig) -> None:
@@ -82,6 +101,24 @@ class PullHoldActor:
             if not arrived:
                 return resp
         return await self._broker.pull.remote(req)
+
+    async def pull_many(self, req: PullManyRequest) -> list[PullResponse | RayqError]:
+        """``pull`` for several queues of the broker: answered as soon as any of them has
+        something (or an error), else after the suspend time with every queue's answer."""
+        resps = await self._broker.pull_many.remote(req)
+        if req.suspend_ms <= 0 or any(
+            not isinstance(r, PullResponse) or r.status is not PullStatus.NO_NEW_MSG for r in resps
+        ):
+            return resps
+        if self.config.long_polling_enable:
+            timeout_ms = min(req.suspend_ms, self.config.broker_suspend_max_ms)
+        else:
+            timeout_ms = min(req.suspend_ms, self.config.short_polling_time_mills)
+        waits = {(i.topic, i.queue_id): max(i.queue_offset, r.max_offset)
+                 for i, r in zip(req.items, resps, strict=True)}  # fmt: skip
+        if not await self.table.wait_any(waits, timeout_ms / 1000):
+            return resps
+        return await self._broker.pull_many.remote(req)
 
     async def ready(self) -> bool:
         return True

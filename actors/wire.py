@@ -159,6 +159,31 @@ class PullRequest(msgspec.Struct, frozen=True, kw_only=True):
     suspend_ms: int = 15_000
 
 
+class PullItem(msgspec.Struct, frozen=True, array_like=True):
+    """One queue of a ``PullManyRequest``."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    expression: str = "*"
+
+
+class PullManyRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """Several queues of one broker in one call (a push consumer's pull per broker):
+    up to ``max_nums`` messages from each; with ``suspend_ms`` > 0 the hold service
+    waits until any of them has something new."""
+
+    group: str
+    items: list[PullItem]
+    max_nums: int = 32
+    suspend_ms: int = 15_000
+
+    def request(self, item: PullItem) -> PullRequest:
+        return PullRequest(group=self.group, topic=item.topic, queue_id=item.queue_id,
+                           queue_offset=item.queue_offset, max_nums=self.max_nums,
+                           expression=item.expression, suspend_ms=self.suspend_ms)  # fmt: skip
+
+
 class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
     status: PullStatus
     next_offset: int

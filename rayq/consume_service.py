@@ -36,7 +36,9 @@ from rayq.actors.rebalance import MemberSpec
 from rayq.actors.wire import (
     ClientConfig,
     MessageQueue,
-    PullRequest,
+    PullItem,
+    PullManyRequest,
+    PullResponse,
     PullStatus,
     SendBackItem,
     SendBackRequest,
@@ -88,7 +90,8 @@ class ConsumeService:
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
         self.queues: dict[MessageQueue, ProcessQueue] = {}
-        self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}
+        self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}  # orderly consume loops
+        self.broker_loops: dict[str, asyncio.Task] = {}  # one pull loop per broker
         self.background: set[asyncio.Task] = set()
         self.history: list[tuple[MessageQueue, float, float]] = []  # (queue, owned from, to)
         self._owned_since: dict[MessageQueue, float] = {}
@@ -152,10 +155,10 @@ class ConsumeService:
             self.offsets.update(mq, starts[mq])
             self.queues[mq] = pq
             self._owned_since[mq] = time.monotonic()
-            loops = [asyncio.create_task(self._pull_loop(mq, pq))]
             if self.orderly:
-                loops.append(asyncio.create_task(self._orderly_loop(mq, pq)))
-            self.tasks[mq] = loops
+                self.tasks[mq] = [asyncio.create_task(self._orderly_loop(mq, pq))]
+        for broker in sorted({mq.broker_name for mq in new}):
+            self._restart_pulls(broker)
         logger.info("consumer %s now owns %d queues (generation %d)", self.member_id,
                     len(self.queues), generation)  # fmt: skip
 
@@ -163,8 +166,7 @@ class ConsumeService:
         """Give ``queues`` up: stop pulling, let in-flight work finish, commit, unlock."""
         mqs = [mq for mq in queues if mq in self.queues]
         for mq in mqs:
-            for task in self.tasks.get(mq, [])[:1]:  # the pull loop
-                task.cancel()
+            self.queues[mq].pulling = False  # its broker's pull loop leaves it out now
         deadline = time.monotonic() + REVOKE_WAIT_S
         for mq in mqs:
             pq = self.queues[mq]
@@ -182,6 +184,11 @@ class ConsumeService:
                 task.cancel()
             self.offsets.forget(mq)
             self.history.append((mq, self._owned_since.pop(mq, 0.0), time.monotonic()))
+        for broker in sorted({mq.broker_name for mq in mqs}):
+            if not any(q.broker_name == broker for q in self.queues):
+                loop = self.broker_loops.pop(broker, None)
+                if loop is not None:
+                    loop.cancel()
         if self.orderly and mqs and not self.broadcasting:
             await self._unlock(mqs)
 
@@ -207,56 +214,103 @@ class ConsumeService:
         return found
 
     # --------------------------------------------------------------- pull
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+    def _restart_pulls(self, broker: str) -> None:
+        """(Re)start the one pull loop of ``broker`` for the queues owned there now."""
+        old = self.broker_loops.pop(broker, None)
+        if old is not None:
+            old.cancel()  # a pull in flight is dropped; its queues restart at next_pull
+        if any(mq.broker_name == broker for mq in self.queues):
+            self.broker_loops[broker] = asyncio.create_task(self._pull_broker(broker))
+
+    def _pullable(self, pq: ProcessQueue, now: float) -> bool:
         cfg = self.config
-        max_bytes = cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
-        tag_filter = self.filters.get(mq.topic, TagFilter.parse("*"))
-        backlog = False  # the last pull left messages behind: ask the broker directly
-        while not pq.dropped:
-            if (
-                pq.count >= cfg.pull_threshold_for_queue
-                or pq.bytes >= max_bytes
-                or (not self.orderly and pq.span > cfg.consume_concurrently_max_span)
-            ):
-                await asyncio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
-                continue
-            req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                              queue_offset=pq.next_pull, max_nums=cfg.pull_batch_size,
-                              expression=tag_filter.expression,
-                              suspend_ms=0 if backlog else cfg.broker_suspend_max_ms)  # fmt: skip
+        return (pq.pulling and now >= pq.retry_at
+                and pq.count < cfg.pull_threshold_for_queue
+                and pq.bytes < cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
+                and (self.orderly or pq.span <= cfg.consume_concurrently_max_span))  # fmt: skip
+
+    async def _pull_broker(self, broker: str) -> None:
+        """Pull every owned queue of ``broker`` in one call per round (``pull_batch_size``
+        from each): straight from the broker while any has a backlog, else through its
+        hold service, which answers when any of them gets a message. The next round is
+        sent before this one's messages are decoded, so decoding overlaps the call."""
+        cfg = self.config
+        inflight: tuple[Any, list[tuple[MessageQueue, ProcessQueue]]] | None = None
+        while True:
+            if inflight is None:
+                inflight = self._send_pull(broker)
+                if inflight is None:
+                    if not any(mq.broker_name == broker and pq.pulling
+                               for mq, pq in self.queues.items()):  # fmt: skip
+                        return
+                    await asyncio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
+                    continue
+            ref, ready = inflight
+            inflight = None
             try:
-                if backlog:  # one hop instead of two (the hold service is for waiting)
-                    resp = await self.ctx.broker(mq.broker_name).pull.remote(req)
-                else:
-                    resp = await self.ctx.hold(mq.broker_name).pull.remote(req)
+                resps = await ref
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                logger.warning("consumer %s: pull of %s failed (%s); again in %.1f s",
-                               self.member_id, mq, exc,
+                logger.warning("consumer %s: pull from %s failed (%s); again in %.1f s",
+                               self.member_id, broker, exc,
                                cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
-                self.ctx.forget(mq.broker_name)
-                backlog = False
+                self.ctx.forget(broker)
                 await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
                 continue
-            if pq.dropped:
-                return
-            backlog = resp.status is PullStatus.FOUND and resp.next_offset < resp.max_offset
-            if resp.status is PullStatus.FOUND:
-                msgs = self._prepare(decode_records(resp.buffer, broker_name=mq.broker_name),
-                                     tag_filter)  # fmt: skip
-                pq.put(msgs, resp.next_offset)
-                if msgs and not self.orderly:
-                    for part in self._split(msgs):
-                        self._spawn(self._consume_concurrently(mq, pq, part))
-            else:
-                if resp.status is PullStatus.OFFSET_ILLEGAL:
-                    logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq,
-                                   pq.next_pull, resp.min_offset, resp.max_offset,
-                                   resp.next_offset)  # fmt: skip
-                pq.next_pull = resp.next_offset
-            if not pq.count:
-                self.offsets.update(mq, pq.commit_offset())
+            pulled = [(mq, pq, r) for (mq, pq), r in zip(ready, resps, strict=True) if pq.pulling]
+            for mq, pq, resp in pulled:
+                self._advance(mq, pq, resp)
+            inflight = self._send_pull(broker)
+            for mq, pq, resp in pulled:
+                if isinstance(resp, PullResponse) and resp.status is PullStatus.FOUND:
+                    self._dispatch(mq, pq, resp)
+
+    def _send_pull(self, broker: str) -> tuple[Any, list[tuple[MessageQueue, ProcessQueue]]] | None:
+        """Send one round for the owned queues of ``broker`` that may be pulled now."""
+        cfg = self.config
+        now = time.monotonic()
+        ready = [(mq, pq) for mq, pq in self.queues.items()
+                 if mq.broker_name == broker and self._pullable(pq, now)]  # fmt: skip
+        if not ready:
+            return None
+        backlog = any(pq.backlog for _, pq in ready)
+        req = PullManyRequest(
+            group=self.group, max_nums=cfg.pull_batch_size,
+            suspend_ms=0 if backlog else cfg.broker_suspend_max_ms,
+            items=[PullItem(mq.topic, mq.queue_id, pq.next_pull,
+                            self.filters[mq.topic].expression) for mq, pq in ready],
+        )  # fmt: skip
+        target = self.ctx.broker(broker) if backlog else self.ctx.hold(broker)
+        return target.pull_many.remote(req), ready
+
+    def _advance(self, mq: MessageQueue, pq: ProcessQueue, resp: Any) -> None:
+        """A queue's answer: its next offset now (its messages are decoded after the next
+        round is sent)."""
+        if not isinstance(resp, PullResponse):
+            logger.warning("consumer %s: pull of %s failed (%s); again in %.1f s",
+                           self.member_id, mq, resp,
+                           self.config.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
+            pq.retry_at = time.monotonic() + self.config.pull_time_delay_when_exception_ms / 1000
+            pq.backlog = False
+            return
+        pq.backlog = resp.status is PullStatus.FOUND and resp.next_offset < resp.max_offset
+        if resp.status is PullStatus.OFFSET_ILLEGAL:
+            logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, pq.next_pull,
+                           resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
+        pq.next_pull = resp.next_offset
+        if resp.status is not PullStatus.FOUND and not pq.count:
+            self.offsets.update(mq, pq.commit_offset())
+
+    def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None:
+        msgs = self._prepare(decode_records(resp.buffer, broker_name=mq.broker_name),
+                             self.filters[mq.topic])  # fmt: skip
+        pq.put(msgs, resp.next_offset)
+        if msgs and not self.orderly:
+            for part in self._split(msgs):
+                self._spawn(self._consume_concurrently(mq, pq, part))
+        if not pq.count:
+            self.offsets.update(mq, pq.commit_offset())
 
     def _prepare(self, msgs: list[MessageExt], tag_filter: TagFilter) -> list[MessageExt]:
         """Exact tag check, and retried messages get their original topic back."""
@@ -428,7 +482,7 @@ class ConsumeService:
             await self.commit()
             with contextlib.suppress(Exception):
                 await self.ctx.coordinator.leave_group.remote(self.group, self.member_id)
-        for task in list(self.background):
+        for task in [*self.background, *self.broker_loops.values()]:
             task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
 

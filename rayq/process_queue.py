@@ -26,6 +26,9 @@ class ProcessQueue:
         self.bytes = 0
         self.next_pull = -1  # next queue offset to pull
         self.dropped = False
+        self.pulling = True  # cleared first when the queue is revoked
+        self.backlog = False  # the last pull left messages behind on the broker
+        self.retry_at = 0.0  # monotonic time before which the queue is not pulled (errors)
         self.inflight = 0  # concurrent consume batches running
         self.locked_at = 0.0  # orderly: monotonic time of the last successful lock
         self.started_at: dict[int, float] = {}  # offset -> monotonic time consumption began
