@@ -45,6 +45,7 @@ from rayq.actors.wire import (
 )
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
+from rayq.consume_orderly import OrderlyConsumption
 from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
 from rayq.process_queue import ProcessQueue
 from rayq.store import properties as P
@@ -58,10 +59,9 @@ logger = logging.getLogger(__name__)
 
 REVOKE_WAIT_S = 10.0  # how long a revoked queue's in-flight work may take to finish
 SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
-LOCK_RETRY_S = 1.0
 
 
-class ConsumeService:
+class ConsumeService(OrderlyConsumption):
     def __init__(self, *, group: str, member_id: str, subscriptions: dict[str, str],
                  listener: Callable[..., Any], orderly: bool, broadcasting: bool,
                  consume_from: str, consume_timestamp_ms: int, max_reconsume_times: int,
@@ -397,75 +397,6 @@ class ConsumeService:
                                self.config.consume_timeout_ms)  # fmt: skip
                 pq.remove(m.queue_offset for m in stuck)
                 self.offsets.update(mq, pq.commit_offset())
-
-    # ------------------------------------------------------------ orderly
-    async def _orderly_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        cfg = self.config
-        loop = asyncio.get_running_loop()
-        while not pq.dropped:
-            stale = time.monotonic() - pq.locked_at > cfg.lock_stale_ms / 1000
-            if not self.broadcasting and stale and not await self._lock([mq]):
-                await asyncio.sleep(LOCK_RETRY_S)
-                continue
-            pq.changed.clear()
-            msgs = pq.take(cfg.consume_message_batch_max_size)
-            if not msgs:
-                await pq.changed.wait()
-                continue
-            ok = await loop.run_in_executor(self.pool, self.runner.run_orderly, msgs)
-            if ok:
-                self.consumed += len(msgs)
-                self.offsets.update(mq, pq.commit_taken())
-                continue
-            for m in msgs:
-                m.reconsume_times += 1
-            over = [m for m in msgs if m.reconsume_times > self.max_reconsume_times]
-            if over and (self.broadcasting or not await self._send_back(over, dlq=True)):
-                for m in over:
-                    pq.taken.pop(m.queue_offset, None)
-                    pq.bytes -= len(m.body)
-            if pq.taken:
-                pq.rollback_taken()
-                await asyncio.sleep(cfg.suspend_current_queue_time_millis / 1000)
-            else:
-                self.offsets.update(mq, pq.commit_taken())
-
-    async def _lock(self, mqs: list[MessageQueue]) -> bool:
-        """Lock (or renew) ``mqs`` on their brokers; True if all were locked."""
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        all_ok = True
-        for broker, qs in by_broker.items():
-            try:
-                got = await self.ctx.broker(broker).call.remote(
-                    "lock_queues", self.group, self.member_id, [(q.topic, q.queue_id) for q in qs]
-                )
-            except Exception as exc:
-                logger.warning("consumer %s: locking queues on %s failed: %s", self.member_id,
-                               broker, exc)  # fmt: skip
-                all_ok = False
-                continue
-            now = time.monotonic()
-            for q in qs:
-                if (q.topic, q.queue_id) in {tuple(g) for g in got} and q in self.queues:
-                    self.queues[q].locked_at = now
-                else:
-                    all_ok = False
-        return all_ok
-
-    async def _unlock(self, mqs: list[MessageQueue]) -> None:
-        by_broker: dict[str, list[tuple[str, int]]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append((mq.topic, mq.queue_id))
-        for broker, qs in by_broker.items():
-            with contextlib.suppress(Exception):
-                await self.ctx.broker(broker).call.remote("unlock_queues", self.group,
-                                                          self.member_id, qs)  # fmt: skip
-
-    async def renew_locks(self) -> None:
-        if self.orderly and not self.broadcasting and self.queues:
-            await self._lock(list(self.queues))
 
     # ------------------------------------------------------------ offsets
     async def commit(self) -> None:
