@@ -60,6 +60,9 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     index_hashes: bytes = b""
     index_records: bytes = b""
     msg_ids: list[str] = []
+    # Idempotent produce (dedupe.py): set by the producer after encoding; "" = off.
+    producer_id: str = ""
+    first_sequence: int = 0
 
 
 def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, str]]:
