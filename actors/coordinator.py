@@ -19,6 +19,7 @@ from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.config_files import is_readable
 
 from .allocation import allocate_averagely
+from .stream_plans import StreamPlans
 from .wire import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,7 @@ class CoordinatorActor:
         self.groups = GroupTable()
         self._watches: dict[str, asyncio.Task] = {}
         self._scan: asyncio.Task | None = None
+        self.stream_plans = StreamPlans()
 
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
@@ -161,6 +163,16 @@ class CoordinatorActor:
 
     async def ready(self) -> bool:
         return True
+
+    # Streaming batches in flight (stream_plans.py), for rayq/streaming.py.
+    async def stream_plan(self, group: str, topic: str) -> tuple[int, Any] | None:
+        return self.stream_plans.get(group, topic)
+
+    async def record_stream_plan(self, group: str, topic: str, ranges: Any) -> int:
+        return self.stream_plans.record(group, topic, ranges)
+
+    async def finish_stream_plan(self, group: str, topic: str, batch_id: int) -> bool:
+        return self.stream_plans.finish(group, topic, batch_id)
 
 
 def _now_ms() -> int:
