@@ -23,6 +23,7 @@ from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagF
 from rayq.store.config_files import PERM_ALL, ConfigStore, TopicConfig, is_readable, is_writeable
 from rayq.store.dedupe import Verdict, open_sequences
 from rayq.store.errors import (
+    BrokerBusyError,
     DiskFullError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -156,6 +157,10 @@ class BrokerServer:
                 raise InvalidMessageError(
                     f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
                     f"{batch.topic}/{batch.queue_id} already has")  # fmt: skip
+            if verdict is Verdict.OUT_OF_ORDER:
+                raise BrokerBusyError(
+                    f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "
+                    "out of order: an earlier batch has not arrived yet; retry")  # fmt: skip
             if verdict is Verdict.DUPLICATE:
                 return cached or BatchSendResult(status=SendStatus.SEND_OK, msg_ids=batch.msg_ids,
                                                  offset_msg_ids=[""] * batch.count,

@@ -200,19 +200,24 @@ def _encode(rows: list[tuple], topic: str, queue_id: int, producer_id: str, firs
     now = time.time_ns() // 1_000_000
     msgs = [
         InnerMessage(topic=topic, queue_id=queue_id, body=b, tags=t, keys=k,
-                     uniq_key=f"{uniq}-{first + i}", properties={**p, **shared} if p else shared,
+                     uniq_key=f"{uniq}-{first + i}", properties=_merged(p, shared),
                      born_timestamp=now)
         for i, (b, t, k, p) in enumerate(rows)
     ]  # fmt: skip
-    for m in msgs:
-        if m.properties is not shared and any(n in m.properties for n in _RESERVED):
-            raise InvalidMessageError(f"property names {sorted(_RESERVED)} are reserved")
     batch = encode_batch(msgs, max_body_bytes=MAX_BODY_BYTES,
                          max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
     return msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
 
 
+# System properties a read returns (tags and keys have their own columns): a row's
+# properties map may carry them back; they are dropped, not written.
 _RESERVED = frozenset({P.TAGS, P.KEYS, P.UNIQ_KEY, P.PRODUCER_GROUP, "__PID", "__PSEQ"})
+
+
+def _merged(props: dict[str, str], shared: dict[str, str]) -> dict[str, str]:
+    if not props:
+        return shared
+    return {**{k: v for k, v in props.items() if k not in _RESERVED}, **shared}
 
 
 class _IdempotentSender:

@@ -464,7 +464,7 @@ class Producer:
         self._queues: dict[str, tuple[list[MessageQueue], float]] = {}
         self._sender = _AsyncSender(self)
         self.idempotent = idempotent
-        self._sequences: dict[MessageQueue, int] = {}
+        self._sequences: dict[MessageQueue, tuple[str, int]] = {}  # producer id, next sequence
         self._queue_locks: dict[MessageQueue, threading.Lock] = {}
         self._serial: ThreadPoolExecutor | None = None
 
@@ -695,12 +695,12 @@ class Producer:
         with self._lock:
             lock = self._queue_locks.setdefault(queue, threading.Lock())
         with lock:  # in sequence order: a later batch landing first would hide this one
-            first = self._sequences.get(queue, 0)
-            self._sequences[queue] = first + len(msgs)
-            extra = sequence_properties(self.client_id, first, first + len(msgs) - 1)
+            pid, first = self._sequences.get(queue, (self.client_id, 0))
+            self._sequences[queue] = (pid, first + len(msgs))
+            extra = sequence_properties(pid, first, first + len(msgs) - 1)
             msgs = [msgspec.structs.replace(m, queue_id=queue.queue_id, properties={**m.properties,
                                             **extra}) for m in msgs]  # fmt: skip
-            batch = msgspec.structs.replace(self._encode(msgs), producer_id=self.client_id,
+            batch = msgspec.structs.replace(self._encode(msgs), producer_id=pid,
                                             first_sequence=first)  # fmt: skip
             if len(msgs) > 1 and len(batch.records) > self.config.batch_max_bytes:
                 raise _too_large("batch", len(batch.records), self.config.batch_max_bytes,
@@ -711,13 +711,16 @@ class Producer:
                     handle = self._live_context().broker(queue.broker_name)
                     return call(handle.put.remote(batch), self.config.send_timeout_ms / 1000)
                 except RayqError as exc:
-                    if not exc.retriable:
+                    if not exc.retriable:  # not stored: go on under a new id (no gap)
+                        self._sequences[queue] = (f"{self.client_id}#{uuid.uuid4().hex[:8]}", 0)
                         raise
                     err = exc
                     logger.info("idempotent put to %s failed (%s); retrying it there", queue, exc)
                     if self._ctx is not None:
                         self._ctx.forget(queue.broker_name)
                     time.sleep(min(0.2 * 2**attempt, 2.0))
+            # Perhaps stored, perhaps not: later batches go under a new producer id.
+            self._sequences[queue] = (f"{self.client_id}#{uuid.uuid4().hex[:8]}", 0)
             raise BrokerUnavailableError(
                 f"idempotent send to {queue} failed after {self.config.retries + 1} attempt(s) "
                 f"on that queue (idempotent sends never move to another queue): {err}",

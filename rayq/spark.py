@@ -18,6 +18,7 @@ partition, sequence numbers per row), so re-run tasks do not duplicate messages.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -29,7 +30,7 @@ import pyarrow as pa
 import ray
 
 from rayq.actors.wire import ClientConfig
-from rayq.arrow_io import SCHEMA, Columns, check_columns, ensure_ray, read_range, write_batches
+from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
 from rayq.ranges import DEFAULT_MAX_MESSAGES_PER_PARTITION, OffsetRange, check_max, plan_ranges
@@ -104,11 +105,41 @@ def stop_session() -> None:
         raydp.stop_spark()
 
 
+@functools.cache
 def spark_schema() -> Any:
     """``SCHEMA`` as a Spark StructType (the columns ``read`` returns)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql import types as T
 
-    return from_arrow_schema(SCHEMA)
+    s = T.StringType()
+    return T.StructType([
+        T.StructField("topic", s), T.StructField("broker", s),
+        T.StructField("queue_id", T.IntegerType()), T.StructField("queue_offset", T.LongType()),
+        T.StructField("msg_id", s), T.StructField("tags", s),
+        T.StructField("keys", T.ArrayType(s)), T.StructField("body", T.BinaryType()),
+        T.StructField("properties", T.MapType(s, s)),
+        T.StructField("born_timestamp", T.TimestampType()),
+        T.StructField("store_timestamp", T.TimestampType()),
+        T.StructField("reconsume_times", T.IntegerType()),
+    ])  # fmt: skip
+
+
+def _arrow_schema_of(schema: Any) -> pa.Schema:
+    """The Arrow types of a Spark schema's columns, as far as ``write`` cares (the
+    types it accepts map exactly; anything else maps to a stand-in named after it)."""
+    from pyspark.sql import types as T
+
+    def arrow(t: Any) -> pa.DataType:
+        if isinstance(t, T.BinaryType):
+            return pa.binary()
+        if isinstance(t, T.StringType):
+            return pa.string()
+        if isinstance(t, T.ArrayType):
+            return pa.list_(arrow(t.elementType))
+        if isinstance(t, T.MapType):
+            return pa.map_(arrow(t.keyType), arrow(t.valueType))
+        return pa.struct([(t.simpleString(), pa.null())])  # fails every check, by name
+
+    return pa.schema([(f.name, arrow(f.dataType)) for f in schema.fields])
 
 
 def _ray_logs_dir() -> str | None:
@@ -192,8 +223,6 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
     array<string>; ``tags_col`` string; ``properties_col`` map<string, string>. Each
     partition goes to one write queue (spread over brokers) with idempotent puts.
     """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     validate_topic(topic)
     validate_group(group)
     cols = Columns(body_col, keys_col, tags_col, properties_col)
@@ -201,7 +230,7 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
                       ("properties_col", properties_col)):  # fmt: skip
         if name is not None and not isinstance(name, str):
             raise InvalidMessageError(f"{arg} must be a column name, got {name!r}")
-    check_columns(to_arrow_schema(df.schema), cols)
+    check_columns(_arrow_schema_of(df.schema), cols)
     ctx = ClientContext(None, namespace)
     queues = sorted(ctx.write_queues(topic, refresh=True))
     if not queues:

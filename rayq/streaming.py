@@ -131,7 +131,12 @@ class StreamingQuery:
         t0 = time.monotonic()
         plan = self.plan()
         t1 = time.monotonic()
-        if plan is None:
+        if plan is None:  # nothing new: no batch, but progress (lag 0, planning time)
+            ms = round((t1 - t0) * 1000, 1)
+            self.last_progress = {"batch_id": None, "num_input_rows": 0, "rerun": False,
+                                  "lag": 0, "timestamp_ms": time.time_ns() // 1_000_000,
+                                  "durations_ms": {"plan": ms, "process": 0.0, "commit": 0.0,
+                                                   "total": ms}}  # fmt: skip
             return None
         self.run_batch(plan.ranges, plan.batch_id)
         t2 = time.monotonic()
@@ -187,8 +192,6 @@ class StreamingQuery:
         ranges = [OffsetRange(k[0], k[1], starts[k], starts[k] + take[k], committed.get(k, -1))
                   for k in sorted(bounds) if take[k] > 0]  # fmt: skip
         if not ranges:
-            self.last_progress = {"batch_id": None, "num_input_rows": 0, "lag": 0,
-                                  "timestamp_ms": time.time_ns() // 1_000_000}  # fmt: skip
             return None
         batch_id = self._coordinator("record_stream_plan", self.group, self.topic, ranges)
         return Plan(batch_id, ranges, lag=sum(backlog.values()) - sum(take.values()))

@@ -2,14 +2,19 @@
 
 A producer that wants exactly-once appends across its own retries (a Spark task
 re-run, a timed-out send sent again) gives each batch a producer id and a range of
-sequence numbers ``[first, last]`` (one number per message, increasing per
-producer id and queue; gaps allowed). The broker keeps, per ``(producer id, topic,
+sequence numbers ``[first, last]`` (one number per message, counted from 0 per
+producer id and queue, without gaps). The broker keeps, per ``(producer id, topic,
 queue)``, the last sequence it appended:
 
 * ``last <= stored``: a duplicate, not appended again; answered with the original
   result when it is the latest batch of that producer (else with offsets -1);
+* ``first == stored + 1`` (or ``first == 0`` for a producer it does not know):
+  appended, and the table moves to ``last``;
 * ``first <= stored < last``: a partial overlap, refused (the producer re-batched);
-* otherwise appended, and the table moves to ``last``.
+* ``first > stored + 1``: out of order, refused as retriable: an earlier batch is
+  still on its way (Ray does not order calls to an async actor), and accepting this
+  one would make the earlier one look like a duplicate. A producer that gave up on
+  a batch starts a new producer id.
 
 Durability: each record of such a batch carries the properties ``__PID`` (the
 producer id) and ``__PSEQ`` (``first-last``), identical for the whole batch so the
@@ -50,6 +55,7 @@ class Verdict(enum.Enum):
     NEW = "NEW"
     DUPLICATE = "DUPLICATE"
     OVERLAP = "OVERLAP"
+    OUT_OF_ORDER = "OUT_OF_ORDER"
 
 
 class SequenceEntry(msgspec.Struct, array_like=True):
@@ -103,8 +109,12 @@ class ProducerSequences:
             raise InvalidMessageError(f"sequence range [{first}, {last}] is not valid")
         key = _key(producer_id, topic, queue_id)
         entry = self.table.get(key)
-        if entry is None or first > entry.last:
+        if entry is None:
+            return (Verdict.NEW if first == 0 else Verdict.OUT_OF_ORDER), None
+        if first == entry.last + 1:
             return Verdict.NEW, None
+        if first > entry.last + 1:
+            return Verdict.OUT_OF_ORDER, None
         if last <= entry.last:
             cached = self._results.get(key)
             hit = cached is not None and cached[0] == first and cached[1] == last

@@ -50,8 +50,9 @@ def test_verdicts() -> None:
     assert seqs.check("p", "T", 0, 0, 4) == (Verdict.DUPLICATE, None)
     assert seqs.check("p", "T", 0, 5, 14)[0] is Verdict.OVERLAP
     assert seqs.check("p", "T", 0, 10, 14)[0] is Verdict.NEW
-    assert seqs.check("p", "T", 0, 20, 24)[0] is Verdict.NEW  # gaps are allowed
+    assert seqs.check("p", "T", 0, 20, 24)[0] is Verdict.OUT_OF_ORDER  # 10..19 not here yet
     assert seqs.check("p", "T", 1, 0, 9)[0] is Verdict.NEW  # per queue
+    assert seqs.check("p", "T", 1, 5, 9)[0] is Verdict.OUT_OF_ORDER  # a new producer starts at 0
     with pytest.raises(InvalidMessageError):
         seqs.check("p", "T", 0, 5, 4)
     for bad in ("", "a|b", "x" * 200, 3):
