@@ -94,11 +94,13 @@ class CoordinatorActor:
         self._watches: dict[str, asyncio.Task] = {}
         self._scan: asyncio.Task | None = None
         self.stream_plans = StreamPlans()
+        self.lost: dict[str, BrokerInfo] = {}  # died or went silent, not back yet
 
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
             self._scan = asyncio.create_task(self._scan_loop())
         new = self.table.register(info, _now_ms())
+        self.lost.pop(info.broker_name, None)
         watch = self._watches.get(info.broker_name)
         if watch is None or watch.done():
             self._watches[info.broker_name] = asyncio.create_task(self._watch(info.broker_name))
@@ -115,7 +117,7 @@ class CoordinatorActor:
                 await handle.park.remote()
             except Exception:
                 logger.warning("broker %s died; dropping it until it is back", broker_name)
-                self.table.remove(broker_name)
+                self._lose(broker_name)
             try:  # restarted by Ray (max_restarts): wire it up again
                 await asyncio.wait_for(handle.start_services.remote(), RESTART_WAIT_S)
             except Exception:
@@ -126,6 +128,8 @@ class CoordinatorActor:
             await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
             for gone in self.table.expire(_now_ms()):
                 logger.warning("broker %s missed its heartbeats; dropping it", gone)
+                self.lost.setdefault(gone, BrokerInfo(broker_name=gone, node_id="", store_dir="",
+                                                      topics={}))  # fmt: skip
 
     async def unregister_broker(self, broker_name: str) -> None:
         self.table.remove(broker_name)
@@ -163,6 +167,18 @@ class CoordinatorActor:
 
     async def ready(self) -> bool:
         return True
+
+    def _lose(self, broker_name: str) -> None:
+        info = self.table.brokers.get(broker_name)
+        if info is not None:
+            self.lost[broker_name] = info
+        self.table.remove(broker_name)
+
+    async def lost_brokers(self, topic: str | None = None) -> list[str]:
+        """Brokers that died or went silent and are not back (holding ``topic``, if given):
+        their queues are unavailable, not gone."""
+        return sorted(b for b, info in self.lost.items()
+                      if topic is None or topic in info.topics or not info.topics)  # fmt: skip
 
     # Streaming batches in flight (stream_plans.py), for rayq/streaming.py.
     async def stream_plan(self, group: str, topic: str) -> tuple[int, Any] | None:

@@ -19,6 +19,7 @@ not answer ``BrokerUnavailableError`` naming it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,9 +27,11 @@ import msgspec
 import ray
 
 from rayq.actors.wire import MessageQueue
-from rayq.client import ClientContext, unwrap
+from rayq.client import ClientContext, call, unwrap
 from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError, RayqError
 from rayq.store.names import validate_group
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGES_PER_PARTITION = 50_000
 CALL_TIMEOUT_S = 30.0
@@ -82,8 +85,21 @@ def _unavailable(broker: str, err: BaseException) -> BrokerUnavailableError:
     )
 
 
-def queue_bounds(ctx: ClientContext, topic: str) -> dict[QueueKey, tuple[int, int]]:
-    """(min, max) offset of every readable queue of ``topic``, from its broker."""
+def queue_bounds(ctx: ClientContext, topic: str,
+                 skip_unavailable: bool = False) -> dict[QueueKey, tuple[int, int]]:  # fmt: skip
+    """(min, max) offset of every readable queue of ``topic``, from its broker.
+
+    Raises BrokerUnavailableError when a broker holding ``topic`` died or went silent
+    (its queues are unavailable, not gone), unless ``skip_unavailable``."""
+    lost = call(ctx.coordinator.lost_brokers.remote(topic), CALL_TIMEOUT_S)
+    if lost and not skip_unavailable:
+        raise BrokerUnavailableError(
+            f"topic {topic!r}: the queues on broker(s) {lost} are unavailable (the broker died "
+            "or its node is gone) until it is back; skip_unavailable=True reads the others",
+            broker=lost[0], topic=topic,
+        )  # fmt: skip
+    if lost:
+        logger.warning("topic %r: skipping the queues of unavailable broker(s) %s", topic, lost)
     brokers = sorted({q.broker_name for q in ctx.read_queues(topic, refresh=True)})
     found = broker_calls(ctx, {b: ("queue_bounds", topic) for b in brokers})
     return {(b, q): tuple(v) for b, qs in found.items() for q, v in qs.items()}  # type: ignore[misc]
@@ -173,10 +189,10 @@ def check_max(name: str, value: object) -> int:
 def plan_ranges(ctx: ClientContext, topic: str, starting: object = "earliest",
                 ending: object = "latest",
                 max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
-                ) -> list[OffsetRange]:  # fmt: skip
+                skip_unavailable: bool = False) -> list[OffsetRange]:  # fmt: skip
     """The pieces a batch read of ``topic`` covers (see the module docstring)."""
     check_max("max_messages_per_partition", max_messages_per_partition)
-    bounds = queue_bounds(ctx, topic)
+    bounds = queue_bounds(ctx, topic, skip_unavailable)
     starts = resolve(ctx, topic, starting, bounds, default="earliest", what="starting")
     ends = resolve(ctx, topic, ending, bounds, default="latest", what="ending")
     ranges = [OffsetRange(b, q, starts[(b, q)], max(starts[(b, q)], ends[(b, q)]))

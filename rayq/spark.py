@@ -173,15 +173,17 @@ def ranges_df(spark: Any, topic: str, ranges: list[OffsetRange], namespace: str 
 
 def read(spark: Any, topic: str, starting: object = "earliest", ending: object = "latest", *,
          max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
-         namespace: str | None = None) -> Any:  # fmt: skip
+         skip_unavailable: bool = False, namespace: str | None = None) -> Any:  # fmt: skip
     """The messages of ``topic`` between ``starting`` and ``ending`` as a DataFrame
     (columns: topic, broker, queue_id, queue_offset, msg_id, tags, keys, body,
     properties, born_timestamp, store_timestamp, reconsume_times). Offset specs are
     described in rayq/ranges.py; the ranges are fixed now, the data is read when the
-    DataFrame is evaluated."""
+    DataFrame is evaluated. A broker holding the topic that is down raises
+    BrokerUnavailableError, unless ``skip_unavailable`` (then its queues are left out)."""
     validate_topic(topic)
     ctx = ClientContext(None, namespace)
-    ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition)
+    ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition,
+                         skip_unavailable)  # fmt: skip
     return ranges_df(spark, topic, ranges, ctx.namespace)
 
 

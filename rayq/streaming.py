@@ -35,7 +35,7 @@ from rayq.actors.wire import ClientConfig
 from rayq.client import ClientContext, call
 from rayq.ranges import OffsetRange, broker_calls, check_max, committed_offsets, queue_bounds
 from rayq.ranges import resolve as resolve_spec
-from rayq.store.errors import BrokenError, ConfigError, RayqError
+from rayq.store.errors import BrokenError, BrokerUnavailableError, ConfigError, RayqError
 from rayq.store.names import validate_group, validate_topic
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,11 @@ class StreamingQuery:
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
-                self.run_once()
+                try:
+                    self.run_once()
+                except BrokerUnavailableError as exc:  # planning or commit: try next trigger
+                    logger.warning("streaming query %s/%s: %s; retrying at the next trigger",
+                                   self.group, self.topic, exc)  # fmt: skip
                 self._stop.wait(max(0.0, self.trigger_interval - (time.monotonic() - started)))
         except BaseException as exc:  # the query ends; await_termination re-raises it
             logger.error("streaming query %s/%s stopped: %r", self.group, self.topic, exc)
