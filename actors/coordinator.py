@@ -195,10 +195,14 @@ def _now_ms() -> int:
     return SYSTEM_CLOCK.now_ms()
 
 
-def spawn_coordinator(namespace: str) -> Any:
+def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
+    """Start (or get) the coordinator; pinned to ``node_id`` (the head) when given."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     from .wire import COORDINATOR_NAME
 
+    where = NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id else "DEFAULT"
     return ray.remote(CoordinatorActor).options(
         name=COORDINATOR_NAME, namespace=namespace, get_if_exists=True, lifetime="detached",
-        max_restarts=-1, num_cpus=0, max_concurrency=1000,
+        max_restarts=-1, num_cpus=0, max_concurrency=1000, scheduling_strategy=where,
     ).remote(namespace)  # fmt: skip

@@ -108,6 +108,14 @@ def broker_nodes() -> dict[str, str]:
     return found
 
 
+def _head_node_id() -> str | None:
+    """The Ray head node's id (the coordinator lives there, as long as the cluster)."""
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return node["NodeID"]
+    return None
+
+
 def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
           config: BrokerConfig | None = None, namespace: str = NAMESPACE,
           address: str | None = None, placement: str = "local") -> Cluster:  # fmt: skip
@@ -129,7 +137,7 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
-    ray.get(spawn_coordinator(namespace).ready.remote())
+    ray.get(spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote())
     if placement == "resource":
         pinned = broker_nodes()
         if not pinned:
