@@ -115,14 +115,14 @@ def run(seconds: float, rate: int) -> None:
                 row = json.loads(msg.body)
                 latest[(row["window"], row["page"])] = row["count"]
                 print(f"  page_counts: {row['window'][11:19]} {row['page']:<12} {row['count']}")
-        while (
-            query.last_progress is None
-            or query.last_progress["lag"]
-            or (query.last_progress["num_input_rows"])
-        ):  # until a trigger finds nothing new
-            if query.exception() is not None:
+        lag_deadline = time.monotonic() + 120
+        while query.exception() is None and time.monotonic() < lag_deadline:
+            progress = admin.consumer_progress("page-counter")  # committed after each batch
+            if progress and sum(p.lag for p in progress) == 0:
                 break
-            time.sleep(0.5)
+            for msg in reader.poll(timeout=0.5):
+                row = json.loads(msg.body)
+                latest[(row["window"], row["page"])] = row["count"]
     finally:
         query.stop(60)
     for msg in reader.poll(timeout=2.0):
