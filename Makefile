@@ -9,7 +9,7 @@ comma := ,
 # One stamp per extras set, so switching EXTRAS (e.g. to dev,spark) reinstalls.
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: venv demo test test-fast bench lint clean
+.PHONY: venv demo demo-spark test test-fast bench bench-spark lint clean
 
 venv: $(STAMP)
 
@@ -34,10 +34,16 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
+demo-spark: $(STAMP)
+	$(BIN)/python examples/spark_pipeline.py
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
 	$(BIN)/python benchmarks/broker_bench.py
 	$(BIN)/python benchmarks/push_bench.py
+
+bench-spark: $(STAMP)
+	$(BIN)/python benchmarks/spark_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

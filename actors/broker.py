@@ -30,8 +30,7 @@ from typing import Any
 
 import ray
 
-from rayq.store import EncodedBatch, MessageStore, PutStatus, TagFilter
-from rayq.store.clock import SYSTEM_CLOCK
+from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter, columnar
 from rayq.store.config_files import (
     PERM_ALL,
     PERM_READ,
@@ -43,7 +42,9 @@ from rayq.store.config_files import (
     is_readable,
     is_writeable,
 )
+from rayq.store.dedupe import Verdict, open_sequences
 from rayq.store.errors import (
+    BrokerBusyError,
     DiskFullError,
     GroupNotFoundError,
     InvalidMessageError,
@@ -118,6 +119,8 @@ class BrokerServer:
             self.store, self.tables.delay_offsets, config.delay_levels,
             accept=self.tables.topics.__contains__,
         )  # fmt: skip
+        self.sequences = open_sequences(self.tables.config_dir, self.store.commitlog,
+                                        SYSTEM_CLOCK.now_ms())  # fmt: skip
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
@@ -183,15 +186,37 @@ class BrokerServer:
                 f"queue {batch.queue_id} of topic {batch.topic!r} does not exist: it has "
                 f"{cfg.write_queue_nums} write queues", queue_id=batch.queue_id,
             )  # fmt: skip
+        last_seq = batch.first_sequence + batch.count - 1
+        if batch.producer_id:  # idempotent produce: drop what was appended before
+            pid, first = batch.producer_id, batch.first_sequence
+            verdict, cached = self.sequences.check(pid, batch.topic, batch.queue_id, first,
+                                                   last_seq)  # fmt: skip
+            if verdict is Verdict.OVERLAP:
+                raise InvalidMessageError(
+                    f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
+                    f"{batch.topic}/{batch.queue_id} already has")  # fmt: skip
+            if verdict is Verdict.OUT_OF_ORDER:
+                raise BrokerBusyError(
+                    f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "
+                    "out of order: an earlier batch has not arrived yet; retry")  # fmt: skip
+            if verdict is Verdict.DUPLICATE:
+                return cached or BatchSendResult(status=SendStatus.SEND_OK, msg_ids=batch.msg_ids,
+                                                 offset_msg_ids=[""] * batch.count,
+                                                 queue_offsets=[-1] * batch.count)  # fmt: skip
         with self.writing:
             if batch.scheduled:  # some record has DELAY or __DELIVER_AT_MS: park those
                 result = self.schedule.put_batch(batch)
             else:
                 result = self.store.put_encoded(batch)
         raise_for_put(result)
-        return BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
-                               offset_msg_ids=result.offset_msg_ids,
-                               queue_offsets=result.queue_offsets)  # fmt: skip
+        out = BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
+                              offset_msg_ids=result.offset_msg_ids,
+                              queue_offsets=result.queue_offsets)  # fmt: skip
+        if batch.producer_id:
+            self.sequences.appended(batch.producer_id, batch.topic, batch.queue_id,
+                                    batch.first_sequence, last_seq, out,
+                                    result.store_timestamp)  # fmt: skip
+        return out
 
     # --------------------------------------------------------------- pull
     def pull(self, req: PullRequest) -> PullResponse:
@@ -232,6 +257,23 @@ class BrokerServer:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.store.max_offset(topic, queue_id)
+
+    def read_arrow(self, topic: str, queue_id: int, start: int, end: int,
+                   max_bytes: int) -> tuple[bytes, int]:  # fmt: skip
+        """Offsets ``[start, end)`` as Arrow IPC bytes of decoded columns (store/columnar.py),
+        one page of about ``max_bytes``; and the offset the next page starts at."""
+        cfg = self.topic_config(topic, create=False)
+        if not 0 <= queue_id < cfg.read_queue_nums:
+            raise InvalidOffsetError(f"queue {queue_id} of topic {topic!r} does not exist")
+        batch, nxt = columnar.read_columns(self.store, topic, queue_id, start, end, max_bytes,
+                                           self.name)  # fmt: skip
+        return columnar.to_ipc(batch), nxt
+
+    def queue_bounds(self, topic: str) -> dict[int, tuple[int, int]]:
+        """(min offset, max offset) of each read queue of ``topic``."""
+        cfg = self.topic_config(topic, create=False)
+        return {q: (self.store.min_offset(topic, q), self.store.max_offset(topic, q))
+                for q in range(cfg.read_queue_nums)}  # fmt: skip
 
     # ------------------------------------------------------------- groups
     def group_config(self, group: str, create: bool = False) -> SubscriptionGroupConfig:
@@ -322,6 +364,18 @@ class BrokerServer:
         self.tables.consumer_offsets.commit_many(group, topic, offsets)
         return offsets
 
+    def compare_and_set_offsets(self, group: str, topic: str, expected: dict[int, int],
+                                offsets: dict[int, int]) -> bool:  # fmt: skip
+        """Commit ``offsets`` only if every queue's committed offset is ``expected`` (-1:
+        none yet); all or nothing. A streaming batch commits this way."""
+        validate_group(group)
+        validate_topic(topic)
+        table = self.tables.consumer_offsets
+        if any(table.query(group, topic, q) != e for q, e in expected.items()):
+            return False
+        table.commit_many(group, topic, offsets)
+        return True
+
     def groups_of(self, topic: str) -> list[str]:
         return sorted(self.tables.consumer_offsets.groups_of(topic))
 
@@ -393,6 +447,7 @@ class BrokerServer:
         with self.writing:
             self.schedule.sync_progress()
         self.tables.persist_all()
+        self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
 
     def retention_tick(self) -> None:
         self.store.retention_tick()
@@ -401,6 +456,7 @@ class BrokerServer:
         with self.writing:
             self.schedule.sync_progress()
         self.tables.close()
+        self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
         self.store.close()
 
 

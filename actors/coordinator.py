@@ -20,6 +20,7 @@ from rayq.store.config_files import is_readable
 
 from .allocation import allocate_averagely
 from .rebalance import MemberSpec, Plan, Rebalancer
+from .stream_plans import StreamPlans
 from .wire import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class CoordinatorActor:
         self._dirty: set[str] = set()
         self._safety: asyncio.Task | None = None
         self._pending: set[asyncio.Task] = set()
+        self.stream_plans = StreamPlans()
+        self.lost: dict[str, BrokerInfo] = {}  # died or went silent, not back yet
 
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
@@ -111,6 +114,7 @@ class CoordinatorActor:
                    if (old.topics.get(t) if old else None) != info.topics.get(t)}  # fmt: skip
         new = self.table.register(info, _now_ms())
         self._routes_changed(changed)
+        self.lost.pop(info.broker_name, None)
         watch = self._watches.get(info.broker_name)
         if watch is None or watch.done():
             self._watches[info.broker_name] = asyncio.create_task(self._watch(info.broker_name))
@@ -143,14 +147,19 @@ class CoordinatorActor:
                 logger.warning("broker %s missed its heartbeats; dropping it", gone)
                 self._remove_broker(gone)
 
-    def _remove_broker(self, broker_name: str) -> None:
+    def _remove_broker(self, broker_name: str, *, lost: bool = True) -> None:
+        """Drop a broker from the routes; a ``lost`` one (died or silent) is remembered,
+        so reads of its topics report it unavailable rather than gone."""
         info = self.table.brokers.get(broker_name)
         self.table.remove(broker_name)
+        if lost:
+            self.lost[broker_name] = info or BrokerInfo(broker_name=broker_name, node_id="",
+                                                        store_dir="", topics={})  # fmt: skip
         if info is not None:
             self._routes_changed(set(info.topics))
 
     async def unregister_broker(self, broker_name: str) -> None:
-        self._remove_broker(broker_name)
+        self._remove_broker(broker_name, lost=False)
 
     async def route(self, topic: str) -> TopicRoute | None:
         return self.table.route(topic)
@@ -301,15 +310,35 @@ class CoordinatorActor:
         got = await asyncio.gather(*(one(m, queues[m]) for m in members))
         return dict(zip(members, got, strict=True))
 
+    async def lost_brokers(self, topic: str | None = None) -> list[str]:
+        """Brokers that died or went silent and are not back (holding ``topic``, if given):
+        their queues are unavailable, not gone."""
+        return sorted(b for b, info in self.lost.items()
+                      if topic is None or topic in info.topics or not info.topics)  # fmt: skip
+
+    # Streaming batches in flight (stream_plans.py), for rayq/streaming.py.
+    async def stream_plan(self, group: str, topic: str) -> tuple[int, Any] | None:
+        return self.stream_plans.get(group, topic)
+
+    async def record_stream_plan(self, group: str, topic: str, ranges: Any) -> int:
+        return self.stream_plans.record(group, topic, ranges)
+
+    async def finish_stream_plan(self, group: str, topic: str, batch_id: int) -> bool:
+        return self.stream_plans.finish(group, topic, batch_id)
+
 
 def _now_ms() -> int:
     return SYSTEM_CLOCK.now_ms()
 
 
-def spawn_coordinator(namespace: str) -> Any:
+def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
+    """Start (or get) the coordinator; pinned to ``node_id`` (the head) when given."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     from .wire import COORDINATOR_NAME
 
+    where = NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id else "DEFAULT"
     return ray.remote(CoordinatorActor).options(
         name=COORDINATOR_NAME, namespace=namespace, get_if_exists=True, lifetime="detached",
-        max_restarts=-1, num_cpus=0, max_concurrency=1000,
+        max_restarts=-1, num_cpus=0, max_concurrency=1000, scheduling_strategy=where,
     ).remote(namespace)  # fmt: skip

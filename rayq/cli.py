@@ -1,6 +1,7 @@
 """The ``rayq`` command: deploy, inspect and stop rayq on a running Ray cluster.
 
     rayq start  [--address auto] [--namespace rayq] [--brokers 1] [--store-dir DIR]
+                [--placement local|resource] [--wait-brokers N] [--wait-timeout S]
     rayq status [--address auto] [--namespace rayq]
     rayq stop   [--address auto] [--namespace rayq]
 
@@ -29,6 +30,18 @@ def make_argument_parser() -> argparse.ArgumentParser:
         if name == "start":
             cmd.add_argument("--brokers", type=int, default=1, help="brokers to start (1..26)")
             cmd.add_argument("--store-dir", default=None, help="directory for the stores")
+            cmd.add_argument("--placement", choices=("local", "resource"), default="local",
+                             help="local: --brokers on this node; resource: one broker per "
+                             "node with a rayq_broker:<name> resource")  # fmt: skip
+            cmd.add_argument("--wait-brokers", type=int, default=0,
+                             help="with --placement resource: first wait for this many "
+                             "broker nodes to join")  # fmt: skip
+            cmd.add_argument(
+                "--wait-timeout",
+                type=float,
+                default=300.0,
+                help="seconds to wait for --wait-brokers (default 300)",
+            )
     return parser
 
 
@@ -42,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "start":
+            if args.wait_brokers:
+                _wait_for_broker_nodes(args)
             cluster = start(args.store_dir, args.brokers, namespace=args.namespace,
-                            address=args.address)  # fmt: skip
+                            address=args.address, placement=args.placement)  # fmt: skip
             print(
                 f"rayq running in namespace {args.namespace!r}: brokers {cluster.broker_names}, "
                 f"stores under {cluster.store_dir}"
@@ -65,6 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if ray.is_initialized():
             ray.shutdown()
+
+
+def _wait_for_broker_nodes(args: argparse.Namespace) -> None:
+    import time
+
+    import ray
+
+    from rayq.cluster import broker_nodes
+    from rayq.store.errors import BrokerUnavailableError
+
+    ray.init(address=args.address, namespace=args.namespace, log_to_driver=False)
+    deadline = time.monotonic() + args.wait_timeout
+    while len(found := broker_nodes()) < args.wait_brokers:
+        if time.monotonic() > deadline:
+            raise BrokerUnavailableError(
+                f"only {len(found)} of {args.wait_brokers} broker nodes joined within "
+                f"{args.wait_timeout:.0f} s: {sorted(found)}"
+            )
+        time.sleep(2)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@
 and ``brokers`` brokers, each with its flusher and pull-hold actor, on this node,
 with stores under ``store_dir`` (default: ``rayq`` in the Ray session directory).
 ``connect`` only checks that a deployment is running in the namespace.
+
+On a multi-node cluster, ``start(placement="resource")`` starts one broker on every
+node that carries a custom resource ``rayq_broker:<name>`` (set at ``ray start
+--resources``), named ``<name>`` and pinned to that node, so its store stays on
+that node's disk (``cluster.yaml`` reads the name from a host-local file).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from rayq.store.errors import BrokerUnavailableError, ConfigError
 logger = logging.getLogger(__name__)
 
 _current_namespace = NAMESPACE
+BROKER_RESOURCE_PREFIX = "rayq_broker:"
 
 
 class Cluster:
@@ -86,11 +92,41 @@ def default_store_dir() -> Path:
     return Path(base) / "rayq"
 
 
+def broker_nodes() -> dict[str, str]:
+    """Broker name -> node id of every live node with a ``rayq_broker:<name>`` resource."""
+    found: dict[str, str] = {}
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        for resource in node.get("Resources", {}):
+            if resource.startswith(BROKER_RESOURCE_PREFIX):
+                name = resource[len(BROKER_RESOURCE_PREFIX) :]
+                if name in found:
+                    raise ConfigError(f"two nodes carry resource {resource!r}; broker names "
+                                      "must be unique")  # fmt: skip
+                found[name] = node["NodeID"]
+    return found
+
+
+def _head_node_id() -> str | None:
+    """The Ray head node's id (the coordinator lives there, as long as the cluster)."""
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return node["NodeID"]
+    return None
+
+
 def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
           config: BrokerConfig | None = None, namespace: str = NAMESPACE,
-          address: str | None = None) -> Cluster:  # fmt: skip
-    """Start a coordinator and ``brokers`` brokers on this node; returns the Cluster."""
+          address: str | None = None, placement: str = "local") -> Cluster:  # fmt: skip
+    """Start a coordinator and brokers; returns the Cluster.
+
+    ``placement="local"``: ``brokers`` brokers on this node. ``placement="resource"``:
+    one broker per node with a ``rayq_broker:<name>`` resource (``brokers`` ignored).
+    """
     global _current_namespace
+    if placement not in ("local", "resource"):
+        raise ConfigError(f"placement must be 'local' or 'resource', got {placement!r}")
     if not isinstance(brokers, int) or isinstance(brokers, bool) or not 1 <= brokers <= 26:
         raise ConfigError(f"brokers must be an int in 1..26, got {brokers!r}")
     if config is not None and not isinstance(config, BrokerConfig):
@@ -101,13 +137,19 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
-    ray.get(spawn_coordinator(namespace).ready.remote())
+    ray.get(spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote())
+    if placement == "resource":
+        pinned = broker_nodes()
+        if not pinned:
+            raise ConfigError(f"placement='resource': no live node has a "
+                              f"'{BROKER_RESOURCE_PREFIX}<name>' resource")  # fmt: skip
+        plan = [(name, base.listen_port, pinned[name]) for name in sorted(pinned)]
+    else:
+        plan = [(base.broker_name if brokers == 1 else f"{base.broker_name}-{i}",
+                 base.listen_port + i, node_id) for i in range(brokers)]  # fmt: skip
     names = []
-    for i in range(brokers):
-        name = base.broker_name if brokers == 1 else f"{base.broker_name}-{i}"
-        cfg = BrokerConfig.from_dict(
-            {**_asdict(base), "broker_name": name, "listen_port": base.listen_port + i}
-        )
+    for name, port, node_id in plan:
+        cfg = BrokerConfig.from_dict({**_asdict(base), "broker_name": name, "listen_port": port})
         store = str(root / name)
         broker = spawn_broker(cfg, store, namespace, node_id)
         flusher = spawn_flusher(store, cfg.store_config, name, namespace, node_id)
@@ -116,7 +158,7 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         ray.get(broker.start_services.remote())
         names.append(name)
     _current_namespace = namespace
-    logger.warning("rayq started: %d broker(s) %s, stores under %s", brokers, names, root)
+    logger.warning("rayq started: %d broker(s) %s, stores under %s", len(names), names, root)
     return Cluster(namespace, names, root, owns_ray)
 
 

@@ -15,6 +15,13 @@ fails retriably (broker unreachable or timed out, busy, disk full; or a stale ro
 is retried up to ``retries`` times on another queue, preferably of another broker.
 ``send_orderly`` never moves a message: its queue is a stable hash of the sharding
 key. Bad input raises a ``ClientError`` before any remote call.
+
+``Producer(group, idempotent=True)``: each put carries this producer's id and the
+sequence numbers of its messages on that queue (store/dedupe.py), and a failed put
+is retried on the *same* queue with the same sequences, so the broker drops it if
+the first attempt did land (also after a broker restart). Puts to one queue go one
+at a time, in sequence order; ``send_async``/``send_oneway`` run ``send`` on one
+background thread.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 import msgspec
@@ -39,6 +46,7 @@ from rayq.client import ClientContext, call, unwrap
 from rayq.store import DEFAULT_STORE_CONFIG, EncodedBatch, InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
+from rayq.store.dedupe import PRODUCER_ID, PRODUCER_SEQ, sequence_properties
 from rayq.store.errors import (
     BrokerUnavailableError,
     ClosedError,
@@ -69,6 +77,7 @@ _RESERVED: Final[dict[str, str]] = {
     P.UNIQ_KEY: "the producer assigns it", P.PRODUCER_GROUP: "the producer sets it",
     P.DELAY: "set Message.delay_level", P.DELIVER_AT_MS: "set Message.deliver_at_ms",
     P.SHARDING_KEY: "use send_orderly(msg, sharding_key=...)",
+    PRODUCER_ID: "use Producer(idempotent=True)", PRODUCER_SEQ: "use Producer(idempotent=True)",
 }  # fmt: skip
 
 
@@ -437,8 +446,10 @@ class Producer:
 
     def __init__(self, group: str, *, config: ClientConfig | None = None,
                  send_timeout_ms: int = 3000, retries: int = 2,
-                 namespace: str | None = None) -> None:  # fmt: skip
+                 namespace: str | None = None, idempotent: bool = False) -> None:  # fmt: skip
         self.group = validate_group(group)
+        if not isinstance(idempotent, bool):
+            raise ConfigError(f"idempotent must be a bool, got {idempotent!r}")
         if config is not None and not isinstance(config, ClientConfig):
             raise ConfigError(f"config must be a rayq.ClientConfig, got {type(config).__name__}")
         if namespace is not None and not isinstance(namespace, str):
@@ -458,6 +469,10 @@ class Producer:
         self._faults = _FaultTable(self.config.broker_fault_backoff_ms)
         self._queues: dict[str, tuple[list[MessageQueue], float]] = {}
         self._sender = _AsyncSender(self)
+        self.idempotent = idempotent
+        self._sequences: dict[MessageQueue, tuple[str, int]] = {}  # producer id, next sequence
+        self._queue_locks: dict[MessageQueue, threading.Lock] = {}
+        self._serial: ThreadPoolExecutor | None = None
 
     def __repr__(self) -> str:
         state = "shut down" if self._closed else "started" if self._ctx else "new"
@@ -476,6 +491,8 @@ class Producer:
             self._closed = True
         cfg = self.config
         self._sender.close((cfg.retries + 1) * cfg.send_timeout_ms / 1000 + 5)
+        if self._serial is not None:
+            self._serial.shutdown(wait=True)
         if self._ctx is not None:
             try:
                 call(self._ctx.coordinator.unregister_client.remote(self.client_id),
@@ -541,6 +558,11 @@ class Producer:
         self._check_open()
         inner = self._prepare(msg)
         self._live_context()  # no deployment at all: raise here, not through the Future
+        if self.idempotent:
+            with self._lock:
+                if self._serial is None:
+                    self._serial = ThreadPoolExecutor(1, f"rayq-producer-{self.group}")
+            return self._serial.submit(self.send, msg)
         try:
             queue = self._sender.sticky.get(inner.topic) or self._pick(inner.topic)
         except BrokerUnavailableError as exc:  # no route now: report it through the Future
@@ -645,6 +667,8 @@ class Producer:
     def _put_sync(self, msgs: list[InnerMessage], queue: MessageQueue, *,
                   orderly: bool = False) -> tuple[MessageQueue, BatchSendResult]:  # fmt: skip
         """One put per attempt; retriable failures move to another queue unless orderly."""
+        if self.idempotent:
+            return queue, self._put_idempotent(msgs, queue)
         topic, err = queue.topic, None
         avoid: set[str] = set()
         attempts = 1 if orderly else self.config.retries + 1
@@ -672,6 +696,43 @@ class Producer:
                 f"ordered send to {queue} failed; ordered messages never move to another "
                 f"queue: {err}", topic=topic, queue_id=queue.queue_id)  # fmt: skip
         raise _final_error(topic, attempts, err) from None  # type: ignore[arg-type]
+
+    def _put_idempotent(self, msgs: list[InnerMessage], queue: MessageQueue) -> BatchSendResult:
+        """One batch with fresh sequence numbers, retried on the same queue as is."""
+        with self._lock:
+            lock = self._queue_locks.setdefault(queue, threading.Lock())
+        with lock:  # in sequence order: a later batch landing first would hide this one
+            pid, first = self._sequences.get(queue, (self.client_id, 0))
+            self._sequences[queue] = (pid, first + len(msgs))
+            extra = sequence_properties(pid, first, first + len(msgs) - 1)
+            msgs = [msgspec.structs.replace(m, queue_id=queue.queue_id, properties={**m.properties,
+                                            **extra}) for m in msgs]  # fmt: skip
+            batch = msgspec.structs.replace(self._encode(msgs), producer_id=pid,
+                                            first_sequence=first)  # fmt: skip
+            if len(msgs) > 1 and len(batch.records) > self.config.batch_max_bytes:
+                raise _too_large("batch", len(batch.records), self.config.batch_max_bytes,
+                                 "batch_max_bytes")  # fmt: skip
+            err: RayqError | None = None
+            for attempt in range(self.config.retries + 1):
+                try:
+                    handle = self._live_context().broker(queue.broker_name)
+                    return call(handle.put.remote(batch), self.config.send_timeout_ms / 1000)
+                except RayqError as exc:
+                    if not exc.retriable:  # not stored: go on under a new id (no gap)
+                        self._sequences[queue] = (f"{self.client_id}#{uuid.uuid4().hex[:8]}", 0)
+                        raise
+                    err = exc
+                    logger.info("idempotent put to %s failed (%s); retrying it there", queue, exc)
+                    if self._ctx is not None:
+                        self._ctx.forget(queue.broker_name)
+                    time.sleep(min(0.2 * 2**attempt, 2.0))
+            # Perhaps stored, perhaps not: later batches go under a new producer id.
+            self._sequences[queue] = (f"{self.client_id}#{uuid.uuid4().hex[:8]}", 0)
+            raise BrokerUnavailableError(
+                f"idempotent send to {queue} failed after {self.config.retries + 1} attempt(s) "
+                f"on that queue (idempotent sends never move to another queue): {err}",
+                topic=queue.topic, queue_id=queue.queue_id,
+            )  # fmt: skip
 
 
 __all__ = ["Producer"]

@@ -66,6 +66,9 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     index_records: bytes = b""
     msg_ids: list[str] = []
     scheduled: bool = False
+    # Idempotent produce (dedupe.py): set by the producer after encoding; "" = off.
+    producer_id: str = ""
+    first_sequence: int = 0
 
 
 def _is_scheduled(props: dict[str, str]) -> bool:

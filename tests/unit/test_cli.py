@@ -21,3 +21,12 @@ def test_a_command_is_required_and_unknown_ones_are_refused() -> None:
         with pytest.raises(SystemExit) as exc:
             parser.parse_args(argv)
         assert exc.value.code == 2
+
+
+def test_start_placement_is_local_or_resource() -> None:
+    """``--placement resource`` starts one broker per node with a rayq_broker:<name> resource."""
+    parser = make_argument_parser()
+    assert parser.parse_args(["start"]).placement == "local"
+    assert parser.parse_args(["start", "--placement", "resource"]).placement == "resource"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["start", "--placement", "anywhere"])

@@ -1,0 +1,262 @@
+"""Arrow batches to and from brokers, for code running inside Spark or Ray Data tasks.
+
+Spark's Python workers are not Ray workers: ``ensure_ray`` connects such a process
+to the driver's Ray cluster once (later calls are free) and brokers are looked up
+by name there (an actor handle captured in a closure does not deserialize in a
+Spark worker). Ray tasks (Ray Data) are connected already.
+
+``read_range`` yields a queue range as ``SCHEMA`` record batches, one broker page
+(``PAGE_BYTES`` of records) at a time, asking for the next page before handing out
+the current one. ``write_batches`` sends a task's rows to one queue as idempotent
+puts: producer id fixed per (write, partition), sequence numbers counted over the
+partition's rows, batches cut by a deterministic rule, so a re-run task re-sends
+exactly the same (producer id, sequence) batches and the broker drops the ones it
+has; failed puts are re-sent, in order, to the same queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+
+from rayq.actors.wire import broker_actor_name
+from rayq.client import unwrap
+from rayq.ranges import OffsetRange
+from rayq.store import InnerMessage
+from rayq.store import properties as P
+from rayq.store.batch import encode_batch
+from rayq.store.columnar import SCHEMA, from_ipc
+from rayq.store.dedupe import sequence_properties
+from rayq.store.errors import BrokerUnavailableError, InvalidMessageError, RayqError
+
+logger = logging.getLogger(__name__)
+
+PAGE_BYTES: Final[int] = 4 * 1024 * 1024
+WRITE_BATCH_ROWS: Final[int] = 2000
+WRITE_BATCH_BYTES: Final[int] = 2 * 1024 * 1024
+MAX_PUTS_IN_FLIGHT: Final[int] = 4
+PUT_ATTEMPTS: Final[int] = 5
+CALL_TIMEOUT_S: Final[float] = 60.0
+MAX_BODY_BYTES: Final[int] = 4 * 1024 * 1024
+MAX_PROPERTIES_BYTES: Final[int] = 32 * 1024
+
+_lock = threading.Lock()
+_handles: dict[tuple[str, str], Any] = {}
+
+
+def ensure_ray(address: str | None, namespace: str) -> None:
+    """Connect this process to Ray once (no-op in Ray workers and drivers)."""
+    if ray.is_initialized():
+        return
+    with _lock:
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=namespace, log_to_driver=False,
+                     logging_level=logging.WARNING, configure_logging=False)  # fmt: skip
+
+
+def broker_handle(namespace: str, broker: str, *, refresh: bool = False) -> Any:
+    key = (namespace, broker)
+    handle = None if refresh else _handles.get(key)
+    if handle is None:
+        try:
+            handle = ray.get_actor(broker_actor_name(broker), namespace=namespace)
+        except ValueError:
+            raise BrokerUnavailableError(
+                f"broker {broker!r} is not running in namespace {namespace!r}: its queues "
+                "cannot be read or written now", broker=broker,
+            ) from None  # fmt: skip
+        _handles[key] = handle
+    return handle
+
+
+def _get(ref: Any, broker: str) -> Any:
+    try:
+        return ray.get(ref, timeout=CALL_TIMEOUT_S)
+    except Exception as exc:
+        err = unwrap(exc)
+        if isinstance(err, BrokerUnavailableError):
+            raise BrokerUnavailableError(f"broker {broker!r} is unavailable: {err}",
+                                         broker=broker) from None  # fmt: skip
+        raise err from None
+
+
+# ------------------------------------------------------------------ read
+def read_range(topic: str, r: OffsetRange, namespace: str,
+               page_bytes: int = PAGE_BYTES) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The records of ``r`` as ``SCHEMA`` batches (nothing for an empty range)."""
+    if r.start >= r.end:
+        return
+    handle = broker_handle(namespace, r.broker)
+    offset = r.start
+    ref = handle.call.remote("read_arrow", topic, r.queue_id, offset, r.end, page_bytes)
+    while True:
+        data, nxt = _get(ref, r.broker)
+        if nxt <= offset:
+            raise BrokerUnavailableError(
+                f"{topic}/{r.queue_id} on broker {r.broker!r} stopped at offset {offset} before "
+                f"the planned end {r.end}", broker=r.broker,
+            )  # fmt: skip
+        offset = nxt
+        if offset < r.end:  # ask for the next page while this one is handed out
+            ref = handle.call.remote("read_arrow", topic, r.queue_id, offset, r.end, page_bytes)
+        yield from from_ipc(data)
+        if offset >= r.end:
+            return
+
+
+# ----------------------------------------------------------------- write
+class Columns(msgspec.Struct, frozen=True):
+    """Which input columns make up a message."""
+
+    body: str
+    keys: str | None = None
+    tags: str | None = None
+    properties: str | None = None
+
+
+def check_columns(schema: pa.Schema, cols: Columns) -> None:
+    """InvalidMessageError for a missing column or one of the wrong type."""
+    wanted = {
+        cols.body: ("body_col", (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string,
+                                 pa.types.is_large_string), "binary or string"),
+        cols.keys: ("keys_col", (pa.types.is_string, pa.types.is_large_string, _is_str_list),
+                    "string or array<string>"),
+        cols.tags: ("tags_col", (pa.types.is_string, pa.types.is_large_string), "string"),
+        cols.properties: ("properties_col", (_is_str_map,), "map<string, string>"),
+    }  # fmt: skip
+    for name, (arg, tests, kind) in wanted.items():
+        if name is None:
+            continue
+        if name not in schema.names:
+            raise InvalidMessageError(f"{arg}={name!r}: no such column; columns are "
+                                      f"{schema.names}", column=name)  # fmt: skip
+        typ = schema.field(name).type
+        if not any(t(typ) for t in tests):
+            raise InvalidMessageError(f"{arg}={name!r} must be {kind}, got {typ}", column=name)
+
+
+def _is_str_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) and pa.types.is_string(t.value_type)
+
+
+def _is_str_map(t: pa.DataType) -> bool:
+    return (pa.types.is_map(t) and pa.types.is_string(t.key_type)
+            and pa.types.is_string(t.item_type))  # fmt: skip
+
+
+def _messages(batch: pa.RecordBatch, cols: Columns) -> list[tuple[bytes, str | None, str, dict]]:
+    body = batch.column(cols.body)
+    if body.null_count:
+        raise InvalidMessageError(f"column {cols.body!r} has null bodies; a message needs one")
+    if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
+        body = pc.cast(body, pa.binary())
+    bodies = body.to_pylist()
+    n = len(bodies)
+    tags = batch.column(cols.tags).to_pylist() if cols.tags else [None] * n
+    keys: list[Any] = batch.column(cols.keys).to_pylist() if cols.keys else [""] * n
+    if cols.keys and _is_str_list(batch.schema.field(cols.keys).type):
+        keys = [P.KEY_SEPARATOR.join(k) if k else "" for k in keys]
+    props = batch.column(cols.properties).to_pylist() if cols.properties else [None] * n
+    return [(b, t or None, k or "", dict(p) if p else {})
+            for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]  # fmt: skip
+
+
+def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, queue_id: int,
+                  producer_id: str, cols: Columns, namespace: str, group: str) -> int:  # fmt: skip
+    """Send every row to ``broker``/``queue_id`` idempotently; returns the rows sent."""
+    sender = _IdempotentSender(topic, broker, queue_id, producer_id, namespace)
+    seq = 0
+    uniq = f"{producer_id}".replace("|", "_")
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        rows = _messages(batch, cols)
+        i = 0
+        while i < len(rows):
+            j, size = i, 0
+            stop = min(len(rows), i + WRITE_BATCH_ROWS)
+            while j < stop and (j == i or size < WRITE_BATCH_BYTES):
+                size += len(rows[j][0])
+                j += 1
+            sender.send(_encode(rows[i:j], topic, queue_id, producer_id, seq, group, uniq))
+            seq += j - i
+            i = j
+    sender.flush()
+    return seq
+
+
+def _encode(rows: list[tuple], topic: str, queue_id: int, producer_id: str, first: int,
+            group: str, uniq: str) -> Any:  # fmt: skip
+    last = first + len(rows) - 1
+    shared = {P.PRODUCER_GROUP: group, **sequence_properties(producer_id, first, last)}
+    now = time.time_ns() // 1_000_000
+    msgs = [
+        InnerMessage(topic=topic, queue_id=queue_id, body=b, tags=t, keys=k,
+                     uniq_key=f"{uniq}-{first + i}", properties=_merged(p, shared),
+                     born_timestamp=now)
+        for i, (b, t, k, p) in enumerate(rows)
+    ]  # fmt: skip
+    batch = encode_batch(msgs, max_body_bytes=MAX_BODY_BYTES,
+                         max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
+    return msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
+
+
+# System properties a read returns (tags and keys have their own columns): a row's
+# properties map may carry them back; they are dropped, not written.
+_RESERVED = frozenset({P.TAGS, P.KEYS, P.UNIQ_KEY, P.PRODUCER_GROUP, "__PID", "__PSEQ"})
+
+
+def _merged(props: dict[str, str], shared: dict[str, str]) -> dict[str, str]:
+    if not props:
+        return shared
+    return {**{k: v for k, v in props.items() if k not in _RESERVED}, **shared}
+
+
+class _IdempotentSender:
+    """Up to ``MAX_PUTS_IN_FLIGHT`` puts to one queue; failures re-sent in order."""
+
+    def __init__(self, topic: str, broker: str, queue_id: int, producer_id: str,
+                 namespace: str) -> None:  # fmt: skip
+        self.topic, self.broker, self.queue_id = topic, broker, queue_id
+        self.producer_id, self.namespace = producer_id, namespace
+        self.inflight: list[tuple[Any, Any]] = []  # (batch, ref)
+
+    def send(self, batch: Any) -> None:
+        if len(self.inflight) >= MAX_PUTS_IN_FLIGHT:
+            self._settle(1)
+        handle = broker_handle(self.namespace, self.broker)
+        self.inflight.append((batch, handle.put.remote(batch)))
+
+    def flush(self) -> None:
+        self._settle(len(self.inflight))
+
+    def _settle(self, n: int) -> None:
+        """Wait for the oldest ``n`` puts; on a retriable failure re-send all pending."""
+        done = 0
+        for attempt in range(PUT_ATTEMPTS):
+            try:
+                while done < n:
+                    _get(self.inflight[0][1], self.broker)
+                    self.inflight.pop(0)
+                    done += 1
+                return
+            except RayqError as exc:
+                if not exc.retriable or attempt == PUT_ATTEMPTS - 1:
+                    raise
+                logger.warning("put to %s/%d on %s failed (%s); re-sending %d batch(es)",
+                               self.topic, self.queue_id, self.broker, exc,
+                               len(self.inflight))  # fmt: skip
+                time.sleep(0.5 * (attempt + 1))
+                handle = broker_handle(self.namespace, self.broker, refresh=True)
+                self.inflight = [(b, handle.put.remote(b)) for b, _ in self.inflight]
+
+
+__all__ = ["SCHEMA", "Columns", "check_columns", "ensure_ray", "read_range", "write_batches"]

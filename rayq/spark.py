@@ -1,0 +1,261 @@
+"""Spark on Ray (RayDP): a topic as a Spark source and sink. Needs the ``spark`` extra.
+
+    from rayq import spark as rqspark
+    spark = rqspark.session("etl", num_executors=2, executor_cores=1, executor_memory="1g")
+    df = rqspark.read(spark, "orders", starting="earliest", ending="latest")
+    query = rqspark.stream(spark, "orders", group="etl", process=fn)  # fn(df, batch_id)
+    rqspark.write(df, "results", body_col="body")
+
+``read`` fixes offset ranges on the driver (rayq/ranges.py), one Spark partition
+per range, and each task reads its range from the broker actor as Arrow record
+batches (``mapInArrow``; rayq/arrow_io.py), so a retried task re-reads exactly the
+same messages. ``stream`` runs micro-batches from the driver (rayq/streaming.py):
+ranges recorded with the coordinator before a batch runs, offsets committed
+(compare-and-set) only after ``process(df, batch_id)`` returns. ``write`` sends
+each partition to one queue with idempotent puts (producer id per write and
+partition, sequence numbers per row), so re-run tasks do not duplicate messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from rayq.actors.wire import ClientConfig
+from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
+from rayq.client import ClientContext
+from rayq.cluster import current_namespace
+from rayq.ranges import DEFAULT_MAX_MESSAGES_PER_PARTITION, OffsetRange, check_max, plan_ranges
+from rayq.store.errors import ConfigError, InvalidMessageError
+from rayq.store.names import validate_group, validate_topic
+from rayq.streaming import StreamingQuery
+
+logger = logging.getLogger(__name__)
+
+# Java 17 hides JDK internals Spark and Arrow use; without these, Arrow transfers
+# (mapInArrow, ray.data.from_spark) fail with InaccessibleObjectException.
+JAVA17_OPTIONS = " ".join(
+    [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
+        "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
+        "java.math", "java.text", "java.util", "java.util.concurrent",
+        "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs", "sun.security.action",
+        "sun.util.calendar")]
+    + ["--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+       "-Dio.netty.tryReflectionSetAccessible=true"]
+)  # fmt: skip
+JAVA_OPTION_KEYS = (
+    "spark.ray.raydp_app_master.extraJavaOptions",
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+)
+RANGE_COLUMNS = "broker string, queue_id int, start long, end long"
+_session: Any = None
+
+
+def session(
+    app_name: str = "rayq",
+    num_executors: int = 1,
+    executor_cores: int = 1,
+    executor_memory: str | int = "1g",
+    configs: dict[str, str] | None = None,
+) -> Any:
+    """The process's RayDP SparkSession (made once; later calls return it), with the
+    JDK 17 module flags set for the RayDP app master, the driver and the executors."""
+    global _session
+    if _session is not None:
+        return _session
+    import raydp
+
+    if not ray.is_initialized():
+        raise ConfigError("Ray is not initialized: call rayq.start() or rayq.connect() first")
+    for name, n in (("num_executors", num_executors), ("executor_cores", executor_cores)):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"{name} must be an int >= 1, got {n!r}")
+    conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.session.timeZone": "UTC",
+            **(configs or {})}  # fmt: skip
+    for key in JAVA_OPTION_KEYS:
+        conf[key] = f"{conf[key]} {JAVA17_OPTIONS}" if conf.get(key) else JAVA17_OPTIONS
+    logs = _ray_logs_dir()
+    if logs:  # RayDP's driver agent logs there; its default (session_latest) may be stale
+        conf["spark.driver.extraJavaOptions"] += f" -Dray.logging.dir={logs}"
+    # Executors run Python tasks with PYSPARK_PYTHON as the driver sets it (default:
+    # python3 on PATH, which may lack pyspark and rayq): this interpreter, unless set.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    _session = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory,
+                                configs=conf)  # fmt: skip
+    return _session
+
+
+def stop_session() -> None:
+    """Stop the RayDP session made by :func:`session` (Ray keeps running)."""
+    global _session
+    if _session is not None:
+        import raydp
+
+        _session = None
+        raydp.stop_spark()
+
+
+@functools.cache
+def spark_schema() -> Any:
+    """``SCHEMA`` as a Spark StructType (the columns ``read`` returns)."""
+    from pyspark.sql import types as T
+
+    s = T.StringType()
+    return T.StructType([
+        T.StructField("topic", s), T.StructField("broker", s),
+        T.StructField("queue_id", T.IntegerType()), T.StructField("queue_offset", T.LongType()),
+        T.StructField("msg_id", s), T.StructField("tags", s),
+        T.StructField("keys", T.ArrayType(s)), T.StructField("body", T.BinaryType()),
+        T.StructField("properties", T.MapType(s, s)),
+        T.StructField("born_timestamp", T.TimestampType()),
+        T.StructField("store_timestamp", T.TimestampType()),
+        T.StructField("reconsume_times", T.IntegerType()),
+    ])  # fmt: skip
+
+
+def _arrow_schema_of(schema: Any) -> pa.Schema:
+    """The Arrow types of a Spark schema's columns, as far as ``write`` cares (the
+    types it accepts map exactly; anything else maps to a stand-in named after it)."""
+    from pyspark.sql import types as T
+
+    def arrow(t: Any) -> pa.DataType:
+        if isinstance(t, T.BinaryType):
+            return pa.binary()
+        if isinstance(t, T.StringType):
+            return pa.string()
+        if isinstance(t, T.ArrayType):
+            return pa.list_(arrow(t.elementType))
+        if isinstance(t, T.MapType):
+            return pa.map_(arrow(t.keyType), arrow(t.valueType))
+        return pa.struct([(t.simpleString(), pa.null())])  # fails every check, by name
+
+    return pa.schema([(f.name, arrow(f.dataType)) for f in schema.fields])
+
+
+def _ray_logs_dir() -> str | None:
+    node = getattr(ray._private.worker, "_global_node", None)
+    return node.get_logs_dir_path() if node is not None else None
+
+
+def _ray_address() -> str:
+    return ray.get_runtime_context().gcs_address
+
+
+def ranges_df(spark: Any, topic: str, ranges: list[OffsetRange], namespace: str | None = None,
+              page_bytes: int | None = None) -> Any:  # fmt: skip
+    """A DataFrame of the messages in ``ranges``: one partition per range."""
+    ns, address = namespace or current_namespace(), _ray_address()
+    kwargs = {"page_bytes": page_bytes} if page_bytes else {}
+    if not ranges:
+        return spark.createDataFrame([], spark_schema())
+    rows = [(r.broker, r.queue_id, r.start, r.end) for r in ranges]
+    plan = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), RANGE_COLUMNS)
+
+    def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ensure_ray(address, ns)
+        for batch in batches:
+            for row in batch.to_pylist():
+                r = OffsetRange(row["broker"], row["queue_id"], row["start"], row["end"])
+                yield from read_range(topic, r, ns, **kwargs)
+
+    return plan.mapInArrow(read_partition, spark_schema())
+
+
+def read(spark: Any, topic: str, starting: object = "earliest", ending: object = "latest", *,
+         max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
+         skip_unavailable: bool = False, namespace: str | None = None) -> Any:  # fmt: skip
+    """The messages of ``topic`` between ``starting`` and ``ending`` as a DataFrame
+    (columns: topic, broker, queue_id, queue_offset, msg_id, tags, keys, body,
+    properties, born_timestamp, store_timestamp, reconsume_times). Offset specs are
+    described in rayq/ranges.py; the ranges are fixed now, the data is read when the
+    DataFrame is evaluated. A broker holding the topic that is down raises
+    BrokerUnavailableError, unless ``skip_unavailable`` (then its queues are left out)."""
+    validate_topic(topic)
+    ctx = ClientContext(None, namespace)
+    ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition,
+                         skip_unavailable)  # fmt: skip
+    return ranges_df(spark, topic, ranges, ctx.namespace)
+
+
+def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any],
+           trigger_interval: float = 1.0, max_messages_per_trigger: int = 100_000, *,
+           starting: object = "latest",
+           max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
+           namespace: str | None = None, config: ClientConfig | None = None,
+           ) -> StreamingQuery:  # fmt: skip
+    """Start a micro-batch query: every ``trigger_interval`` seconds, up to
+    ``max_messages_per_trigger`` new messages as a DataFrame to ``process(df, batch_id)``;
+    the group's offsets are committed after it returns (see rayq/streaming.py)."""
+    if not callable(process):
+        raise ConfigError(f"process must be callable as process(df, batch_id), got {process!r}")
+    check_max("max_messages_per_partition", max_messages_per_partition)
+    ns = namespace or current_namespace()
+
+    def run_batch(ranges: list[OffsetRange], batch_id: int) -> None:
+        pieces = [p for r in ranges for p in _split_one(r, max_messages_per_partition)]
+        process(ranges_df(spark, topic, pieces, ns), batch_id)
+
+    query = StreamingQuery(topic, group, run_batch, trigger_interval=trigger_interval,
+                           max_messages_per_trigger=max_messages_per_trigger,
+                           starting=starting, namespace=ns, config=config)  # fmt: skip
+    return query.start()
+
+
+def _split_one(r: OffsetRange, n: int) -> list[OffsetRange]:
+    return [OffsetRange(r.broker, r.queue_id, s, min(s + n, r.end))
+            for s in range(r.start, r.end, n)]  # fmt: skip
+
+
+def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = None,
+          tags_col: str | None = None, properties_col: str | None = None, *,
+          group: str = "rayq-spark-writer", namespace: str | None = None) -> int:  # fmt: skip
+    """Send every row of ``df`` to ``topic``; returns the number of rows written.
+
+    ``body_col`` is binary or string; ``keys_col`` string (space-separated) or
+    array<string>; ``tags_col`` string; ``properties_col`` map<string, string>. Each
+    partition goes to one write queue (spread over brokers) with idempotent puts.
+    """
+    validate_topic(topic)
+    validate_group(group)
+    cols = Columns(body_col, keys_col, tags_col, properties_col)
+    for arg, name in (("body_col", body_col), ("keys_col", keys_col), ("tags_col", tags_col),
+                      ("properties_col", properties_col)):  # fmt: skip
+        if name is not None and not isinstance(name, str):
+            raise InvalidMessageError(f"{arg} must be a column name, got {name!r}")
+    check_columns(_arrow_schema_of(df.schema), cols)
+    ctx = ClientContext(None, namespace)
+    queues = sorted(ctx.write_queues(topic, refresh=True))
+    if not queues:
+        raise InvalidMessageError(f"topic {topic!r} has no writeable queue")
+    ns, address = ctx.namespace, _ray_address()
+    write_id = uuid.uuid4().hex[:12]
+    targets = [(q.broker_name, q.queue_id) for q in queues]
+    # Spread partitions over brokers first: interleave the queues of the brokers.
+    targets.sort(key=lambda t: (t[1], t[0]))
+    needed = [c for c in (body_col, keys_col, tags_col, properties_col) if c]
+
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ensure_ray(address, ns)
+        part = TaskContext.get().partitionId()
+        broker, qid = targets[part % len(targets)]
+        n = write_batches(batches, topic, broker, qid, f"spark-{write_id}-{part}", cols, ns,
+                          group)  # fmt: skip
+        yield pa.RecordBatch.from_pydict({"rows": [n]}, schema=pa.schema([("rows", pa.int64())]))
+
+    out = df.select(*needed).mapInArrow(write_partition, "rows long").collect()
+    return sum(r["rows"] for r in out)
+
+
+__all__ = ["JAVA17_OPTIONS", "read", "session", "spark_schema", "stop_session", "stream", "write"]

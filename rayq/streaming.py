@@ -1,0 +1,225 @@
+"""Micro-batch streaming from a topic, driven from the driver (used by ``rayq.spark.stream``).
+
+Every ``trigger_interval`` seconds a ``StreamingQuery`` runs one batch:
+
+1. **plan** — if the coordinator holds an unfinished plan of this (group, topic),
+   that batch is run again with the same ranges and batch id, unless its offsets
+   were committed already (then it is only dropped). Otherwise ranges go from the
+   group's committed offsets (``starting`` where the group has none) up to the
+   queues' ends, at most ``max_messages_per_trigger`` messages in all (shared
+   fairly among the queues); the plan is recorded with the coordinator *before*
+   the batch runs;
+2. **process** — ``run_batch(ranges, batch_id)`` (Spark: read the ranges into a
+   DataFrame and call the user's ``process(df, batch_id)``);
+3. **commit** — each broker compares-and-sets the group's offsets from the
+   values seen at planning to the ranges' ends, and the plan is dropped.
+
+A crash at any point loses nothing and re-runs at most the last batch, with
+identical ranges: before the commit the plan is still there; after it the
+offsets say the batch is done. A commit that finds the offsets moved by someone
+else (another query of the group, a reset) stops the query with ``BrokenError``.
+``last_progress`` reports rows, lag and durations of the last batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from rayq.actors.wire import ClientConfig
+from rayq.client import ClientContext, call
+from rayq.ranges import OffsetRange, broker_calls, check_max, committed_offsets, queue_bounds
+from rayq.ranges import resolve as resolve_spec
+from rayq.store.errors import BrokenError, BrokerUnavailableError, ConfigError, RayqError
+from rayq.store.names import validate_group, validate_topic
+
+logger = logging.getLogger(__name__)
+
+RunBatch = Callable[[list[OffsetRange], int], None]
+
+
+class Plan(msgspec.Struct, frozen=True):
+    batch_id: int
+    ranges: list[OffsetRange]
+    rerun: bool = False
+    lag: int = 0
+
+
+def share(backlogs: dict[Any, int], budget: int) -> dict[Any, int]:
+    """Split ``budget`` messages fairly over queues with these backlogs (smallest first)."""
+    out = {}
+    left, queues = budget, sorted(backlogs, key=lambda k: (backlogs[k], k))
+    for i, key in enumerate(queues):
+        take = min(backlogs[key], left // (len(queues) - i))
+        out[key] = take
+        left -= take
+    return out
+
+
+class StreamingQuery:
+    """A running micro-batch query; ``stop()``, ``await_termination()``, ``last_progress``."""
+
+    def __init__(self, topic: str, group: str, run_batch: RunBatch, *,
+                 trigger_interval: float = 1.0, max_messages_per_trigger: int = 100_000,
+                 starting: object = "latest", namespace: str | None = None,
+                 config: ClientConfig | None = None) -> None:  # fmt: skip
+        self.topic = validate_topic(topic)
+        self.group = validate_group(group)
+        if not isinstance(trigger_interval, int | float) or not trigger_interval >= 0:
+            raise ConfigError(f"trigger_interval must be seconds >= 0, got {trigger_interval!r}")
+        self.trigger_interval = float(trigger_interval)
+        self.max_messages_per_trigger = check_max("max_messages_per_trigger",
+                                                  max_messages_per_trigger)  # fmt: skip
+        self.starting = starting
+        self.run_batch = run_batch
+        self.ctx = ClientContext(config, namespace)
+        self.ctx.read_queues(self.topic)  # TopicNotFoundError now, not in the thread
+        self.last_progress: dict[str, Any] | None = None
+        self.recent_progress: list[dict[str, Any]] = []
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------- lifecycle
+    def start(self) -> StreamingQuery:
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"rayq-stream-{self.group}-{self.topic}")  # fmt: skip
+        self._thread.start()
+        return self
+
+    @property
+    def is_active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the batch in progress (its offsets are committed if it succeeds)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end; re-raises what stopped it. False on timeout."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.run_once()
+                except BrokerUnavailableError as exc:  # planning or commit: try next trigger
+                    logger.warning("streaming query %s/%s: %s; retrying at the next trigger",
+                                   self.group, self.topic, exc)  # fmt: skip
+                self._stop.wait(max(0.0, self.trigger_interval - (time.monotonic() - started)))
+        except BaseException as exc:  # the query ends; await_termination re-raises it
+            logger.error("streaming query %s/%s stopped: %r", self.group, self.topic, exc)
+            self._error = exc
+
+    # -------------------------------------------------------------- batches
+    def run_once(self) -> dict[str, Any] | None:
+        """Plan, run and commit one batch; its progress (None when there was nothing)."""
+        t0 = time.monotonic()
+        plan = self.plan()
+        t1 = time.monotonic()
+        if plan is None:  # nothing new: no batch, but progress (lag 0, planning time)
+            ms = round((t1 - t0) * 1000, 1)
+            self.last_progress = {"batch_id": None, "num_input_rows": 0, "rerun": False,
+                                  "lag": 0, "timestamp_ms": time.time_ns() // 1_000_000,
+                                  "durations_ms": {"plan": ms, "process": 0.0, "commit": 0.0,
+                                                   "total": ms}}  # fmt: skip
+            return None
+        self.run_batch(plan.ranges, plan.batch_id)
+        t2 = time.monotonic()
+        self.commit(plan)
+        t3 = time.monotonic()
+        progress = {
+            "batch_id": plan.batch_id,
+            "num_input_rows": sum(r.count for r in plan.ranges),
+            "rerun": plan.rerun,
+            "lag": plan.lag,
+            "timestamp_ms": time.time_ns() // 1_000_000,
+            "durations_ms": {"plan": round((t1 - t0) * 1000, 1),
+                             "process": round((t2 - t1) * 1000, 1),
+                             "commit": round((t3 - t2) * 1000, 1),
+                             "total": round((t3 - t0) * 1000, 1)},
+        }  # fmt: skip
+        self.last_progress = progress
+        self.recent_progress = [*self.recent_progress[-99:], progress]
+        return progress
+
+    def _coordinator(self, method: str, *args: Any) -> Any:
+        timeout = self.ctx.config.send_timeout_ms / 1000
+        return call(getattr(self.ctx.coordinator, method).remote(*args), timeout)
+
+    def plan(self) -> Plan | None:
+        """The batch to run now: the unfinished one, or a new one (recorded first)."""
+        bounds = queue_bounds(self.ctx, self.topic)
+        brokers = {b for b, _ in bounds}
+        committed = committed_offsets(self.ctx, self.topic, self.group, brokers)
+        found = self._coordinator("stream_plan", self.group, self.topic)
+        if found is not None:
+            batch_id, ranges = found
+            ranges = [msgspec.convert(r, OffsetRange) for r in ranges]
+            state = {committed.get((r.broker, r.queue_id), -1) == r.committed for r in ranges}
+            if state == {True}:
+                logger.warning("streaming %s/%s: re-running batch %d with its planned ranges",
+                               self.group, self.topic, batch_id)  # fmt: skip
+                lag = sum(max(0, bounds.get((r.broker, r.queue_id), (0, 0))[1] - r.end)
+                          for r in ranges)  # fmt: skip
+                return Plan(batch_id, ranges, rerun=True, lag=lag)
+            if any(committed.get((r.broker, r.queue_id), -1) != r.end for r in ranges):
+                logger.warning("streaming %s/%s: offsets moved since batch %d was planned; "
+                               "planning anew", self.group, self.topic, batch_id)  # fmt: skip
+            self._coordinator("finish_stream_plan", self.group, self.topic, batch_id)
+        initial = resolve_spec(self.ctx, self.topic, self.starting, bounds, default="latest",
+                               what="starting")  # fmt: skip
+        starts = {}
+        for key, (lo, hi) in bounds.items():
+            c = committed.get(key, -1)
+            starts[key] = min(max(c, lo), hi) if c >= 0 else initial[key]
+        backlog = {k: bounds[k][1] - starts[k] for k in bounds}
+        take = share(backlog, self.max_messages_per_trigger)
+        ranges = [OffsetRange(k[0], k[1], starts[k], starts[k] + take[k], committed.get(k, -1))
+                  for k in sorted(bounds) if take[k] > 0]  # fmt: skip
+        if not ranges:
+            return None
+        batch_id = self._coordinator("record_stream_plan", self.group, self.topic, ranges)
+        return Plan(batch_id, ranges, lag=sum(backlog.values()) - sum(take.values()))
+
+    def commit(self, plan: Plan) -> None:
+        """Compare-and-set the group's offsets to the batch's ends; drop the plan."""
+        by_broker: dict[str, tuple[dict[int, int], dict[int, int]]] = {}
+        for r in plan.ranges:
+            expected, new = by_broker.setdefault(r.broker, ({}, {}))
+            expected[r.queue_id], new[r.queue_id] = r.committed, r.end
+        ok = broker_calls(self.ctx, {
+            b: ("compare_and_set_offsets", self.group, self.topic, e, n)
+            for b, (e, n) in by_broker.items()
+        })  # fmt: skip
+        if not all(ok.values()):
+            raise BrokenError(
+                f"the offsets of group {self.group!r} on topic {self.topic!r} changed while batch "
+                f"{plan.batch_id} ran (another query of the group, or a reset); stopping",
+                group=self.group, topic=self.topic,
+            )  # fmt: skip
+        try:
+            self._coordinator("finish_stream_plan", self.group, self.topic, plan.batch_id)
+        except RayqError as exc:  # committed: the next plan sees the batch is done
+            logger.warning("could not drop the plan of batch %d: %s", plan.batch_id, exc)
+
+
+__all__ = ["StreamingQuery", "share"]

@@ -1,0 +1,107 @@
+"""Three Ray nodes on this machine (ray.cluster_utils.Cluster): two brokers pinned by
+resource to two nodes, topics over both, producers, consumers and a Spark read across
+them; a broker's node removed: its queues report unavailable, the other broker serves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+import rayq
+from rayq import spark as rqspark
+from rayq.arrow_io import read_range
+from rayq.client import ClientContext, call
+from rayq.ranges import OffsetRange, plan_ranges
+from rayq.store import StoreConfig
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings("ignore:distutils Version classes:DeprecationWarning"),
+]
+NAMESPACE = "rayq-test-multinode"
+SMALL_STORE = StoreConfig.for_tests(
+    commitlog_segment_size_bytes=1 << 20, cq_entries_per_file=4096, index_hash_slots=1024,
+    index_entries_max=16384, disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0,
+    disk_warning_ratio=1.0,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialized in this process; this module starts its own")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    b1 = cluster.add_node(num_cpus=0, resources={"rayq_broker:broker-b1": 1})
+    b2 = cluster.add_node(num_cpus=0, resources={"rayq_broker:broker-b2": 1})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+    deployment = None
+    try:
+        deployment = rayq.start(tmp_path_factory.mktemp("stores"), placement="resource",
+                                namespace=NAMESPACE,
+                                config=rayq.BrokerConfig(store=SMALL_STORE))  # fmt: skip
+        spark = rqspark.session("rayq-multinode", num_executors=1, executor_cores=1,
+                                executor_memory="1g")  # fmt: skip
+        yield {"cluster": cluster, "b1": b1, "b2": b2, "rayq": deployment, "spark": spark}
+    finally:
+        rqspark.stop_session()
+        if deployment is not None:
+            deployment.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_brokers_are_pinned_and_serve_across_nodes(nodes: dict) -> None:
+    ctx = ClientContext(namespace=NAMESPACE)
+    assert nodes["rayq"].broker_names == ["broker-b1", "broker-b2"]
+    for name, node in (("broker-b1", nodes["b1"]), ("broker-b2", nodes["b2"])):
+        assert call(ctx.broker(name).call.remote("info"), 30).node_id == node.node_id
+    rayq.Admin(namespace=NAMESPACE).create_topic("spread", queues=2)
+    with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
+        sent = [producer.send(rayq.Message("spread", f"m{i}".encode())) for i in range(60)]
+    assert {r.queue.broker_name for r in sent} == {"broker-b1", "broker-b2"}
+    consumer = rayq.PullConsumer(group="mc", namespace=NAMESPACE,
+                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer.subscribe("spread")
+    consumer.start()
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < 60 and time.monotonic() < deadline:
+        got += [m.body for m in consumer.poll(timeout=1.0)]
+    consumer.shutdown()
+    assert sorted(got) == sorted(f"m{i}".encode() for i in range(60))
+    df = rqspark.read(nodes["spark"], "spread")
+    counts = {r["broker"]: r["count"] for r in df.groupBy("broker").count().collect()}
+    assert counts == {b: sum(r.queue.broker_name == b for r in sent) for b in counts}
+    assert set(counts) == {"broker-b1", "broker-b2"}
+
+
+def test_a_removed_broker_node_reports_unavailable_and_the_other_serves(nodes: dict) -> None:
+    ctx = ClientContext(namespace=NAMESPACE)
+    b1_before = rqspark.read(nodes["spark"], "spread").filter("broker = 'broker-b1'").count()
+    # Spark stops first: on one machine its JVM may be attached to any node's raylet.
+    rqspark.stop_session()
+    nodes["cluster"].remove_node(nodes["b2"])
+    deadline = time.monotonic() + 60
+    while call(ctx.coordinator.lost_brokers.remote("spread"), 10) != ["broker-b2"]:
+        assert time.monotonic() < deadline, "the coordinator never noticed the lost broker"
+        time.sleep(0.5)
+    with pytest.raises(rayq.BrokerUnavailableError, match="broker-b2"):
+        plan_ranges(ctx, "spread")  # what rqspark.read plans with
+    with pytest.raises(rayq.BrokerUnavailableError, match="broker-b2"):
+        list(read_range("spread", OffsetRange("broker-b2", 0, 0, 1), NAMESPACE))
+    with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
+        more = [producer.send(rayq.Message("spread", f"n{i}".encode())) for i in range(10)]
+    assert {r.queue.broker_name for r in more} == {"broker-b1"}
+    left = plan_ranges(ctx, "spread", skip_unavailable=True)
+    assert {r.broker for r in left} == {"broker-b1"}
+    assert sum(r.count for r in left) == b1_before + 10
+    rows = sum(b.num_rows for r in left for b in read_range("spread", r, NAMESPACE))
+    assert rows == b1_before + 10

@@ -1,0 +1,52 @@
+"""cluster.yaml passes Ray's own cluster-config validation and deploys rayq as README says."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load() -> dict:
+    return yaml.safe_load((ROOT / "cluster.yaml").read_text())
+
+
+def test_ray_validates_cluster_yaml() -> None:
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = load()
+    assert config["provider"]["type"] == "local"
+    validate_config(prepare_config(copy.deepcopy(config)))  # what `ray up` runs
+
+
+def test_every_node_gets_java_rayq_spark_and_token_auth() -> None:
+    config = load()
+    setup = " ".join(config["setup_commands"])
+    assert "java" in setup and "[spark]" in setup
+    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    assert all("RAY_AUTH_MODE=token" in c for c in starts if "start" in c and "stop" not in c)
+    assert "~/.ray/auth_token" in config["file_mounts"]
+
+
+def test_broker_nodes_are_pinned_by_a_resource_named_in_a_host_local_file() -> None:
+    config = load()
+    for commands in (config["head_start_ray_commands"], config["worker_start_ray_commands"]):
+        start = next(c for c in commands if "ray start" in c)
+        assert "/etc/rayq/broker-name" in start and "rayq_broker:" in start
+        assert '--resources="$RES"' in start
+    head = " ".join(config["head_start_ray_commands"])
+    assert "rayq start --placement resource" in head
+
+
+def test_the_commented_cloud_variant_is_valid_yaml() -> None:
+    text = (ROOT / "cluster.yaml").read_text().split("# --- Cloud variant")[1]
+    lines = [ln[2:] for ln in text.splitlines()[1:] if ln.startswith("# ")]
+    cloud = yaml.safe_load("\n".join(ln for ln in lines if not ln.startswith("each ")
+                                     and not ln.startswith("and its")))  # fmt: skip
+    types = cloud["available_node_types"]
+    assert {"rayq_broker:broker-a", "rayq_broker:broker-b"} <= {
+        r for t in types.values() for r in t["resources"]
+    }
