@@ -174,7 +174,6 @@ def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, qu
     """Send every row to ``broker``/``queue_id`` idempotently; returns the rows sent."""
     sender = _IdempotentSender(topic, broker, queue_id, producer_id, namespace)
     seq = 0
-    uniq = f"{producer_id}".replace("|", "_")
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -186,7 +185,7 @@ def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, qu
             while j < stop and (j == i or size < WRITE_BATCH_BYTES):
                 size += len(rows[j][0])
                 j += 1
-            sender.send(_encode(rows[i:j], topic, queue_id, producer_id, seq, group, uniq))
+            sender.send(_encode(rows[i:j], topic, queue_id, producer_id, seq, group))
             seq += j - i
             i = j
     sender.flush()
@@ -194,13 +193,15 @@ def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, qu
 
 
 def _encode(rows: list[tuple], topic: str, queue_id: int, producer_id: str, first: int,
-            group: str, uniq: str) -> Any:  # fmt: skip
+            group: str) -> Any:  # fmt: skip
+    """One idempotent batch; message ids are ``<producer id>-<sequence>`` (the same on
+    every attempt)."""
     last = first + len(rows) - 1
     shared = {P.PRODUCER_GROUP: group, **sequence_properties(producer_id, first, last)}
     now = time.time_ns() // 1_000_000
     msgs = [
         InnerMessage(topic=topic, queue_id=queue_id, body=b, tags=t, keys=k,
-                     uniq_key=f"{uniq}-{first + i}", properties=_merged(p, shared),
+                     uniq_key=f"{producer_id}-{first + i}", properties=_merged(p, shared),
                      born_timestamp=now)
         for i, (b, t, k, p) in enumerate(rows)
     ]  # fmt: skip

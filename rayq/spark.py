@@ -33,7 +33,13 @@ from rayq.actors.wire import ClientConfig
 from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
-from rayq.ranges import DEFAULT_MAX_MESSAGES_PER_PARTITION, OffsetRange, check_max, plan_ranges
+from rayq.ranges import (
+    DEFAULT_MAX_MESSAGES_PER_PARTITION,
+    OffsetRange,
+    check_max,
+    plan_ranges,
+    split,
+)
 from rayq.store.errors import ConfigError, InvalidMessageError
 from rayq.store.names import validate_group, validate_topic
 from rayq.streaming import StreamingQuery
@@ -202,18 +208,13 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
     ns = namespace or current_namespace()
 
     def run_batch(ranges: list[OffsetRange], batch_id: int) -> None:
-        pieces = [p for r in ranges for p in _split_one(r, max_messages_per_partition)]
+        pieces = split(ranges, max_messages_per_partition)
         process(ranges_df(spark, topic, pieces, ns), batch_id)
 
     query = StreamingQuery(topic, group, run_batch, trigger_interval=trigger_interval,
                            max_messages_per_trigger=max_messages_per_trigger,
                            starting=starting, namespace=ns, config=config)  # fmt: skip
     return query.start()
-
-
-def _split_one(r: OffsetRange, n: int) -> list[OffsetRange]:
-    return [OffsetRange(r.broker, r.queue_id, s, min(s + n, r.end))
-            for s in range(r.start, r.end, n)]  # fmt: skip
 
 
 def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = None,

@@ -82,6 +82,7 @@ class StreamingQuery:
         self.last_progress: dict[str, Any] | None = None
         self.recent_progress: list[dict[str, Any]] = []
         self._error: BaseException | None = None
+        self._initial: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -185,8 +186,13 @@ class StreamingQuery:
                 logger.warning("streaming %s/%s: offsets moved since batch %d was planned; "
                                "planning anew", self.group, self.topic, batch_id)  # fmt: skip
             self._coordinator("finish_stream_plan", self.group, self.topic, batch_id)
-        initial = resolve_spec(self.ctx, self.topic, self.starting, bounds, default="latest",
-                               what="starting")  # fmt: skip
+        # Where the group has no offsets, ``starting`` is resolved once and kept (else
+        # "latest" would move ahead at every trigger until a batch commits).
+        new = {k: v for k, v in bounds.items() if k not in self._initial}
+        if new:
+            self._initial.update(resolve_spec(self.ctx, self.topic, self.starting, new,
+                                              default="latest", what="starting"))  # fmt: skip
+        initial = self._initial
         starts = {}
         for key, (lo, hi) in bounds.items():
             c = committed.get(key, -1)

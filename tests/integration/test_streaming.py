@@ -146,6 +146,16 @@ def test_offsets_moved_by_someone_else_stop_the_query(ctx: ClientContext) -> Non
         query("s4", reset).run_once()
 
 
+def test_latest_is_pinned_when_the_query_starts(ctx: ClientContext) -> None:
+    produce("s4", 3)  # before the query: not read
+    got: list[int] = []
+    q = StreamingQuery("s4", "fresh", lambda ranges, batch_id: got.append(
+        sum(r.count for r in ranges)), starting="latest", namespace=NAMESPACE)  # fmt: skip
+    assert q.run_once() is None
+    produce("s4", 5)  # after the first trigger: read, though no batch committed yet
+    assert q.run_once()["num_input_rows"] == 5 and got == [5]
+
+
 def test_the_query_thread_stop_and_progress(ctx: ClientContext) -> None:
     got: list[int] = []
     q = query("s1", lambda ranges, batch_id: got.append(sum(r.count for r in ranges)),
