@@ -96,7 +96,7 @@ def drain_rate(topic: str, total: int, consumers: int, batch: int) -> float:
     return rate
 
 
-def end_to_end(n: int) -> tuple[float, float]:
+def end_to_end(n: int, rate: float = 1000.0) -> tuple[float, float]:
     topic = "push-e2e"
     rayq.Admin().create_topic(topic, queues=4)
     sink = Sink.remote()
@@ -107,7 +107,7 @@ def end_to_end(n: int) -> tuple[float, float]:
     with rayq.Producer("bench-e2e") as producer:
         for _ in range(n):
             producer.send_oneway(rayq.Message(topic, repr(time.time()).encode()))
-            time.sleep(0.001)
+            time.sleep(1 / rate)
     time.sleep(1.0)
     rows = ray.get(sink.get.remote())
     c.shutdown()
@@ -151,6 +151,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--part", choices=["all", "drain", "e2e", "failover"], default="all")
+    parser.add_argument("--rate", type=float, default=1000.0, help="end-to-end send rate")
     args = parser.parse_args()
     total = 50_000 if args.quick else 200_000
     with tempfile.TemporaryDirectory(prefix="rayq-bench-") as tmp:
@@ -166,9 +167,9 @@ def main() -> None:
                       f"{one:>9,.0f} msgs/s with 1 consumer, {two:>9,.0f} msgs/s with 2 on "
                       f"8 queues")  # fmt: skip
             if args.part in ("all", "e2e"):
-                p50, p99 = end_to_end(2000 if args.quick else 5000)
-                print(f"end-to-end latency, ~1,000 msgs/s (send -> listener): p50 {p50:.2f} ms, "
-                      f"p99 {p99:.2f} ms")  # fmt: skip
+                p50, p99 = end_to_end(2000 if args.quick else 5000, args.rate)
+                print(f"end-to-end latency, ~{args.rate:,.0f} msgs/s (send -> listener): "
+                      f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")  # fmt: skip
             if args.part in ("all", "failover"):
                 gap = failover(4.0)
                 print(f"consumer killed -> its queues consumed again by the survivor: {gap:.2f} s")
