@@ -8,7 +8,9 @@ starts rayq on a fresh local Ray with small store files and no disk-usage limits
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 import ray
@@ -16,6 +18,7 @@ import ray
 import rayq
 from rayq.store import StoreConfig
 
+T = TypeVar("T")
 SMALL_STORE = StoreConfig.for_tests(
     commitlog_segment_size_bytes=256 * 1024,
     cq_entries_per_file=1024,
@@ -41,3 +44,21 @@ def cluster(
         yield started
     finally:
         started.shutdown()
+
+
+@pytest.fixture
+def retried() -> Callable[[Callable[[], T]], T]:
+    """Call ``fn`` until it stops raising BrokerUnavailableError (a broker restarting),
+    for up to 60 s, as clients retry."""
+
+    def run(fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return fn()
+            except rayq.BrokerUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    return run

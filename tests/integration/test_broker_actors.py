@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 import ray
@@ -11,7 +13,9 @@ from rayq.actors.wire import PullRequest, PullStatus, broker_actor_name
 from rayq.client import ClientContext, call
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch
-from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError, TopicNotFoundError
+from rayq.store.errors import InvalidOffsetError, TopicNotFoundError
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-broker-actors"
@@ -68,7 +72,9 @@ def test_bad_requests_raise_rayq_errors_and_the_broker_keeps_serving(ctx: Client
     assert pull(ctx, "small", 0, 0).count == 1
 
 
-def test_a_killed_broker_restarts_recovers_and_serves_again(ctx: ClientContext) -> None:
+def test_a_killed_broker_restarts_recovers_and_serves_again(
+    ctx: ClientContext, retried: Callable[[Callable[[], T]], T]
+) -> None:
     """SIGKILL-like ray.kill with restart: the store recovers; acknowledged data is there."""
     acked = put(ctx, "survive", 1, 50)
     ray.kill(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE), no_restart=False)
@@ -79,15 +85,3 @@ def test_a_killed_broker_restarts_recovers_and_serves_again(ctx: ClientContext) 
     while "survive" not in call(ctx.coordinator.topics.remote(), 10):  # re-registered
         assert time.monotonic() < deadline, "the restarted broker never re-registered"
         time.sleep(0.2)
-
-
-def retried(fn):  # type: ignore[no-untyped-def]
-    """Retry through a broker restart, as clients do (BrokerUnavailableError is retriable)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return fn()
-        except BrokerUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)

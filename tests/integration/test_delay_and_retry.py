@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 import ray
@@ -23,7 +24,9 @@ from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
 from rayq.store import Message, MessageExt
 from rayq.store import properties as P
 from rayq.store.config_files import SCHEDULE_TOPIC
-from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError
+from rayq.store.errors import InvalidOffsetError
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.integration
 
@@ -83,18 +86,6 @@ def send_back(group: str, commitlog_offset: int) -> SendBackResult:
     result = broker_call("send_back", req)
     assert isinstance(result, SendBackResult)
     return result
-
-
-def retried(fn):  # type: ignore[no-untyped-def]
-    """Retry through a broker restart, as clients do."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return fn()
-        except BrokerUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def test_a_delayed_message_is_not_seen_before_its_level_and_is_seen_after(
@@ -182,7 +173,9 @@ def test_bad_send_back_raises_and_the_broker_keeps_serving(
     assert producer.send(Message(topic, b"still fine")).queue_offset == 0
 
 
-def test_a_broker_restart_keeps_delay_progress(admin: Admin, producer: rayq.Producer) -> None:
+def test_a_broker_restart_keeps_delay_progress(
+    admin: Admin, producer: rayq.Producer, retried: Callable[[Callable[[], T]], T]
+) -> None:
     topic = new_topic(admin)
     c = consumer(topic)
     producer.send(Message(topic, b"before", delay_level=1))

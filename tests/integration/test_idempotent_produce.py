@@ -4,6 +4,8 @@ also after the broker is killed and restarted (snapshot plus commit-log replay).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 import pytest
@@ -15,7 +17,9 @@ from rayq.client import ClientContext, call
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, encode_batch
 from rayq.store.dedupe import sequence_properties
-from rayq.store.errors import BrokerUnavailableError, InvalidMessageError
+from rayq.store.errors import InvalidMessageError
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-idempotent"
@@ -46,17 +50,6 @@ def max_offset(ctx: ClientContext, queue_id: int) -> int:
     return call(ctx.broker("broker-a").call.remote("max_offset", "idem", queue_id), 30)
 
 
-def retried(fn):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return fn()
-        except BrokerUnavailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
 def test_a_resent_batch_is_dropped(ctx: ClientContext) -> None:
     first = put(ctx, batch("p1", 0, 5))
     assert put(ctx, batch("p1", 0, 5)) == first  # the latest batch: the original answer
@@ -71,7 +64,9 @@ def test_a_resent_batch_is_dropped(ctx: ClientContext) -> None:
     assert put(ctx, batch("p2", 0, 5)) == list(range(12, 17))  # another producer
 
 
-def test_duplicates_are_dropped_after_a_broker_restart(ctx: ClientContext) -> None:
+def test_duplicates_are_dropped_after_a_broker_restart(
+    ctx: ClientContext, retried: Callable[[Callable[[], T]], T]
+) -> None:
     put(ctx, batch("r1", 0, 3, queue_id=1))
     put(ctx, batch("r1", 3, 3, queue_id=1))
     ray.kill(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE), no_restart=False)
