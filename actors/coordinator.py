@@ -16,7 +16,6 @@ from typing import Any
 import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
-from rayq.store.config_files import is_readable
 
 from .allocation import allocate_averagely
 from .rebalance import MemberSpec, Plan, Rebalancer
@@ -187,10 +186,8 @@ class CoordinatorActor:
         route = self.table.route(topic)
         if route is None:
             return None
-        queues = [MessageQueue(topic, d.broker_name, q) for d in route.queues
-                  if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
         members = self.groups.touch(group, topic, client_id, _now_ms(), expiry_ms)
-        return allocate_averagely(queues, members)[client_id]
+        return allocate_averagely(route.read_queues(), members)[client_id]
 
     async def ready(self) -> bool:
         return True
@@ -271,10 +268,7 @@ class CoordinatorActor:
 
     def _queues_of(self, topic: str) -> list[MessageQueue]:
         route = self.table.route(topic)
-        if route is None:
-            return []
-        return [MessageQueue(topic, d.broker_name, q) for d in route.queues
-                if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
+        return route.read_queues() if route is not None else []
 
     async def _carry_out(self, plan: Plan) -> None:
         """Step 1: owners release what they lose (acknowledged or dead). Step 2: assign."""

@@ -42,18 +42,7 @@ class HoldTable:
 
     async def wait(self, topic: str, queue_id: int, beyond: int, timeout_s: float) -> bool:
         """Wait until the queue's max offset passes ``beyond``; False on timeout."""
-        key = (topic, queue_id)
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while self._max.get(key, -1) <= beyond:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                return False
-            event = self._events.setdefault(key, asyncio.Event())
-            try:
-                await asyncio.wait_for(event.wait(), left)
-            except TimeoutError:
-                return False
-        return True
+        return await self.wait_any({(topic, queue_id): beyond}, timeout_s)
 
     async def wait_any(self, beyond: dict[tuple[str, int], int], timeout_s: float) -> bool:
         """Wait until any queue's max offset passes its ``beyond``; False on timeout."""
@@ -91,15 +80,9 @@ class PullHoldActor:
         resp = await self._broker.pull.remote(req)
         if resp.status is not PullStatus.NO_NEW_MSG or req.suspend_ms <= 0:
             return resp
-        if self.config.long_polling_enable:
-            timeout_ms = min(req.suspend_ms, self.config.broker_suspend_max_ms)
-        else:
-            timeout_ms = min(req.suspend_ms, self.config.short_polling_time_mills)
         beyond = max(req.queue_offset, resp.max_offset)
-        if self.table.max_offset(req.topic, req.queue_id) <= beyond:
-            arrived = await self.table.wait(req.topic, req.queue_id, beyond, timeout_ms / 1000)
-            if not arrived:
-                return resp
+        if not await self.table.wait(req.topic, req.queue_id, beyond, self._hold_s(req.suspend_ms)):
+            return resp
         return await self._broker.pull.remote(req)
 
     async def pull_many(self, req: PullManyRequest) -> list[PullResponse | RayqError]:
@@ -110,15 +93,18 @@ class PullHoldActor:
             not isinstance(r, PullResponse) or r.status is not PullStatus.NO_NEW_MSG for r in resps
         ):
             return resps
-        if self.config.long_polling_enable:
-            timeout_ms = min(req.suspend_ms, self.config.broker_suspend_max_ms)
-        else:
-            timeout_ms = min(req.suspend_ms, self.config.short_polling_time_mills)
         waits = {(i.topic, i.queue_id): max(i.queue_offset, r.max_offset)
                  for i, r in zip(req.items, resps, strict=True)}  # fmt: skip
-        if not await self.table.wait_any(waits, timeout_ms / 1000):
+        if not await self.table.wait_any(waits, self._hold_s(req.suspend_ms)):
             return resps
         return await self._broker.pull_many.remote(req)
+
+    def _hold_s(self, suspend_ms: int) -> float:
+        """How long a pull that found nothing is held: its suspend time, capped by the
+        broker's long-polling limit, or the short-polling time when long polling is off."""
+        cap = (self.config.broker_suspend_max_ms if self.config.long_polling_enable
+               else self.config.short_polling_time_mills)  # fmt: skip
+        return min(suspend_ms, cap) / 1000
 
     async def ready(self) -> bool:
         return True

@@ -16,6 +16,7 @@ from msgspec import Meta
 
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
 from rayq.store.config import convert_config
+from rayq.store.config_files import is_readable, is_writeable
 from rayq.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from rayq.store.send_back import DEFAULT_MAX_RECONSUME_TIMES
 
@@ -203,6 +204,16 @@ class QueueData(msgspec.Struct, frozen=True, kw_only=True):
 class TopicRoute(msgspec.Struct, frozen=True, kw_only=True):
     topic: str
     queues: list[QueueData]
+
+    def read_queues(self) -> list[MessageQueue]:
+        """Every queue consumers may read, on the brokers whose permission allows it."""
+        return [MessageQueue(self.topic, d.broker_name, q) for d in self.queues
+                if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
+
+    def write_queues(self) -> list[MessageQueue]:
+        """Every queue producers may send to, on the brokers whose permission allows it."""
+        return [MessageQueue(self.topic, d.broker_name, q) for d in self.queues
+                if is_writeable(d.perm) for q in range(d.write_queue_nums)]  # fmt: skip
 
 
 class QueueStats(msgspec.Struct, frozen=True, kw_only=True):

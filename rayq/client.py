@@ -24,7 +24,6 @@ from rayq.actors.wire import (
     hold_actor_name,
 )
 from rayq.cluster import current_namespace
-from rayq.store.config_files import is_readable, is_writeable
 from rayq.store.errors import BrokerUnavailableError, RayqError, TopicNotFoundError
 
 logger = logging.getLogger(__name__)
@@ -96,15 +95,13 @@ class ClientContext:
         if route is None:
             return [MessageQueue(topic, b, q) for b in self.brokers()
                     for q in range(DEFAULT_QUEUES_FOR_NEW_TOPIC)]  # fmt: skip
-        return [MessageQueue(topic, d.broker_name, q) for d in route.queues
-                if is_writeable(d.perm) for q in range(d.write_queue_nums)]  # fmt: skip
+        return route.write_queues()
 
     def read_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         route = self.route(topic, refresh=refresh)
         if route is None:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
-        return [MessageQueue(topic, d.broker_name, q) for d in route.queues
-                if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
+        return route.read_queues()
 
     # ------------------------------------------------------------ handles
     def broker(self, broker_name: str) -> Any:

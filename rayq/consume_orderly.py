@@ -16,14 +16,26 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from rayq.actors.wire import MessageQueue
 from rayq.process_queue import ProcessQueue
+from rayq.store.message import MessageExt
 
 logger = logging.getLogger(__name__)
 
 LOCK_RETRY_S = 1.0
+
+B = TypeVar("B", MessageQueue, MessageExt)
+
+
+def by_broker(items: Iterable[B]) -> dict[str, list[B]]:
+    """Queues or messages grouped by their ``broker_name`` (one call per broker)."""
+    out: dict[str, list[B]] = {}
+    for item in items:
+        out.setdefault(item.broker_name, []).append(item)
+    return out
 
 
 class OrderlyConsumption:
@@ -77,11 +89,8 @@ class OrderlyConsumption:
 
     async def _lock(self, mqs: list[MessageQueue]) -> bool:
         """Lock (or renew) ``mqs`` on their brokers; True if all were locked."""
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
         all_ok = True
-        for broker, qs in by_broker.items():
+        for broker, qs in by_broker(mqs).items():
             try:
                 got = await self.ctx.broker(broker).call.remote(
                     "lock_queues", self.group, self.member_id, [(q.topic, q.queue_id) for q in qs]
@@ -92,21 +101,20 @@ class OrderlyConsumption:
                 all_ok = False
                 continue
             now = time.monotonic()
+            held = {tuple(g) for g in got}
             for q in qs:
-                if (q.topic, q.queue_id) in {tuple(g) for g in got} and q in self.queues:
+                if (q.topic, q.queue_id) in held and q in self.queues:
                     self.queues[q].locked_at = now
                 else:
                     all_ok = False
         return all_ok
 
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
-        by_broker: dict[str, list[tuple[str, int]]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append((mq.topic, mq.queue_id))
-        for broker, qs in by_broker.items():
+        for broker, qs in by_broker(mqs).items():
             with contextlib.suppress(Exception):
-                await self.ctx.broker(broker).call.remote("unlock_queues", self.group,
-                                                          self.member_id, qs)  # fmt: skip
+                await self.ctx.broker(broker).call.remote(
+                    "unlock_queues", self.group, self.member_id, [(q.topic, q.queue_id) for q in qs]
+                )
 
     async def renew_locks(self) -> None:
         if self.orderly and not self.broadcasting and self.queues:

@@ -45,7 +45,7 @@ from rayq.actors.wire import (
 )
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
-from rayq.consume_orderly import OrderlyConsumption
+from rayq.consume_orderly import OrderlyConsumption, by_broker
 from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
 from rayq.process_queue import ProcessQueue
 from rayq.store import properties as P
@@ -367,11 +367,8 @@ class ConsumeService(OrderlyConsumption):
     async def _send_back(self, msgs: list[MessageExt], *, dlq: bool = False) -> list[MessageExt]:
         """Send failed messages back to their brokers (one call per broker); the ones
         that could not be sent back (to be consumed again here)."""
-        by_broker: dict[str, list[MessageExt]] = {}
-        for m in msgs:
-            by_broker.setdefault(m.broker_name, []).append(m)
         kept: list[MessageExt] = []
-        for broker, batch in by_broker.items():
+        for broker, batch in by_broker(msgs).items():
             req = SendBackRequest(
                 group=self.group, max_reconsume_times=self.max_reconsume_times,
                 items=[SendBackItem(m.commitlog_offset, -1 if dlq else 0) for m in batch],

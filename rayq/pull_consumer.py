@@ -112,12 +112,12 @@ class PullConsumer:
         namespace: str | None = None,
     ) -> None:
         validate_group(group)
-        _check_options(consume_from, consume_timestamp_ms, auto_commit, config, namespace)
+        start_ms = check_start_options(consume_from, consume_timestamp_ms, config, namespace)
+        if not isinstance(auto_commit, bool):
+            raise ConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
         self.group = group
         self._consume_from = consume_from
-        if consume_timestamp_ms is None:
-            consume_timestamp_ms = int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS
-        self._consume_timestamp_ms = max(consume_timestamp_ms, 0)
+        self._consume_timestamp_ms = start_ms
         self._auto_commit = auto_commit
         self._ctx = ClientContext(config, namespace)
         self._config = self._ctx.config
@@ -494,8 +494,10 @@ class PullConsumer:
 
 
 # --------------------------------------------------------------- validation
-def _check_options(consume_from: object, consume_timestamp_ms: object, auto_commit: object,
-                   config: object, namespace: object) -> None:  # fmt: skip
+def check_start_options(consume_from: object, consume_timestamp_ms: object, config: object,
+                        namespace: object) -> int:  # fmt: skip
+    """Check what pull and push consumers share (ConfigError); the start timestamp that
+    ``consume_timestamp_ms`` means (None: half an hour ago, RocketMQ's default)."""
     if not isinstance(consume_from, ConsumeFromWhere):
         raise ConfigError(f"consume_from must be a ConsumeFromWhere, got {consume_from!r}")
     if consume_timestamp_ms is not None and (
@@ -504,12 +506,13 @@ def _check_options(consume_from: object, consume_timestamp_ms: object, auto_comm
     ):  # fmt: skip
         raise ConfigError(f"consume_timestamp_ms must be an int >= 0 (ms since the epoch), "
                           f"got {consume_timestamp_ms!r}")  # fmt: skip
-    if not isinstance(auto_commit, bool):
-        raise ConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
     if config is not None and not isinstance(config, ClientConfig):
         raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
     if namespace is not None and (not isinstance(namespace, str) or not namespace):
         raise ConfigError(f"namespace must be a non-empty str, got {namespace!r}")
+    if consume_timestamp_ms is None:
+        return max(int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS, 0)
+    return consume_timestamp_ms  # type: ignore[return-value]
 
 
 def _check_timeout(timeout: object) -> float:

@@ -19,7 +19,6 @@ import enum
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -34,7 +33,7 @@ from rayq.actors.wire import ClientConfig, MessageQueue
 from rayq.client import ClientContext, call
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService
-from rayq.pull_consumer import DEFAULT_CONSUME_TIMESTAMP_AGO_MS, ConsumeFromWhere
+from rayq.pull_consumer import ConsumeFromWhere, check_start_options
 from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
 from rayq.store.filters import TagFilter
 from rayq.store.names import validate_group, validate_topic
@@ -69,13 +68,7 @@ class PushConsumer:
     ) -> None:
         validate_group(group)
         _check(isinstance(model, MessageModel), f"model must be a MessageModel, got {model!r}")
-        _check(isinstance(consume_from, ConsumeFromWhere),
-               f"consume_from must be a ConsumeFromWhere, got {consume_from!r}")  # fmt: skip
-        _check(
-            consume_timestamp_ms is None
-            or (consume_timestamp_ms.__class__ is int and consume_timestamp_ms >= 0),
-            f"consume_timestamp_ms must be an int >= 0, got {consume_timestamp_ms!r}",
-        )
+        start_ms = check_start_options(consume_from, consume_timestamp_ms, config, namespace)
         _check(
             isinstance(allocate_strategy, AllocateStrategy),
             f"allocate_strategy must be an AllocateStrategy, got {allocate_strategy!r}",
@@ -84,8 +77,6 @@ class PushConsumer:
                and 0 <= max_reconsume_times <= MAX_RECONSUME_TIMES_MAX,
                f"max_reconsume_times must be an int in 0..{MAX_RECONSUME_TIMES_MAX}, "
                f"got {max_reconsume_times!r}")  # fmt: skip
-        _check(config is None or isinstance(config, ClientConfig),
-               f"config must be a rayq ClientConfig, got {type(config).__name__}")  # fmt: skip
         queues = list(allocate_queues or [])
         _check(all(isinstance(q, MessageQueue) for q in queues),
                "allocate_queues must be a list of rayq MessageQueue")  # fmt: skip
@@ -95,9 +86,7 @@ class PushConsumer:
         self.group = group
         self.model = model
         self._consume_from = consume_from
-        if consume_timestamp_ms is None:
-            consume_timestamp_ms = int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS
-        self._consume_timestamp_ms = max(consume_timestamp_ms, 0)
+        self._consume_timestamp_ms = start_ms
         self._strategy = allocate_strategy
         self._allocation = queues
         self._max_reconsume_times = max_reconsume_times
