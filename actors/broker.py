@@ -30,8 +30,11 @@ from typing import Any
 
 import ray
 
-from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter, columnar
-from rayq.store.config_files import (
+from rayq.actors.server import columnar
+from rayq.actors.server.dedupe import Verdict, open_sequences
+from rayq.actors.server.schedule import SCHEDULE_TICK_MS, ScheduleService, ScheduleStats
+from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
+from rayq.actors.server.tables import (
     PERM_ALL,
     PERM_READ,
     PERM_WRITE,
@@ -42,7 +45,7 @@ from rayq.store.config_files import (
     is_readable,
     is_writeable,
 )
-from rayq.store.dedupe import Verdict, open_sequences
+from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
 from rayq.store.errors import (
     BrokerBusyError,
     DiskFullError,
@@ -56,10 +59,8 @@ from rayq.store.errors import (
 )
 from rayq.store.message import GetStatus, MessageExt, PutResult
 from rayq.store.names import validate_group, validate_topic
-from rayq.store.schedule import SCHEDULE_TICK_MS, ScheduleService, ScheduleStats
-from rayq.store.send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
 
-from .queue_locks import QueueLocks
+from .server.queue_locks import QueueLocks
 from .wire import (
     BatchSendResult,
     BrokerConfig,

@@ -17,9 +17,9 @@ import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
 
-from .allocation import allocate_averagely
-from .rebalance import MemberSpec, Plan, Rebalancer
-from .stream_plans import StreamPlans
+from .server.allocation import allocate_averagely
+from .server.rebalance import MemberSpec, Plan, Rebalancer
+from .server.stream_plans import StreamPlans
 from .wire import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 
 logger = logging.getLogger(__name__)

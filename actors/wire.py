@@ -14,11 +14,11 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
+from rayq.actors.server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
+from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
+from rayq.actors.server.tables import is_readable, is_writeable
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
 from rayq.store.config import convert_config
-from rayq.store.config_files import is_readable, is_writeable
-from rayq.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
-from rayq.store.send_back import DEFAULT_MAX_RECONSUME_TIMES
 
 NAMESPACE = "rayq"
 COORDINATOR_NAME = "rayq-coordinator"

@@ -13,6 +13,7 @@ The vocabulary the store needs (message records, statuses, errors, StoreConfig)
 lives in ``rayq.store`` and is re-exported here, so nothing imports upwards.
 """
 
+from rayq.actors.server.tables import SubscriptionGroupConfig
 from rayq.errors import (
     BrokenError,
     BrokerBusyError,
@@ -47,7 +48,6 @@ from rayq.store import (
     StoreConfig,
     TagFilter,
 )
-from rayq.store.config_files import SubscriptionGroupConfig
 
 __version__ = "0.1.0"
 

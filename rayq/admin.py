@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
+from rayq.actors.server.tables import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
 from rayq.actors.wire import ClientConfig, MessageQueue, QueueProgress, QueueStats
 from rayq.client import ClientContext, call
-from rayq.store.config_files import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
 from rayq.store.errors import (
     BrokerUnavailableError,
     ConfigError,

@@ -27,14 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
+from rayq.actors.server.columnar import SCHEMA, from_ipc
+from rayq.actors.server.dedupe import sequence_properties
 from rayq.actors.wire import broker_actor_name
 from rayq.client import unwrap
 from rayq.ranges import OffsetRange
 from rayq.store import InnerMessage
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
-from rayq.store.columnar import SCHEMA, from_ipc
-from rayq.store.dedupe import sequence_properties
 from rayq.store.errors import BrokerUnavailableError, InvalidMessageError, RayqError
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 ``ConsumeMessageOrderlyService``).
 
 The coordinator decides which queues this consumer owns (``assign``/``revoke``,
-see ``rayq.actors.rebalance``). For each owned queue an asyncio task pulls through
+see ``rayq.actors.server.rebalance``). For each owned queue an asyncio task pulls through
 the broker's PullHold (long polling) into a ``ProcessQueue``, with flow control
 (``pull_threshold_for_queue`` messages, ``pull_threshold_size_for_queue_mib``, and
 for concurrent listeners ``consume_concurrently_max_span``). The user's listener
@@ -31,8 +31,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rayq.actors.allocation import AllocateStrategy
-from rayq.actors.rebalance import MemberSpec
+from rayq.actors.server.allocation import AllocateStrategy
+from rayq.actors.server.rebalance import MemberSpec
+from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS
 from rayq.actors.wire import (
     ClientConfig,
     MessageQueue,
@@ -53,7 +54,6 @@ from rayq.store.codec import decode_records
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
-from rayq.store.send_back import GROUP_TOPIC_QUEUE_NUMS
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 
 from rayq.actors.wire import MessageQueue
-from rayq.store.config_files import JsonFile
+from rayq.store.json_file import JsonFile
 
 logger = logging.getLogger(__name__)
 

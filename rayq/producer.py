@@ -41,12 +41,13 @@ from typing import Any, Final
 
 import msgspec
 
+from rayq.actors.server.dedupe import PRODUCER_ID, PRODUCER_SEQ, sequence_properties
+from rayq.actors.server.schedule import DELIVER_AT_MAX_AHEAD_MS
 from rayq.actors.wire import BatchSendResult, ClientConfig, MessageQueue, SendResult
 from rayq.client import ClientContext, call, unwrap
 from rayq.store import DEFAULT_STORE_CONFIG, EncodedBatch, InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
-from rayq.store.dedupe import PRODUCER_ID, PRODUCER_SEQ, sequence_properties
 from rayq.store.errors import (
     BrokerUnavailableError,
     ClosedError,
@@ -60,7 +61,6 @@ from rayq.store.errors import (
 )
 from rayq.store.message import COMPRESSED_FLAG
 from rayq.store.names import validate_group, validate_topic
-from rayq.store.schedule import DELIVER_AT_MAX_AHEAD_MS
 
 logger = logging.getLogger(__name__)
 

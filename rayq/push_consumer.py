@@ -10,7 +10,7 @@ decides which queues it owns.
 
 The listener is any picklable callable (it runs in the actor's thread pool and may
 call other Ray actors). See ``rayq.consume_service`` for how messages flow and
-``rayq.actors.rebalance`` for how queues move between the group's consumers.
+``rayq.actors.server.rebalance`` for how queues move between the group's consumers.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
-from rayq.actors.allocation import AllocateStrategy
 from rayq.actors.consumer import spawn_consumer
+from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.wire import ClientConfig, MessageQueue
 from rayq.client import ClientContext, call
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus

@@ -3,7 +3,7 @@
 Plain Python (mmap, struct, numpy, msgspec); imports nothing from Ray. The broker
 actor holds one ``MessageStore``. On-disk formats are documented at the top of
 each module (codec.py, segment.py, consume_queue.py, index_file.py, checkpoint.py,
-config_files.py, schedule.py) and summarised in docs/STORAGE.md.
+json_file.py) and summarised in docs/STORAGE.md.
 """
 
 from .batch import EncodedBatch, encode_batch

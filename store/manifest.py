@@ -1,6 +1,6 @@
 """``config/dispatch.json``: what the store knew of its consume queues and index.
 
-Written (JSON, ``.tmp`` + ``.bak`` + rename, see config_files.py) when a queue is
+Written (JSON, ``.tmp`` + ``.bak`` + rename, see json_file.py) when a queue is
 created, on every ``flush`` and on close, only when it changed::
 
     {"queues": {"<topic>": {"<queue id>": [min offset, max offset]}},

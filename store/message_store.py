@@ -9,7 +9,7 @@ Directory layout under the store root::
     consumequeue/<topic>/<qid>/<20 digits>   20-byte entries (consume_queue.py)
     index/<20 digits>             key index (index_file.py)
     config/dispatch.json          known queues and their sizes, for damage detection (manifest.py)
-    config/*.json                 topics, groups, offsets (config_files.py, the broker's)
+    config/*.json                 topics, groups, offsets (rayq.actors.server.tables, the broker's)
 
 Delayed messages are ordinary records of the system topic SCHEDULE_TOPIC_XXXX
 until they are due (schedule.py keeps that topic's queues and progress).
@@ -48,7 +48,6 @@ from .checkpoint import ABORT_NAME, load_checkpoint
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
-from .config_files import JsonFile
 from .consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
 from .errors import (
     ClosedError,
@@ -61,6 +60,7 @@ from .errors import (
 from .filters import TagFilter
 from .flush import DiskFlusher
 from .index_file import IndexService
+from .json_file import JsonFile
 from .manifest import DispatchManifest, damaged_queues, index_damaged
 from .message import (
     GetResult,

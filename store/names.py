@@ -6,7 +6,7 @@ so ``../x`` must never reach the file system.
 System topics use RocketMQ's names, which the pattern accepts: ``%RETRY%<group>``
 (messages a consumer group failed and sent back, redelivered after a delay),
 ``%DLQ%<group>`` (messages that failed ``max_reconsume_times``) and
-``SCHEDULE_TOPIC_XXXX`` (delayed messages waiting for their time; config_files.py).
+``SCHEDULE_TOPIC_XXXX`` (delayed messages waiting for their time; rayq.actors.server.tables).
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ import ray
 
 import rayq
 import rayq.cluster
+from rayq.actors.server.tables import SCHEDULE_TOPIC
 from rayq.actors.wire import SendBackItem, SendBackRequest, SendBackResult, broker_actor_name
 from rayq.admin import Admin
 from rayq.client import ClientContext, call
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
 from rayq.store import Message, MessageExt
 from rayq.store import properties as P
-from rayq.store.config_files import SCHEDULE_TOPIC
 from rayq.store.errors import InvalidOffsetError
 
 T = TypeVar("T")

@@ -12,11 +12,11 @@ import pytest
 import ray
 
 import rayq
+from rayq.actors.server.dedupe import sequence_properties
 from rayq.actors.wire import broker_actor_name
 from rayq.client import ClientContext, call
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, encode_batch
-from rayq.store.dedupe import sequence_properties
 from rayq.store.errors import InvalidMessageError
 
 T = TypeVar("T")

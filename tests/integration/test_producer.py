@@ -23,6 +23,7 @@ import pytest
 import ray
 
 import rayq.cluster
+from rayq.actors.server.tables import PERM_ALL
 from rayq.actors.wire import (
     BrokerConfig,
     ClientConfig,
@@ -46,7 +47,6 @@ from rayq.errors import (
 )
 from rayq.producer import Producer
 from rayq.store import Message, MessageExt, StoreConfig, decode_records
-from rayq.store.config_files import PERM_ALL
 from rayq.store.message import COMPRESSED_FLAG
 
 pytestmark = pytest.mark.integration

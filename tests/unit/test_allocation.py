@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rayq.actors.allocation import (
+from rayq.actors.server.allocation import (
     allocate_averagely,
     allocate_averagely_by_circle,
     allocate_by_config,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rayq.store import InnerMessage, MessageStore, StoreConfig, columnar, decode_records
+from rayq.actors.server import columnar
+from rayq.store import InnerMessage, MessageStore, StoreConfig, decode_records
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import COMPRESSED_FLAG
 

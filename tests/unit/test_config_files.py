@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rayq.store.config_files import (
+from rayq.actors.server.tables import (
     CONSUMER_OFFSET_FILE_NAME,
     DELAY_OFFSET_FILE_NAME,
     PERM_INHERIT,
@@ -24,13 +24,11 @@ from rayq.store.config_files import (
     ConfigStore,
     ConsumerOffsetFile,
     ConsumerOffsetTable,
-    JsonFile,
     SubscriptionGroupConfig,
     TopicConfig,
     TopicConfigTable,
     TopicsFile,
     delay_level_to_queue_id,
-    encode_json,
     is_readable,
     is_writeable,
     queue_id_to_delay_level,
@@ -44,8 +42,9 @@ from rayq.store.errors import (
     InvalidTopicError,
     StoreError,
 )
+from rayq.store.json_file import JsonFile, encode_json
 
-LOGGER_NAME = "rayq.store.config_files"
+LOGGER_NAME = "rayq.actors.server.tables"
 
 
 def topics_path(root: Path) -> Path:

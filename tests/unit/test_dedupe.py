@@ -7,15 +7,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rayq.store import InnerMessage, MessageStore, StoreConfig
-from rayq.store.batch import encode_batch
-from rayq.store.dedupe import (
+from rayq.actors.server.dedupe import (
     ProducerSequences,
     Verdict,
     check_producer_id,
     open_sequences,
     sequence_properties,
 )
+from rayq.store import InnerMessage, MessageStore, StoreConfig
+from rayq.store.batch import encode_batch
 from rayq.store.errors import InvalidMessageError
 
 CONFIG = StoreConfig.for_tests()

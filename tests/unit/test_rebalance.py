@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rayq.actors.allocation import AllocateStrategy
-from rayq.actors.queue_locks import QueueLocks
-from rayq.actors.rebalance import MemberSpec, Rebalancer
+from rayq.actors.server.allocation import AllocateStrategy
+from rayq.actors.server.queue_locks import QueueLocks
+from rayq.actors.server.rebalance import MemberSpec, Rebalancer
 from rayq.actors.wire import MessageQueue
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus, ListenerRunner
 from rayq.process_queue import ProcessQueue

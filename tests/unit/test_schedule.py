@@ -10,20 +10,20 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from rayq.actors.server.delay_levels import (
+    DEFAULT_DELAY_LEVELS,
+    DELIVER_AT_QUEUE_ID,
+    DelayLevels,
+)
+from rayq.actors.server.schedule import SCHEDULE_TICK_MS, ScheduleService
+from rayq.actors.server.tables import SCHEDULE_TOPIC, ConfigStore, DelayOffsetFile
 from rayq.actors.wire import BrokerConfig
 from rayq.store import FakeClock, InnerMessage, MessageStore, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
 from rayq.store.codec import decode_records
-from rayq.store.config_files import SCHEDULE_TOPIC, ConfigStore, DelayOffsetFile
-from rayq.store.delay_levels import (
-    DEFAULT_DELAY_LEVELS,
-    DELIVER_AT_QUEUE_ID,
-    DelayLevels,
-)
 from rayq.store.errors import ConfigError
 from rayq.store.message import COMPRESSED_FLAG, MessageExt, PutStatus
-from rayq.store.schedule import SCHEDULE_TICK_MS, ScheduleService
 
 IDS = UniqIdGenerator()
 CONFIG = StoreConfig.for_tests()

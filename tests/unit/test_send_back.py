@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from rayq.actors.broker import BrokerServer
+from rayq.actors.server.tables import SCHEDULE_TOPIC
 from rayq.actors.wire import BrokerConfig, SendBackItem, SendBackRequest
 from rayq.store import FakeClock, InnerMessage, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
 from rayq.store.codec import decode_records
-from rayq.store.config_files import SCHEDULE_TOPIC
 from rayq.store.errors import (
     InvalidGroupError,
     InvalidMessageError,

@@ -49,9 +49,16 @@ from typing import Annotated, Any, Final, Generic, TypeVar
 import msgspec
 from msgspec import Meta
 
-from .config import NonNegative
-from .errors import ClosedError, ConfigError, InvalidMessageError, InvalidOffsetError, StoreError
-from .names import validate_group, validate_topic
+from rayq.store.config import NonNegative
+from rayq.store.errors import (
+    ClosedError,
+    ConfigError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    StoreError,
+)
+from rayq.store.json_file import JsonFile
+from rayq.store.names import validate_group, validate_topic
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +67,6 @@ TOPICS_FILE_NAME: Final[str] = "topics.json"
 SUBSCRIPTION_GROUP_FILE_NAME: Final[str] = "subscriptionGroup.json"
 CONSUMER_OFFSET_FILE_NAME: Final[str] = "consumerOffset.json"
 DELAY_OFFSET_FILE_NAME: Final[str] = "delayOffset.json"
-TMP_SUFFIX: Final[str] = ".tmp"
-BAK_SUFFIX: Final[str] = ".bak"
-JSON_INDENT: Final[int] = 2
 
 # RocketMQ PermName bits.
 PERM_READ: Final[int] = 4
@@ -198,81 +202,6 @@ def split_offset_key(key: str) -> tuple[str, str]:
     if not sep or not topic or not group or OFFSET_KEY_SEPARATOR in group:
         raise ValueError(f"offset key {key!r} is not '<topic>@<group>'")
     return topic, group
-
-
-# --- one durable JSON file ---------------------------------------------------------------------
-
-
-def encode_json(value: msgspec.Struct) -> bytes:
-    """Pretty-printed JSON with a trailing newline (pure: no I/O)."""
-    return msgspec.json.format(msgspec.json.encode(value), indent=JSON_INDENT) + b"\n"
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class JsonFile(Generic[T]):
-    """A JSON file holding one msgspec Struct of type ``schema``, with .tmp and .bak siblings."""
-
-    def __init__(self, path: str | os.PathLike[str], schema: type[T]) -> None:
-        self.path = Path(path)
-        self.tmp_path = self.path.with_name(self.path.name + TMP_SUFFIX)
-        self.bak_path = self.path.with_name(self.path.name + BAK_SUFFIX)
-        self._decoder: msgspec.json.Decoder[T] = msgspec.json.Decoder(schema)
-
-    def load(self) -> T | None:
-        """The main file's value, else the backup's, else None (see the module docstring)."""
-        value = self._read(self.path)
-        if value is not None:
-            return value
-        value = self._read(self.bak_path)
-        if value is not None:
-            logger.warning("config file %s unusable; loaded backup %s", self.path, self.bak_path)
-            return value
-        if self.path.exists() or self.bak_path.exists():
-            logger.warning("config file %s and its backup are unusable; starting empty", self.path)
-        return None
-
-    def save(self, value: T) -> None:
-        """Write durably (tmp, fsync, rotate to .bak, rename, fsync dir); StoreError on OSError."""
-        data = encode_json(value)
-        try:
-            _write_synced(self.tmp_path, data)
-            if self.path.exists():
-                os.replace(self.path, self.bak_path)
-            os.replace(self.tmp_path, self.path)
-            _fsync_dir(self.path.parent)
-        except OSError as exc:
-            raise StoreError(f"cannot write {self.path}: {exc}", path=str(self.path)) from exc
-
-    def _read(self, path: Path) -> T | None:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            logger.warning("config file %s cannot be read: %s", path, exc)
-            return None
-        if not data.strip():
-            logger.warning("config file %s is empty", path)
-            return None
-        try:
-            return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:  # ValidationError included
-            logger.warning("config file %s is damaged: %s", path, exc)
-            return None
 
 
 # --- tables --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from .errors import ConfigError
+from rayq.store.errors import ConfigError
 
 DEFAULT_MESSAGE_DELAY_LEVEL: Final[str] = (
     "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

@@ -38,8 +38,8 @@ from typing import Any, Final
 
 import msgspec
 
-from .config_files import JsonFile
-from .errors import InvalidMessageError
+from rayq.store.errors import InvalidMessageError
+from rayq.store.json_file import JsonFile
 
 logger = logging.getLogger(__name__)
 
@@ -174,8 +174,8 @@ class ProducerSequences:
 
 def open_sequences(config_dir: str | Path, commitlog: Any, now_ms: int) -> ProducerSequences:
     """Load the table and replay the commit log (a ``CommitLog``) past its snapshot."""
-    from .codec import Check
-    from .scanner import GoodRun, scan
+    from rayq.store.codec import Check
+    from rayq.store.scanner import GoodRun, scan
 
     seqs = ProducerSequences(config_dir)
     start = seqs.load(commitlog.min_offset, commitlog.max_offset)

@@ -28,13 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import codec
-from . import properties as P
-from .config import StoreConfig
-from .errors import InvalidOffsetError
-from .message import COMPRESSED_FLAG, GetStatus
-from .message_store import MessageStore
-from .reader import QueueReader
+from rayq.store import codec
+from rayq.store import properties as P
+from rayq.store.config import StoreConfig
+from rayq.store.errors import InvalidOffsetError
+from rayq.store.message import COMPRESSED_FLAG, GetStatus
+from rayq.store.message_store import MessageStore
+from rayq.store.reader import QueueReader
 
 SCHEMA: Final = pa.schema(
     [

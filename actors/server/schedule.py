@@ -58,15 +58,16 @@ from typing import Final
 
 import msgspec
 
-from . import properties as P
-from .batch import BatchRejected, EncodedBatch, check_encoded
-from .clock import Clock
-from .codec import decode_record, decode_records
-from .config_files import SCHEDULE_TOPIC, DelayOffsetTable, DeliverAtProgress
+from rayq.store import properties as P
+from rayq.store.batch import BatchRejected, EncodedBatch, check_encoded
+from rayq.store.clock import Clock
+from rayq.store.codec import decode_record, decode_records
+from rayq.store.errors import InvalidMessageError
+from rayq.store.message import GetStatus, InnerMessage, MessageExt, PutResult, PutStatus
+from rayq.store.message_store import MessageStore
+
 from .delay_levels import DELIVER_AT_QUEUE_ID, DelayLevels
-from .errors import InvalidMessageError
-from .message import GetStatus, InnerMessage, MessageExt, PutResult, PutStatus
-from .message_store import MessageStore
+from .tables import SCHEDULE_TOPIC, DelayOffsetTable, DeliverAtProgress
 
 logger = logging.getLogger(__name__)
 
