@@ -60,10 +60,9 @@ from rayq.store.errors import (
 from rayq.store.message import GetStatus, MessageExt, PutResult
 from rayq.store.names import validate_group, validate_topic
 
-from .server.queue_locks import QueueLocks
-from .wire import (
+from .config import BrokerConfig
+from .protocol import (
     BatchSendResult,
-    BrokerConfig,
     BrokerInfo,
     MessageQueue,
     PullManyRequest,
@@ -77,6 +76,7 @@ from .wire import (
     SendBackResult,
     SendStatus,
 )
+from .server.queue_locks import QueueLocks
 
 logger = logging.getLogger(__name__)
 
@@ -502,7 +502,7 @@ class BrokerActor:
         coordinator (a restart re-runs ``__init__``: the store recovers from disk, the
         rest is found again by name).
         """
-        from .wire import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
+        from .protocol import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
 
         self._started = True
         name = self.server.name
@@ -659,7 +659,7 @@ def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: 
     """Start (or get) the named broker actor pinned to ``node_id``."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .wire import broker_actor_name
+    from .protocol import broker_actor_name
 
     os.makedirs(store_dir, exist_ok=True)
     cls = ray.remote(concurrency_groups={"send": 64, "pull": 256, "admin": 16})(BrokerActor)

@@ -17,10 +17,10 @@ import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
 
+from .protocol import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 from .server.allocation import allocate_averagely
 from .server.rebalance import MemberSpec, Plan, Rebalancer
 from .server.stream_plans import StreamPlans
-from .wire import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
 
 logger = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
     """Start (or get) the coordinator; pinned to ``node_id`` (the head) when given."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .wire import COORDINATOR_NAME
+    from .protocol import COORDINATOR_NAME
 
     where = NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id else "DEFAULT"
     return ray.remote(CoordinatorActor).options(

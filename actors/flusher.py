@@ -118,7 +118,7 @@ def spawn_flusher(store_dir: str, config: StoreConfig, broker_name: str, namespa
                   node_id: str) -> Any:  # fmt: skip
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .wire import flusher_actor_name
+    from .protocol import flusher_actor_name
 
     return ray.remote(FlusherActor).options(
         name=flusher_actor_name(broker_name), namespace=namespace, get_if_exists=True,

@@ -17,7 +17,8 @@ import ray
 
 from rayq.store.errors import RayqError
 
-from .wire import BrokerConfig, PullManyRequest, PullRequest, PullResponse, PullStatus
+from .config import BrokerConfig
+from .protocol import PullManyRequest, PullRequest, PullResponse, PullStatus
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class PullHoldActor:
 def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .wire import hold_actor_name
+    from .protocol import hold_actor_name
 
     return ray.remote(PullHoldActor).options(
         name=hold_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,

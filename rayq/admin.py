@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 
+from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import MessageQueue, QueueProgress, QueueStats
 from rayq.actors.server.tables import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
-from rayq.actors.wire import ClientConfig, MessageQueue, QueueProgress, QueueStats
 from rayq.client import ClientContext, call
 from rayq.store.errors import (
     BrokerUnavailableError,

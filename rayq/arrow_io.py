@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
+from rayq.actors.protocol import broker_actor_name
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.actors.server.dedupe import sequence_properties
-from rayq.actors.wire import broker_actor_name
 from rayq.client import unwrap
 from rayq.ranges import OffsetRange
 from rayq.store import InnerMessage

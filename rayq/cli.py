@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from rayq.actors.wire import NAMESPACE
+from rayq.actors.config import NAMESPACE
 
 
 def make_argument_parser() -> argparse.ArgumentParser:

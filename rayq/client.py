@@ -15,9 +15,9 @@ from typing import Any
 
 import ray
 
-from rayq.actors.wire import (
+from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import (
     COORDINATOR_NAME,
-    ClientConfig,
     MessageQueue,
     TopicRoute,
     broker_actor_name,

@@ -23,17 +23,16 @@ from typing import Any
 import ray
 
 from rayq.actors.broker import spawn_broker
+from rayq.actors.config import NAMESPACE, BrokerConfig
 from rayq.actors.coordinator import spawn_coordinator
 from rayq.actors.flusher import spawn_flusher
-from rayq.actors.pull_hold import spawn_hold
-from rayq.actors.wire import (
+from rayq.actors.protocol import (
     COORDINATOR_NAME,
-    NAMESPACE,
-    BrokerConfig,
     broker_actor_name,
     flusher_actor_name,
     hold_actor_name,
 )
+from rayq.actors.pull_hold import spawn_hold
 from rayq.store.errors import BrokerUnavailableError, ConfigError
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from rayq.actors.wire import MessageQueue
+from rayq.actors.protocol import MessageQueue
 from rayq.process_queue import ProcessQueue
 from rayq.store.message import MessageExt
 

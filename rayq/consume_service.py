@@ -31,11 +31,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rayq.actors.server.allocation import AllocateStrategy
-from rayq.actors.server.rebalance import MemberSpec
-from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS
-from rayq.actors.wire import (
-    ClientConfig,
+from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import (
     MessageQueue,
     PullItem,
     PullManyRequest,
@@ -44,6 +41,9 @@ from rayq.actors.wire import (
     SendBackItem,
     SendBackRequest,
 )
+from rayq.actors.server.allocation import AllocateStrategy
+from rayq.actors.server.rebalance import MemberSpec
+from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.consume_orderly import OrderlyConsumption, by_broker

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from rayq.actors.wire import MessageQueue
+from rayq.actors.protocol import MessageQueue
 from rayq.store.json_file import JsonFile
 
 logger = logging.getLogger(__name__)

@@ -41,9 +41,10 @@ from typing import Any, Final
 
 import msgspec
 
+from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
 from rayq.actors.server.dedupe import PRODUCER_ID, PRODUCER_SEQ, sequence_properties
 from rayq.actors.server.schedule import DELIVER_AT_MAX_AHEAD_MS
-from rayq.actors.wire import BatchSendResult, ClientConfig, MessageQueue, SendResult
 from rayq.client import ClientContext, call, unwrap
 from rayq.store import DEFAULT_STORE_CONFIG, EncodedBatch, InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P

@@ -52,7 +52,8 @@ from typing import Any
 
 import ray
 
-from rayq.actors.wire import ClientConfig, MessageQueue, PullRequest, PullResponse, PullStatus
+from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import MessageQueue, PullRequest, PullResponse, PullStatus
 from rayq.client import ClientContext, call
 from rayq.store.codec import decode_records
 from rayq.store.errors import (

@@ -27,9 +27,10 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+from rayq.actors.config import ClientConfig
 from rayq.actors.consumer import spawn_consumer
+from rayq.actors.protocol import MessageQueue
 from rayq.actors.server.allocation import AllocateStrategy
-from rayq.actors.wire import ClientConfig, MessageQueue
 from rayq.client import ClientContext, call
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService

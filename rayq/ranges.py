@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import ray
 
-from rayq.actors.wire import MessageQueue
+from rayq.actors.protocol import MessageQueue
 from rayq.client import ClientContext, call, unwrap
 from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError, RayqError
 from rayq.store.names import validate_group

@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from rayq.actors.wire import ClientConfig
+from rayq.actors.config import ClientConfig
 from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace

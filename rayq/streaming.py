@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from rayq.actors.wire import ClientConfig
+from rayq.actors.config import ClientConfig
 from rayq.client import ClientContext, call
 from rayq.ranges import OffsetRange, broker_calls, check_max, committed_offsets, queue_bounds
 from rayq.ranges import resolve as resolve_spec

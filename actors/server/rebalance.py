@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rayq.actors.wire import MessageQueue
+from rayq.actors.protocol import MessageQueue
 from rayq.store.errors import ConfigError
 
 from .allocation import STRATEGIES, AllocateStrategy, allocate_by_config

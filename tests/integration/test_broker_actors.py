@@ -9,7 +9,7 @@ from typing import TypeVar
 import pytest
 import ray
 
-from rayq.actors.wire import PullRequest, PullStatus, broker_actor_name
+from rayq.actors.protocol import PullRequest, PullStatus, broker_actor_name
 from rayq.client import ClientContext, call
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch

@@ -17,8 +17,8 @@ import ray
 
 import rayq
 import rayq.cluster
+from rayq.actors.protocol import SendBackItem, SendBackRequest, SendBackResult, broker_actor_name
 from rayq.actors.server.tables import SCHEDULE_TOPIC
-from rayq.actors.wire import SendBackItem, SendBackRequest, SendBackResult, broker_actor_name
 from rayq.admin import Admin
 from rayq.client import ClientContext, call
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer

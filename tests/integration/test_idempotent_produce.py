@@ -12,8 +12,8 @@ import pytest
 import ray
 
 import rayq
+from rayq.actors.protocol import broker_actor_name
 from rayq.actors.server.dedupe import sequence_properties
-from rayq.actors.wire import broker_actor_name
 from rayq.client import ClientContext, call
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, encode_batch

@@ -23,16 +23,15 @@ import pytest
 import ray
 
 import rayq.cluster
-from rayq.actors.server.tables import PERM_ALL
-from rayq.actors.wire import (
-    BrokerConfig,
-    ClientConfig,
+from rayq.actors.config import BrokerConfig, ClientConfig
+from rayq.actors.protocol import (
     MessageQueue,
     PullRequest,
     SendResult,
     SendStatus,
     broker_actor_name,
 )
+from rayq.actors.server.tables import PERM_ALL
 from rayq.client import ClientContext
 from rayq.errors import (
     BrokerUnavailableError,

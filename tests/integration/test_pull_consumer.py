@@ -12,7 +12,7 @@ import pytest
 
 import rayq
 import rayq.cluster
-from rayq.actors.wire import MessageQueue
+from rayq.actors.protocol import MessageQueue
 from rayq.admin import Admin
 from rayq.client import ClientContext, call
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer

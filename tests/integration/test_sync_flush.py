@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import ray
 
-from rayq.actors.wire import SendStatus, flusher_actor_name
+from rayq.actors.protocol import SendStatus, flusher_actor_name
 from rayq.client import ClientContext, call
 from rayq.cluster import Cluster
 from rayq.store import FlushDiskType, InnerMessage, UniqIdGenerator, encode_batch

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from rayq.actors.protocol import MessageQueue
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.queue_locks import QueueLocks
 from rayq.actors.server.rebalance import MemberSpec, Rebalancer
-from rayq.actors.wire import MessageQueue
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus, ListenerRunner
 from rayq.process_queue import ProcessQueue
 from rayq.store.errors import ConfigError

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from rayq.actors.config import BrokerConfig
 from rayq.actors.server.delay_levels import (
     DEFAULT_DELAY_LEVELS,
     DELIVER_AT_QUEUE_ID,
@@ -17,7 +18,6 @@ from rayq.actors.server.delay_levels import (
 )
 from rayq.actors.server.schedule import SCHEDULE_TICK_MS, ScheduleService
 from rayq.actors.server.tables import SCHEDULE_TOPIC, ConfigStore, DelayOffsetFile
-from rayq.actors.wire import BrokerConfig
 from rayq.store import FakeClock, InnerMessage, MessageStore, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from rayq.actors.broker import BrokerServer
+from rayq.actors.config import BrokerConfig
+from rayq.actors.protocol import SendBackItem, SendBackRequest
 from rayq.actors.server.tables import SCHEDULE_TOPIC
-from rayq.actors.wire import BrokerConfig, SendBackItem, SendBackRequest
 from rayq.store import FakeClock, InnerMessage, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch

@@ -1,4 +1,4 @@
-"""Types that cross actor boundaries: configs, requests and replies (the wire module).
+"""Types that cross actor boundaries: requests and replies (the protocol module).
 
 Everything here is a msgspec Struct; new fields go at the end and have defaults.
 Message batches travel as ``rayq.store.EncodedBatch`` (encoded once by the
@@ -9,21 +9,13 @@ consumer decodes with ``rayq.store.decode_records``.
 from __future__ import annotations
 
 import enum
-from typing import Annotated
 
 import msgspec
-from msgspec import Meta
 
-from rayq.actors.server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.actors.server.tables import is_readable, is_writeable
-from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
-from rayq.store.config import convert_config
 
-NAMESPACE = "rayq"
 COORDINATOR_NAME = "rayq-coordinator"
-Positive = Annotated[int, Meta(gt=0)]
-NonNegative = Annotated[int, Meta(ge=0)]
 
 
 def broker_actor_name(broker_name: str) -> str:
@@ -36,81 +28,6 @@ def flusher_actor_name(broker_name: str) -> str:
 
 def hold_actor_name(broker_name: str) -> str:
     return f"rayq-pullhold-{broker_name}"
-
-
-class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Broker settings (RocketMQ ``BrokerConfig`` and ``MessageStoreConfig``)."""
-
-    broker_name: str = "broker-a"
-    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    auto_create_topic_enable: bool = True
-    auto_create_subscription_group: bool = True
-    default_topic_queue_nums: Positive = 4
-    long_polling_enable: bool = True
-    short_polling_time_mills: Positive = 1000
-    broker_suspend_max_ms: Positive = 15_000
-    heartbeat_interval_ms: Positive = 30_000
-    persist_offset_interval_ms: Positive = 5_000
-    retention_check_interval_ms: Positive = 10_000
-    pull_max_messages: Positive = 1024
-    pull_max_bytes: Positive = 4 * 1024 * 1024
-    store: StoreConfig = DEFAULT_STORE_CONFIG
-    listen_port: Positive = 10911  # part of the store host in offset message ids
-    rebalance_lock_max_live_time_ms: Positive = 60_000  # orderly consumption queue locks
-    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay of level 1, 2, ... (s/m/h/d)
-
-    def __post_init__(self) -> None:
-        DelayLevels.parse(self.message_delay_level)  # ConfigError for a bad table
-
-    @property
-    def delay_levels(self) -> DelayLevels:
-        return DelayLevels.parse(self.message_delay_level)
-
-    @property
-    def store_config(self) -> StoreConfig:
-        """The store settings with this broker's flush type."""
-        if self.store.flush_disk_type is self.flush_disk_type:
-            return self.store
-        return self.store.replace(flush_disk_type=self.flush_disk_type)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> BrokerConfig:
-        return convert_config(values, cls, "broker config")
-
-
-class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Producer and consumer settings (RocketMQ ``ClientConfig`` and friends)."""
-
-    namespace: str = NAMESPACE
-    send_timeout_ms: Positive = 3_000
-    retries: NonNegative = 2
-    compress_over_bytes: Positive = 4096
-    max_message_size_bytes: Positive = 4 * 1024 * 1024
-    batch_max_bytes: Positive = 4 * 1024 * 1024
-    linger_ms: NonNegative = 1
-    route_refresh_interval_ms: Positive = 30_000
-    broker_fault_backoff_ms: Positive = 30_000
-    pull_batch_size: Positive = 32
-    poll_max_messages: Positive = 1024
-    auto_commit_interval_ms: Positive = 5_000
-    broker_suspend_max_ms: Positive = 15_000
-    rebalance_interval_ms: Positive = 2_000
-    member_expiry_ms: Positive = 30_000
-    # Push consumers (RocketMQ DefaultMQPushConsumer's fields, in ms where RocketMQ mixes units).
-    consume_thread: Positive = 20
-    consume_message_batch_max_size: Positive = 1
-    pull_threshold_for_queue: Positive = 1_000
-    pull_threshold_size_for_queue_mib: Positive = 100
-    consume_concurrently_max_span: Positive = 2_000
-    consume_timeout_ms: Positive = 15 * 60 * 1000
-    suspend_current_queue_time_millis: Positive = 1_000
-    pull_time_delay_when_flow_control_ms: Positive = 50
-    pull_time_delay_when_exception_ms: Positive = 3_000
-    lock_renew_interval_ms: Positive = 20_000
-    lock_stale_ms: Positive = 30_000
-    member_heartbeat_interval_ms: Positive = 10_000
-    offset_store_dir: str = ""  # broadcasting offsets; "" = ~/.rayq_offsets
-    instance_name: str = "DEFAULT"
 
 
 class SendStatus(enum.Enum):
