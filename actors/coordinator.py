@@ -179,6 +179,10 @@ class CoordinatorActor:
         self.clients.pop(client_id, None)
         self.groups.leave(client_id)
 
+    async def leave(self, client_id: str) -> None:
+        """A pull consumer or producer shut down: it no longer counts in group shares."""
+        self.groups.leave(client_id)
+
     async def group_share(self, group: str, client_id: str, topic: str,
                           expiry_ms: int) -> list[MessageQueue] | None:  # fmt: skip
         """``client_id``'s share of ``topic``'s queues among the group's live members

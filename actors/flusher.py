@@ -98,8 +98,9 @@ class FlusherActor:
             await asyncio.sleep(cfg.flush_interval_ms / 1000)
             rounds += 1
             try:
-                written, dispatched = await self._broker.call.remote("flush_targets")
-                await self.service.tick(written, dispatched, thorough=rounds % thorough_every == 0,
+                targets = await self._broker.flush_targets.remote()
+                await self.service.tick(targets.written, targets.dispatched,
+                                        thorough=rounds % thorough_every == 0,
                                         logics=rounds % logics_every == 0)  # fmt: skip
             except ray.exceptions.RayActorError:
                 await asyncio.sleep(1)  # the broker is restarting

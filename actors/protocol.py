@@ -9,11 +9,16 @@ consumer decodes with ``rayq.store.decode_records``.
 from __future__ import annotations
 
 import enum
+import functools
+from typing import Annotated, Any, TypeVar
 
 import msgspec
+from msgspec import Meta
 
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
-from rayq.actors.server.tables import is_readable, is_writeable
+from rayq.actors.server.tables import SubscriptionGroupConfig, is_readable, is_writeable
+from rayq.store.errors import InvalidRequestError
+from rayq.store.message import MessageExt
 
 COORDINATOR_NAME = "rayq-coordinator"
 
@@ -28,6 +33,34 @@ def flusher_actor_name(broker_name: str) -> str:
 
 def hold_actor_name(broker_name: str) -> str:
     return f"rayq-pullhold-{broker_name}"
+
+
+QueueId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+QueueOffset = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+TimestampMs = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+QueueCount = Annotated[int, Meta(ge=1, le=1024)]
+Perm = Annotated[int, Meta(ge=0, le=7)]
+Text = Annotated[str, Meta(max_length=4096)]
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of client requests: ``client_id`` names the caller (producer, consumer or
+    admin instance), for logs today and for ACL later."""
+
+    client_id: Text = ""
+
+
+class ConsumeFromWhere(enum.Enum):
+    """Where a group starts on a queue it has never committed an offset for."""
+
+    FIRST_OFFSET = "FIRST_OFFSET"
+    LAST_OFFSET = "LAST_OFFSET"
+    TIMESTAMP = "TIMESTAMP"
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"  # each message to one consumer of the group
+    BROADCASTING = "BROADCASTING"  # every consumer gets every message
 
 
 class SendStatus(enum.Enum):
@@ -67,39 +100,40 @@ class BatchSendResult(msgspec.Struct, frozen=True, kw_only=True):
     queue_offsets: list[int]
 
 
-class PullRequest(msgspec.Struct, frozen=True, kw_only=True):
-    group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    max_nums: int = 32
-    expression: str = "*"
-    suspend_ms: int = 15_000
+class PullRequest(_Request, frozen=True, kw_only=True):
+    group: Text
+    topic: Text
+    queue_id: QueueId
+    queue_offset: QueueOffset
+    max_nums: Annotated[int, Meta(ge=1, le=1 << 20)] = 32
+    expression: Text = "*"
+    suspend_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 15_000
 
 
 class PullItem(msgspec.Struct, frozen=True, array_like=True):
     """One queue of a ``PullManyRequest``."""
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    expression: str = "*"
+    topic: Text
+    queue_id: QueueId
+    queue_offset: QueueOffset
+    expression: Text = "*"
 
 
-class PullManyRequest(msgspec.Struct, frozen=True, kw_only=True):
+class PullManyRequest(_Request, frozen=True, kw_only=True):
     """Several queues of one broker in one call (a push consumer's pull per broker):
     up to ``max_nums`` messages from each; with ``suspend_ms`` > 0 the hold service
     waits until any of them has something new."""
 
-    group: str
-    items: list[PullItem]
-    max_nums: int = 32
-    suspend_ms: int = 15_000
+    group: Text
+    items: Annotated[list[PullItem], Meta(min_length=1, max_length=4096)]
+    max_nums: Annotated[int, Meta(ge=1, le=1 << 20)] = 32
+    suspend_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 15_000
 
     def request(self, item: PullItem) -> PullRequest:
         return PullRequest(group=self.group, topic=item.topic, queue_id=item.queue_id,
                            queue_offset=item.queue_offset, max_nums=self.max_nums,
-                           expression=item.expression, suspend_ms=self.suspend_ms)  # fmt: skip
+                           expression=item.expression, suspend_ms=self.suspend_ms,
+                           client_id=self.client_id)  # fmt: skip
 
 
 class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,19 +196,19 @@ class SendBackItem(msgspec.Struct, frozen=True):
     the delay level of its next attempt: 0 lets the broker pick ``3 + reconsume_times``,
     a negative level sends it straight to the dead-letter topic."""
 
-    commitlog_offset: int
-    delay_level: int = 0
+    commitlog_offset: QueueOffset
+    delay_level: Annotated[int, Meta(ge=-(2**31), le=2**31 - 1)] = 0
 
 
-class SendBackRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """Messages ``group`` failed to consume, for ``Broker.call("send_back", request)``.
+class SendBackRequest(_Request, frozen=True, kw_only=True):
+    """Messages ``group`` failed to consume (``PullConsumer.send_back`` and push consumers).
 
     All items must be messages of the broker called (one call per broker and batch).
     """
 
-    group: str
-    items: list[SendBackItem]
-    max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES
+    group: Text
+    items: Annotated[list[SendBackItem], Meta(min_length=1, max_length=65536)]
+    max_reconsume_times: Annotated[int, Meta(ge=0, le=1024)] = DEFAULT_MAX_RECONSUME_TIMES
 
 
 class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,3 +218,217 @@ class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):
     topics: list[str]
     msg_ids: list[str]
     reconsume_times: list[int]
+
+
+# ---------------------------------------------------------------------------------------
+# The broker's client protocol: one request Struct per operation, validated at the actor
+# boundary with ``check`` (types, unknown fields, ranges); names are checked by the server.
+
+
+class CreateTopicRequest(_Request, frozen=True, kw_only=True):
+    topic: Text
+    read_queue_nums: QueueCount
+    write_queue_nums: QueueCount
+    perm: Perm
+
+
+class TopicRequest(_Request, frozen=True, kw_only=True):
+    """One topic: ``delete_topic``, ``topic_stats``, ``queue_bounds``."""
+
+    topic: Text
+
+
+class GroupRequest(_Request, frozen=True, kw_only=True):
+    """One consumer group: ``group_config``, ``ensure_retry_topic``."""
+
+    group: Text
+
+
+class ListGroupsRequest(_Request, frozen=True, kw_only=True):
+    pass
+
+
+class UpdateGroupRequest(_Request, frozen=True, kw_only=True):
+    config: SubscriptionGroupConfig
+
+
+class DeleteGroupRequest(_Request, frozen=True, kw_only=True):
+    group: Text
+    clean_offsets: bool = False
+
+
+class QueryOffsetsRequest(_Request, frozen=True, kw_only=True):
+    group: Text
+    topic: Text
+
+
+class CommitOffsetsRequest(_Request, frozen=True, kw_only=True):
+    """Next offsets per queue id. A push consumer commits with its assignment's
+    ``generation``; -1 (pull consumers, admin) is never fenced."""
+
+    group: Text
+    topic: Text
+    offsets: dict[QueueId, QueueOffset]
+    generation: Annotated[int, Meta(ge=-1)] = -1
+
+
+class CompareAndSetOffsetsRequest(_Request, frozen=True, kw_only=True):
+    """Commit ``offsets`` only if every queue's committed offset is ``expected`` (-1: none)."""
+
+    group: Text
+    topic: Text
+    expected: dict[QueueId, Annotated[int, Meta(ge=-1, le=2**63 - 1)]]
+    offsets: dict[QueueId, QueueOffset]
+
+
+class ResetOffsetsRequest(_Request, frozen=True, kw_only=True):
+    group: Text
+    topic: Text
+    timestamp_ms: TimestampMs
+
+
+class OffsetByTimeRequest(_Request, frozen=True, kw_only=True):
+    topic: Text
+    queue_id: QueueId
+    timestamp_ms: TimestampMs
+
+
+class QueueRef(msgspec.Struct, frozen=True, array_like=True):
+    topic: Text
+    queue_id: QueueId
+
+
+class LockQueuesRequest(_Request, frozen=True, kw_only=True):
+    """Orderly consumption: lock (or renew) / unlock ``queues`` for ``client_id``."""
+
+    group: Text
+    queues: list[QueueRef]
+
+
+class QueryMessageRequest(_Request, frozen=True, kw_only=True):
+    topic: Text
+    key: Annotated[str, Meta(min_length=1, max_length=4096)]
+    max_num: Annotated[int, Meta(ge=1, le=64 * 1024)] = 32
+    begin_ms: TimestampMs = 0
+    end_ms: TimestampMs | None = None
+
+
+class ViewMessageRequest(_Request, frozen=True, kw_only=True):
+    msg_id: Annotated[str, Meta(min_length=1, max_length=4096)]
+
+
+class ScheduleStatsRequest(_Request, frozen=True, kw_only=True):
+    pass
+
+
+class ReadArrowRequest(_Request, frozen=True, kw_only=True):
+    """Offsets ``[start, end)`` of one queue as Arrow IPC, one page of ~``max_bytes``."""
+
+    topic: Text
+    queue_id: QueueId
+    start: QueueOffset
+    end: QueueOffset
+    max_bytes: Annotated[int, Meta(ge=1, le=1 << 30)]
+
+
+class MaxOffsetRequest(_Request, frozen=True, kw_only=True):
+    topic: Text
+    queue_id: QueueId
+
+
+# Replies: one Struct each.
+
+
+class Done(msgspec.Struct, frozen=True, kw_only=True):
+    """A change was applied; ``existed``: the thing was there before (deletes)."""
+
+    existed: bool = True
+
+
+class TopicStatsReply(msgspec.Struct, frozen=True, kw_only=True):
+    queues: list[QueueStats]
+
+
+class QueueBoundsReply(msgspec.Struct, frozen=True, kw_only=True):
+    """(min offset, max offset) of each read queue."""
+
+    bounds: dict[int, tuple[int, int]]
+
+
+class GroupsReply(msgspec.Struct, frozen=True, kw_only=True):
+    groups: list[str]
+
+
+class OffsetsReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Queue id -> offset (committed, reset or found)."""
+
+    offsets: dict[int, int]
+
+
+class CommitOffsetsReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Queue ids whose commit was refused as stale (a newer owner committed)."""
+
+    stale: list[int]
+
+
+class OffsetReply(msgspec.Struct, frozen=True, kw_only=True):
+    offset: int
+
+
+class LockQueuesReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Queues the caller holds now (lock), or how many were released (unlock)."""
+
+    locked: list[QueueRef] = []
+    released: int = 0
+
+
+class MessagesReply(msgspec.Struct, frozen=True, kw_only=True):
+    messages: list[MessageExt]
+
+
+class ArrowPage(msgspec.Struct, frozen=True, kw_only=True):
+    """Arrow IPC bytes of decoded columns and the offset the next page starts at."""
+
+    data: bytes
+    next_offset: int
+
+
+class PullManyResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """Per item of a ``PullManyRequest``, in order: its response or its RayqError."""
+
+    results: list[Any]
+
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+@functools.cache
+def _decoder(cls: type) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(cls)
+
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+
+def check(request: object, cls: type[R]) -> R:
+    """``request`` re-validated as ``cls`` (types, unknown fields, ranges), else
+    InvalidRequestError. Structs built in code skip msgspec's checks; this is the
+    boundary where a request from any driver is checked before anything is done."""
+    if type(request) is not cls:
+        raise InvalidRequestError(
+            f"expected a {cls.__name__}, got {type(request).__name__}", request=cls.__name__
+        )
+    try:
+        return _decoder(cls).decode(_encoder.encode(request))
+    except (msgspec.ValidationError, msgspec.EncodeError, TypeError, OverflowError) as exc:
+        raise InvalidRequestError(
+            f"malformed {cls.__name__}: {exc}", request=cls.__name__
+        ) from None
+
+
+class FlushTargets(msgspec.Struct, frozen=True, kw_only=True):
+    """Internal (broker -> flusher): commit-log bytes written, and the commit-log offset
+    below which consume queues and index are written."""
+
+    written: int
+    dispatched: int

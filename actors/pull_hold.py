@@ -15,10 +15,15 @@ from typing import Any
 
 import ray
 
-from rayq.store.errors import RayqError
-
 from .config import BrokerConfig
-from .protocol import PullManyRequest, PullRequest, PullResponse, PullStatus
+from .protocol import (
+    PullManyRequest,
+    PullManyResponse,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    check,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +83,7 @@ class PullHoldActor:
 
     async def pull(self, req: PullRequest) -> PullResponse:
         """Pull, waiting up to the suspend time if nothing new is there yet."""
+        req = check(req, PullRequest)
         resp = await self._broker.pull.remote(req)
         if resp.status is not PullStatus.NO_NEW_MSG or req.suspend_ms <= 0:
             return resp
@@ -86,18 +92,20 @@ class PullHoldActor:
             return resp
         return await self._broker.pull.remote(req)
 
-    async def pull_many(self, req: PullManyRequest) -> list[PullResponse | RayqError]:
+    async def pull_many(self, req: PullManyRequest) -> PullManyResponse:
         """``pull`` for several queues of the broker: answered as soon as any of them has
         something (or an error), else after the suspend time with every queue's answer."""
-        resps = await self._broker.pull_many.remote(req)
+        req = check(req, PullManyRequest)
+        reply = await self._broker.pull_many.remote(req)
+        resps = reply.results
         if req.suspend_ms <= 0 or any(
             not isinstance(r, PullResponse) or r.status is not PullStatus.NO_NEW_MSG for r in resps
         ):
-            return resps
+            return reply
         waits = {(i.topic, i.queue_id): max(i.queue_offset, r.max_offset)
                  for i, r in zip(req.items, resps, strict=True)}  # fmt: skip
         if not await self.table.wait_any(waits, self._hold_s(req.suspend_ms)):
-            return resps
+            return reply
         return await self._broker.pull_many.remote(req)
 
     def _hold_s(self, suspend_ms: int) -> float:

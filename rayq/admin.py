@@ -15,14 +15,31 @@ call, and every failure is a rayq error (``rayq.client.call``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import MessageQueue, QueueProgress, QueueStats
+from rayq.actors.protocol import (
+    CreateTopicRequest,
+    DeleteGroupRequest,
+    GroupRequest,
+    ListGroupsRequest,
+    MessageQueue,
+    QueryMessageRequest,
+    QueryOffsetsRequest,
+    QueueProgress,
+    QueueStats,
+    ResetOffsetsRequest,
+    ScheduleStatsRequest,
+    TopicRequest,
+    UpdateGroupRequest,
+    ViewMessageRequest,
+)
+from rayq.actors.server.schedule import ScheduleStats
 from rayq.actors.server.tables import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.store.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -33,7 +50,10 @@ from rayq.store.errors import (
 )
 from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
+from rayq.transport import BrokerClient, Reply, Transport
 
+K = TypeVar("K")
+T = TypeVar("T")
 # Admin calls may scan indexes or persist tables: allow more than a send.
 ADMIN_CALL_TIMEOUT_S = 30.0
 QUEUES_MAX = 1024
@@ -49,12 +69,14 @@ _GROUP_FIELDS = frozenset(
 class Admin:
     """Manage topics and consumer groups of the rayq deployment in ``namespace``."""
 
-    def __init__(self, *, namespace: str | None = None, config: ClientConfig | None = None) -> None:
+    def __init__(self, *, namespace: str | None = None, config: ClientConfig | None = None,
+                 transport: Transport | None = None) -> None:  # fmt: skip
         if config is not None and not isinstance(config, ClientConfig):
             raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
             raise ConfigError(f"namespace must be a non-empty str, got {namespace!r}")
-        self._ctx = ClientContext(config, namespace)
+        self._ctx = ClientContext(config, namespace, transport)
+        self.client_id = self._ctx.client_id
 
     # ------------------------------------------------------------- topics
     def create_topic(self, topic: str, queues: int = 4, perm: int = DEFAULT_PERM) -> None:
@@ -63,8 +85,9 @@ class Admin:
         validate_topic(topic)
         _check_queues(queues)
         _check_perm(perm)
-        brokers = self._live_brokers()
-        self._gather({b: ("create_topic", topic, queues, queues, perm) for b in brokers})
+        req = CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
+                                 perm=perm, client_id=self.client_id)  # fmt: skip
+        self._gather({b: lambda c: c.create_topic(req) for b in self._live_brokers()})
         self._ctx.route(topic, refresh=True)
 
     def update_topic(self, topic: str, queues: int | None = None, perm: int | None = None) -> None:
@@ -76,36 +99,35 @@ class Admin:
         if perm is not None:
             _check_perm(perm)
         route = self._route(topic)
-        self._gather({
-            d.broker_name: (
-                "create_topic", topic,
-                d.read_queue_nums if queues is None else queues,
-                d.write_queue_nums if queues is None else queues,
-                d.perm if perm is None else perm,
-            )
-            for d in route.queues
-        })  # fmt: skip
+        reqs = {d.broker_name: CreateTopicRequest(
+            topic=topic, read_queue_nums=d.read_queue_nums if queues is None else queues,
+            write_queue_nums=d.write_queue_nums if queues is None else queues,
+            perm=d.perm if perm is None else perm, client_id=self.client_id,
+        ) for d in route.queues}  # fmt: skip
+        self._gather({b: lambda c, r=r: c.create_topic(r) for b, r in reqs.items()})
         self._ctx.route(topic, refresh=True)
 
     def delete_topic(self, topic: str) -> None:
         """Delete ``topic`` (its queues and committed offsets) from every live broker;
         raises TopicNotFoundError if no broker had it."""
         validate_topic(topic)
-        existed = self._gather({b: ("delete_topic", topic) for b in self._live_brokers()})
+        req = TopicRequest(topic=topic, client_id=self.client_id)
+        existed = self._gather({b: lambda c: c.delete_topic(req) for b in self._live_brokers()})
         self._ctx.route(topic, refresh=True)
-        if not any(existed.values()):
+        if not any(d.existed for d in existed.values()):
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
 
     def topics(self) -> list[str]:
         """Every topic some live broker serves, sorted."""
-        return call(self._ctx.coordinator.topics.remote(), ADMIN_CALL_TIMEOUT_S)
+        return self._ctx.coordinator.topics().result(ADMIN_CALL_TIMEOUT_S)
 
     def topic_stats(self, topic: str) -> list[QueueStats]:
         """Min/max offset and last store time of each queue of ``topic`` on every broker."""
         validate_topic(topic)
         route = self._route(topic)
-        stats = self._gather({d.broker_name: ("topic_stats", topic) for d in route.queues})
-        return sorted((s for per_broker in stats.values() for s in per_broker),
+        req = TopicRequest(topic=topic, client_id=self.client_id)
+        stats = self._gather({d.broker_name: lambda c: c.topic_stats(req) for d in route.queues})
+        return sorted((s for per_broker in stats.values() for s in per_broker.queues),
                       key=lambda s: s.queue)  # fmt: skip
 
     # ------------------------------------------------------------- groups
@@ -135,24 +157,26 @@ class Admin:
         """Delete ``group``'s config (and with ``clean_offsets`` its committed offsets) from
         every live broker; raises GroupNotFoundError if no broker had it."""
         validate_group(group)
-        existed = self._gather({b: ("delete_group", group, clean_offsets)
-                                for b in self._live_brokers()})  # fmt: skip
-        if not any(existed.values()):
+        req = DeleteGroupRequest(group=group, clean_offsets=clean_offsets,
+                                 client_id=self.client_id)  # fmt: skip
+        existed = self._gather({b: lambda c: c.delete_group(req) for b in self._live_brokers()})
+        if not any(d.existed for d in existed.values()):
             raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",
                                      group=group)  # fmt: skip
 
     def groups(self) -> list[str]:
         """Every subscription group some live broker knows, sorted."""
-        per_broker = self._gather({b: ("groups",) for b in self._live_brokers()})
-        return sorted({g for names in per_broker.values() for g in names})
+        req = ListGroupsRequest(client_id=self.client_id)
+        per_broker = self._gather({b: lambda c: c.groups(req) for b in self._live_brokers()})
+        return sorted({g for names in per_broker.values() for g in names.groups})
 
     def group_config(self, group: str) -> SubscriptionGroupConfig:
         """The config of ``group`` (from the first broker that has it)."""
         validate_group(group)
+        req = GroupRequest(group=group, client_id=self.client_id)
         for broker in self._live_brokers():
             try:
-                return call(self._ctx.broker(broker).call.remote("group_config", group),
-                            ADMIN_CALL_TIMEOUT_S)  # fmt: skip
+                return self._ctx.broker(broker).get_group(req).result(ADMIN_CALL_TIMEOUT_S)
             except GroupNotFoundError:
                 continue
         raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",
@@ -172,19 +196,22 @@ class Admin:
             elif not isinstance(value, bool):
                 raise ConfigError(f"{name} must be a bool, got {value!r}", value=repr(value))
         cfg = msgspec.structs.replace(cfg, **changes)
-        self._gather({b: ("update_group", cfg) for b in self._live_brokers()})
+        req = UpdateGroupRequest(config=cfg, client_id=self.client_id)
+        self._gather({b: lambda c: c.update_group(req) for b in self._live_brokers()})
         return cfg
 
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """Committed offset, max offset and lag of every queue ``group`` has committed on."""
         validate_group(group)
         pairs = [(d.broker_name, t) for t, route in self._routes().items() for d in route.queues]
-        offsets = self._gather_pairs({p: ("query_offsets", group, p[1]) for p in pairs})
-        committed = {p: o for p, o in offsets.items() if o}
-        stats = self._gather_pairs({p: ("topic_stats", p[1]) for p in committed})
+        offsets = self._gather({p: lambda c, t=p[1]: c.query_offsets(QueryOffsetsRequest(
+            group=group, topic=t, client_id=self.client_id)) for p in pairs})  # fmt: skip
+        committed = {p: o.offsets for p, o in offsets.items() if o.offsets}
+        stats = self._gather({p: lambda c, t=p[1]: c.topic_stats(TopicRequest(
+            topic=t, client_id=self.client_id)) for p in committed})  # fmt: skip
         out = []
         for pair, per_queue in committed.items():
-            max_offsets = {s.queue.queue_id: s.max_offset for s in stats[pair]}
+            max_offsets = {s.queue.queue_id: s.max_offset for s in stats[pair].queues}
             for qid, offset in sorted(per_queue.items()):
                 hi = max_offsets.get(qid, 0)
                 out.append(QueueProgress(queue=MessageQueue(pair[1], pair[0], qid),
@@ -203,10 +230,11 @@ class Admin:
         validate_topic(topic)
         _check_int("timestamp_ms", timestamp_ms, 0, 2**63 - 1)
         route = self._route(topic)
-        reset = self._gather({d.broker_name: ("reset_offsets", group, topic, timestamp_ms)
-                              for d in route.queues})  # fmt: skip
+        req = ResetOffsetsRequest(group=group, topic=topic, timestamp_ms=timestamp_ms,
+                                  client_id=self.client_id)  # fmt: skip
+        reset = self._gather({d.broker_name: lambda c: c.reset_offsets(req) for d in route.queues})
         return {MessageQueue(topic, b, q): o for b, per_queue in sorted(reset.items())
-                for q, o in sorted(per_queue.items())}  # fmt: skip
+                for q, o in sorted(per_queue.offsets.items())}  # fmt: skip
 
     # ----------------------------------------------------------- messages
     def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
@@ -221,9 +249,10 @@ class Admin:
         if end_ms is not None:
             _check_int("end_ms", end_ms, begin_ms, 2**63 - 1)
         route = self._route(topic)
-        found = self._gather({d.broker_name: ("query_message", topic, key, max_num, begin_ms,
-                                              end_ms) for d in route.queues})  # fmt: skip
-        merged = [m for msgs in found.values() for m in msgs]
+        req = QueryMessageRequest(topic=topic, key=key, max_num=max_num, begin_ms=begin_ms,
+                                  end_ms=end_ms, client_id=self.client_id)  # fmt: skip
+        found = self._gather({d.broker_name: lambda c: c.query_message(req) for d in route.queues})
+        merged = [m for reply in found.values() for m in reply.messages]
         merged.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.commitlog_offset),
                     reverse=True)  # fmt: skip
         return merged[:max_num]
@@ -232,10 +261,11 @@ class Admin:
         """The message with this id (unique id or offset message id), from any broker."""
         if not isinstance(msg_id, str) or not msg_id:
             raise InvalidMessageError(f"msg_id must be a non-empty str, got {msg_id!r}")
-        found = self._gather({b: ("view_message", msg_id) for b in self._live_brokers()})
+        req = ViewMessageRequest(msg_id=msg_id, client_id=self.client_id)
+        found = self._gather({b: lambda c: c.view_message(req) for b in self._live_brokers()})
         for broker in sorted(found):
-            if found[broker] is not None:
-                return found[broker]
+            if found[broker].messages:
+                return found[broker].messages[0]
         raise InvalidMessageError(
             f"no message with id {msg_id!r} on any broker (wrong id, or removed by retention)",
             msg_id=msg_id,
@@ -256,25 +286,18 @@ class Admin:
 
     def _routes(self) -> dict[str, Any]:
         topics = self.topics()
-        routes = call(self._ctx.coordinator.routes.remote(topics), ADMIN_CALL_TIMEOUT_S)
+        routes = self._ctx.coordinator.routes(topics).result(ADMIN_CALL_TIMEOUT_S)
         return {t: r for t, r in routes.items() if r is not None}
 
-    def _gather(self, calls: dict[str, tuple[Any, ...]]) -> dict[str, Any]:
-        """Run ``BrokerServer`` methods on several brokers at once: {broker: result}."""
-        return {b: r for (b, _), r in self._gather_pairs(
-            {(b, ""): args for b, args in calls.items()}).items()}  # fmt: skip
+    def delay_progress(self) -> dict[str, ScheduleStats]:
+        """Delayed delivery on every live broker: per delay level (next offset to deliver,
+        max offset) of its queue, and the deliver-at backlog."""
+        req = ScheduleStatsRequest(client_id=self.client_id)
+        return self._gather({b: lambda c: c.schedule_stats(req) for b in self._live_brokers()})
 
-    def _gather_pairs(self, calls: dict[tuple[str, str], tuple[Any, ...]]) -> dict[Any, Any]:
-        """Like ``_gather`` with (broker, topic) keys; all calls are in flight together."""
-        refs = {key: self._ctx.broker(key[0]).call.remote(*args) for key, args in calls.items()}
-        out = {}
-        for key, ref in refs.items():
-            try:
-                out[key] = call(ref, ADMIN_CALL_TIMEOUT_S)
-            except BrokerUnavailableError:
-                self._ctx.forget(key[0])
-                raise
-        return out
+    def _gather(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]]) -> dict[K, T]:
+        """Ask several brokers at once (keys: a broker name or (broker, ...))."""
+        return self._ctx.broker_calls(calls, ADMIN_CALL_TIMEOUT_S)
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:

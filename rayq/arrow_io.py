@@ -20,22 +20,23 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from rayq.actors.protocol import broker_actor_name
+from rayq.actors.protocol import ArrowPage, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.actors.server.dedupe import sequence_properties
-from rayq.client import unwrap
 from rayq.ranges import OffsetRange
+from rayq.ray_transport import RayTransport
 from rayq.store import InnerMessage
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
 from rayq.store.errors import BrokerUnavailableError, InvalidMessageError, RayqError
+from rayq.transport import BrokerClient, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,8 @@ MAX_BODY_BYTES: Final[int] = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES: Final[int] = 32 * 1024
 
 _lock = threading.Lock()
-_handles: dict[tuple[str, str], Any] = {}
+_transports: dict[str, RayTransport] = {}
+T = TypeVar("T")
 
 
 def ensure_ray(address: str | None, namespace: str) -> None:
@@ -62,30 +64,29 @@ def ensure_ray(address: str | None, namespace: str) -> None:
                      logging_level=logging.WARNING, configure_logging=False)  # fmt: skip
 
 
-def broker_handle(namespace: str, broker: str, *, refresh: bool = False) -> Any:
-    key = (namespace, broker)
-    handle = None if refresh else _handles.get(key)
-    if handle is None:
-        try:
-            handle = ray.get_actor(broker_actor_name(broker), namespace=namespace)
-        except ValueError:
-            raise BrokerUnavailableError(
-                f"broker {broker!r} is not running in namespace {namespace!r}: its queues "
-                "cannot be read or written now", broker=broker,
-            ) from None  # fmt: skip
-        _handles[key] = handle
-    return handle
-
-
-def _get(ref: Any, broker: str) -> Any:
+def broker_handle(namespace: str, broker: str, *, refresh: bool = False) -> BrokerClient:
+    """The broker's client, through this process's transport for ``namespace``."""
+    with _lock:
+        transport = _transports.get(namespace)
+        if transport is None:
+            transport = _transports[namespace] = RayTransport(namespace)
+    if refresh:
+        transport.forget(broker)
     try:
-        return ray.get(ref, timeout=CALL_TIMEOUT_S)
-    except Exception as exc:
-        err = unwrap(exc)
-        if isinstance(err, BrokerUnavailableError):
-            raise BrokerUnavailableError(f"broker {broker!r} is unavailable: {err}",
-                                         broker=broker) from None  # fmt: skip
-        raise err from None
+        return transport.broker(broker)
+    except BrokerUnavailableError:
+        raise BrokerUnavailableError(
+            f"broker {broker!r} is not running in namespace {namespace!r}: its queues "
+            "cannot be read or written now", broker=broker,
+        ) from None  # fmt: skip
+
+
+def _get(reply: Reply[T], broker: str) -> T:
+    try:
+        return reply.result(CALL_TIMEOUT_S)
+    except BrokerUnavailableError as err:
+        raise BrokerUnavailableError(f"broker {broker!r} is unavailable: {err}",
+                                     broker=broker) from None  # fmt: skip
 
 
 # ------------------------------------------------------------------ read
@@ -96,9 +97,15 @@ def read_range(topic: str, r: OffsetRange, namespace: str,
         return
     handle = broker_handle(namespace, r.broker)
     offset = r.start
-    ref = handle.call.remote("read_arrow", topic, r.queue_id, offset, r.end, page_bytes)
+
+    def ask(start: int) -> Reply[ArrowPage]:
+        return handle.read_arrow(ReadArrowRequest(topic=topic, queue_id=r.queue_id, start=start,
+                                                  end=r.end, max_bytes=page_bytes))  # fmt: skip
+
+    ref = ask(offset)
     while True:
-        data, nxt = _get(ref, r.broker)
+        page = _get(ref, r.broker)
+        data, nxt = page.data, page.next_offset
         if nxt <= offset:
             raise BrokerUnavailableError(
                 f"{topic}/{r.queue_id} on broker {r.broker!r} stopped at offset {offset} before "
@@ -106,7 +113,7 @@ def read_range(topic: str, r: OffsetRange, namespace: str,
             )  # fmt: skip
         offset = nxt
         if offset < r.end:  # ask for the next page while this one is handed out
-            ref = handle.call.remote("read_arrow", topic, r.queue_id, offset, r.end, page_bytes)
+            ref = ask(offset)
         yield from from_ipc(data)
         if offset >= r.end:
             return
@@ -234,7 +241,7 @@ class _IdempotentSender:
         if len(self.inflight) >= MAX_PUTS_IN_FLIGHT:
             self._settle(1)
         handle = broker_handle(self.namespace, self.broker)
-        self.inflight.append((batch, handle.put.remote(batch)))
+        self.inflight.append((batch, handle.put(batch)))
 
     def flush(self) -> None:
         self._settle(len(self.inflight))
@@ -257,7 +264,7 @@ class _IdempotentSender:
                                len(self.inflight))  # fmt: skip
                 time.sleep(0.5 * (attempt + 1))
                 handle = broker_handle(self.namespace, self.broker, refresh=True)
-                self.inflight = [(b, handle.put.remote(b)) for b, _ in self.inflight]
+                self.inflight = [(b, handle.put(b)) for b, _ in self.inflight]
 
 
 __all__ = ["SCHEMA", "Columns", "check_columns", "ensure_ray", "read_range", "write_batches"]

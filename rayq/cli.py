@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     import ray
 
+    from rayq.client import CALL_TIMEOUT_S
     from rayq.cluster import Cluster, connect, start
+    from rayq.ray_transport import RayTransport
     from rayq.store.errors import RayqError
 
     try:
@@ -65,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         connect(args.namespace, address=args.address)
-        coordinator = ray.get_actor("rayq-coordinator", namespace=args.namespace)
-        brokers = ray.get(coordinator.brokers.remote())
+        coordinator = RayTransport(args.namespace).coordinator()
+        brokers = coordinator.brokers().result(CALL_TIMEOUT_S)
         if args.command == "status":
             print(f"brokers: {brokers}")
-            print(f"topics: {ray.get(coordinator.topics.remote())}")
+            print(f"topics: {coordinator.topics().result(CALL_TIMEOUT_S)}")
             return 0
         Cluster(args.namespace, brokers, None, owns_ray=False).shutdown()  # type: ignore[arg-type]
         print(f"rayq stopped in namespace {args.namespace!r}")

@@ -1,92 +1,71 @@
-"""What every client (producer, consumers, admin) shares: routes, broker handles, calls.
+"""What every client (producer, consumers, admin, readers) shares: routes over a transport.
 
-A ``ClientContext`` finds the coordinator in the Ray namespace, caches topic routes
-(refreshed every ``route_refresh_interval_ms`` and on failure) and broker and
-pull-hold handles by name, and turns what a remote call raised into rayq errors:
-the RayqError an actor raised comes back as itself, a dead or unreachable actor
-as ``BrokerUnavailableError``.
+A ``ClientContext`` holds the client's ``Transport`` (``RayTransport`` unless one is
+given, e.g. ``rayq.testing.FakeTransport`` in tests) and caches topic routes,
+refreshed every ``route_refresh_interval_ms`` and on failure. ``broker_calls`` is
+the one place that calls several brokers at once.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
-from typing import Any
-
-import ray
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import (
-    COORDINATOR_NAME,
-    MessageQueue,
-    TopicRoute,
-    broker_actor_name,
-    hold_actor_name,
-)
+from rayq.actors.protocol import MessageQueue, TopicRoute
 from rayq.cluster import current_namespace
 from rayq.store.errors import BrokerUnavailableError, RayqError, TopicNotFoundError
+from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply, Transport
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_QUEUES_FOR_NEW_TOPIC = 4
-
-
-def unwrap(exc: BaseException) -> BaseException:
-    """The rayq error an actor raised, or BrokerUnavailableError for a lost actor."""
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        cause = exc.cause if hasattr(exc, "cause") else None
-        if isinstance(cause, RayqError):
-            return cause
-    if isinstance(exc, RayqError):
-        return exc
-    if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError):
-        return BrokerUnavailableError(f"a broker actor is not reachable: {exc}")
-    if isinstance(exc, ray.exceptions.GetTimeoutError | TimeoutError):
-        return BrokerUnavailableError(f"a broker did not answer in time: {exc}")
-    return exc
-
-
-def call(ref: Any, timeout_s: float | None = None) -> Any:
-    """``ray.get`` with rayq errors."""
-    try:
-        return ray.get(ref, timeout=timeout_s)
-    except Exception as exc:
-        raise unwrap(exc) from None
+CALL_TIMEOUT_S = 30.0
+K = TypeVar("K")
+T = TypeVar("T")
 
 
 class ClientContext:
-    """Routes and handles for one client, in one Ray namespace."""
+    """Routes and the transport for one client, in one namespace."""
 
-    def __init__(self, config: ClientConfig | None = None, namespace: str | None = None) -> None:
+    def __init__(self, config: ClientConfig | None = None, namespace: str | None = None,
+                 transport: Transport | None = None) -> None:  # fmt: skip
         self.config = config or ClientConfig()
-        self.namespace = namespace or current_namespace()
-        if not ray.is_initialized():
-            raise BrokerUnavailableError(
-                "Ray is not initialized: call rayq.start() (embedded) or rayq.connect() first"
-            )
-        try:
-            self.coordinator = ray.get_actor(COORDINATOR_NAME, namespace=self.namespace)
-        except ValueError:
-            raise BrokerUnavailableError(
-                f"no rayq deployment in Ray namespace {self.namespace!r}: "
-                "start one with rayq.start()"
-            ) from None
+        # The caller's identity in every request (logs now, ACL later), and its group id.
+        self.client_id = new_client_id()
+        if transport is None:
+            from rayq.ray_transport import RayTransport
+
+            transport = RayTransport(namespace or current_namespace())
+        self.transport = transport
+        self.namespace = transport.namespace
         self._routes: dict[str, tuple[TopicRoute | None, float]] = {}
-        self._brokers: dict[str, Any] = {}
-        self._holds: dict[str, Any] = {}
+
+    @property
+    def coordinator(self) -> CoordinatorClient:
+        return self.transport.coordinator()
+
+    @property
+    def timeout_s(self) -> float:
+        return self.config.send_timeout_ms / 1000
 
     # ------------------------------------------------------------- routes
     def route(self, topic: str, *, refresh: bool = False) -> TopicRoute | None:
         cached = self._routes.get(topic)
         max_age = self.config.route_refresh_interval_ms / 1000
         if refresh or cached is None or time.monotonic() - cached[1] > max_age:
-            route = call(self.coordinator.route.remote(topic), self.config.send_timeout_ms / 1000)
+            route = self.coordinator.route(topic).result(self.timeout_s)
             self._routes[topic] = (route, time.monotonic())
             return route
         return cached[0]
 
     def brokers(self) -> list[str]:
-        return call(self.coordinator.brokers.remote(), self.config.send_timeout_ms / 1000)
+        return self.coordinator.brokers().result(self.timeout_s)
 
     def write_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         """Queues a producer may send to; for an unknown topic, the queues that sending
@@ -103,27 +82,67 @@ class ClientContext:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
         return route.read_queues()
 
-    # ------------------------------------------------------------ handles
-    def broker(self, broker_name: str) -> Any:
-        handle = self._brokers.get(broker_name)
-        if handle is None:
-            handle = self._brokers[broker_name] = self._actor(broker_actor_name(broker_name))
-        return handle
+    # ------------------------------------------------------------ brokers
+    def broker(self, broker_name: str) -> BrokerClient:
+        return self.transport.broker(broker_name)
 
-    def hold(self, broker_name: str) -> Any:
-        handle = self._holds.get(broker_name)
-        if handle is None:
-            handle = self._holds[broker_name] = self._actor(hold_actor_name(broker_name))
-        return handle
+    def hold(self, broker_name: str) -> HoldClient:
+        return self.transport.hold(broker_name)
 
     def forget(self, broker_name: str) -> None:
         """Drop cached handles and routes after a failure (looked up again next time)."""
-        self._brokers.pop(broker_name, None)
-        self._holds.pop(broker_name, None)
+        self.transport.forget(broker_name)
         self._routes.clear()
 
-    def _actor(self, name: str) -> Any:
-        try:
-            return ray.get_actor(name, namespace=self.namespace)
-        except ValueError:
-            raise BrokerUnavailableError(f"actor {name} is not running") from None
+    def broker_calls(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
+                     timeout_s: float = CALL_TIMEOUT_S) -> dict[K, T]:  # fmt: skip
+        """Call several brokers at once: ``calls`` maps a key whose first item (or the key
+        itself, a str) is a broker name to what to ask that broker. All calls are in
+        flight together; BrokerUnavailableError names the broker that did not answer
+        (its handle is forgotten); a RayqError a broker raised comes back as itself."""
+        replies: dict[K, tuple[str, Reply[T]]] = {}
+        for key, ask in calls.items():
+            name = key if isinstance(key, str) else key[0]  # type: ignore[index]
+            try:
+                replies[key] = (name, ask(self.broker(name)))
+            except BrokerUnavailableError as exc:
+                raise _unavailable(name, exc) from None
+        out: dict[K, T] = {}
+        for key, (name, reply) in replies.items():
+            try:
+                out[key] = reply.result(timeout_s)
+            except BrokerUnavailableError as exc:
+                self.forget(name)
+                raise _unavailable(name, exc) from None
+        return out
+
+    async def broker_calls_async(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
+                                 timeout_s: float = CALL_TIMEOUT_S) -> dict[K, T]:  # fmt: skip
+        """``broker_calls`` for async code (the push consumer's service)."""
+        import asyncio
+
+        keys = list(calls)
+        names = [k if isinstance(k, str) else k[0] for k in keys]  # type: ignore[index]
+        replies = [calls[k](self.broker(n)) for k, n in zip(keys, names, strict=True)]
+        got = await asyncio.wait_for(
+            asyncio.gather(*(r.wait() for r in replies), return_exceptions=True), timeout_s
+        )
+        for name, value in zip(names, got, strict=True):
+            if isinstance(value, BrokerUnavailableError):
+                self.forget(name)
+                raise _unavailable(name, value)
+            if isinstance(value, BaseException):
+                raise value
+        return dict(zip(keys, got, strict=True))  # type: ignore[arg-type]
+
+
+def new_client_id() -> str:
+    """``<host>@<pid>@<random>``: unique per client instance."""
+    return f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+
+
+def _unavailable(broker: str, err: BaseException) -> BrokerUnavailableError:
+    return BrokerUnavailableError(f"broker {broker!r} is unavailable: {err}", broker=broker)
+
+
+__all__ = ["CALL_TIMEOUT_S", "ClientContext", "RayqError"]

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol import LockQueuesRequest, MessageQueue, QueueRef
 from rayq.process_queue import ProcessQueue
 from rayq.store.message import MessageExt
 
@@ -48,7 +48,7 @@ class OrderlyConsumption:
     pool: Any
     runner: Any
     group: str
-    member_id: str
+    client_id: str
     orderly: bool
     broadcasting: bool
     max_reconsume_times: int
@@ -92,16 +92,14 @@ class OrderlyConsumption:
         all_ok = True
         for broker, qs in by_broker(mqs).items():
             try:
-                got = await self.ctx.broker(broker).call.remote(
-                    "lock_queues", self.group, self.member_id, [(q.topic, q.queue_id) for q in qs]
-                )
+                got = await self.ctx.broker(broker).lock_queues(self._lock_request(qs))
             except Exception as exc:
-                logger.warning("consumer %s: locking queues on %s failed: %s", self.member_id,
+                logger.warning("consumer %s: locking queues on %s failed: %s", self.client_id,
                                broker, exc)  # fmt: skip
                 all_ok = False
                 continue
             now = time.monotonic()
-            held = {tuple(g) for g in got}
+            held = {(g.topic, g.queue_id) for g in got.locked}
             for q in qs:
                 if (q.topic, q.queue_id) in held and q in self.queues:
                     self.queues[q].locked_at = now
@@ -112,9 +110,11 @@ class OrderlyConsumption:
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
         for broker, qs in by_broker(mqs).items():
             with contextlib.suppress(Exception):
-                await self.ctx.broker(broker).call.remote(
-                    "unlock_queues", self.group, self.member_id, [(q.topic, q.queue_id) for q in qs]
-                )
+                await self.ctx.broker(broker).unlock_queues(self._lock_request(qs))
+
+    def _lock_request(self, qs: list[MessageQueue]) -> LockQueuesRequest:
+        return LockQueuesRequest(group=self.group, client_id=self.client_id,
+                                 queues=[QueueRef(q.topic, q.queue_id) for q in qs])  # fmt: skip
 
     async def renew_locks(self) -> None:
         if self.orderly and not self.broadcasting and self.queues:

@@ -33,6 +33,9 @@ from typing import Any
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
+    ConsumeFromWhere,
+    GroupRequest,
+    MessageModel,
     MessageQueue,
     PullItem,
     PullManyRequest,
@@ -43,17 +46,18 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.rebalance import MemberSpec
-from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.consume_orderly import OrderlyConsumption, by_broker
 from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
 from rayq.process_queue import ProcessQueue
+from rayq.start_offsets import fresh_start_offsets
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
+from rayq.transport import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -62,15 +66,18 @@ SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
 
 
 class ConsumeService(OrderlyConsumption):
-    def __init__(self, *, group: str, member_id: str, subscriptions: dict[str, str],
-                 listener: Callable[..., Any], orderly: bool, broadcasting: bool,
-                 consume_from: str, consume_timestamp_ms: int, max_reconsume_times: int,
-                 strategy: AllocateStrategy, allocation: list[MessageQueue],
-                 config: ClientConfig, namespace: str) -> None:  # fmt: skip
+    def __init__(self, *, group: str, client_id: str, subscriptions: dict[str, str],
+                 listener: Callable[..., Any], orderly: bool, model: MessageModel,
+                 consume_from: ConsumeFromWhere, consume_timestamp_ms: int,
+                 max_reconsume_times: int, strategy: AllocateStrategy,
+                 allocation: list[MessageQueue], config: ClientConfig, namespace: str,
+                 transport: Transport | None = None) -> None:  # fmt: skip
         self.group = group
-        self.member_id = member_id
+        self.client_id = client_id
         self.orderly = orderly
-        self.broadcasting = broadcasting
+        self.model = model
+        self.broadcasting = broadcasting = model is MessageModel.BROADCASTING
+        self.transport = transport
         self.config = config
         self.namespace = namespace
         self.consume_from = consume_from
@@ -83,7 +90,7 @@ class ConsumeService(OrderlyConsumption):
         self.filters = {t: TagFilter.parse(e) for t, e in subs.items()}
         self.spec = MemberSpec(
             subscriptions=tuple(sorted(subs.items())),
-            model="BROADCASTING" if broadcasting else "CLUSTERING",
+            model=model,
             strategy=strategy, allocation=tuple(allocation),
         )  # fmt: skip
         self.runner = ListenerRunner(listener, orderly, config.consume_message_batch_max_size)
@@ -104,7 +111,8 @@ class ConsumeService(OrderlyConsumption):
     # ------------------------------------------------------------ members
     async def start(self, handle: Any) -> None:
         self.handle = handle
-        self.ctx = ClientContext(self.config, self.namespace)
+        self.ctx = ClientContext(self.config, self.namespace, self.transport)
+        self.ctx.client_id = self.client_id
         if self.broadcasting:
             self.offsets = LocalOffsetStore(self.config.offset_store_dir,
                                             self.config.instance_name, self.group)  # fmt: skip
@@ -114,27 +122,20 @@ class ConsumeService(OrderlyConsumption):
         await self.join()
 
     async def join(self) -> None:
-        await self.ctx.coordinator.join_group.remote(self.group, self.member_id, self.handle,
-                                                     self.spec)  # fmt: skip
+        await self.ctx.coordinator.join_group(self.group, self.client_id, self.handle, self.spec)
 
     async def heartbeat(self) -> None:
         """Join again if the coordinator forgot this member (it was restarted)."""
-        if not self.closed and not await self.ctx.coordinator.member_alive.remote(
-                self.group, self.member_id):  # fmt: skip
+        if not self.closed and not await self.ctx.coordinator.member_alive(
+                self.group, self.client_id):  # fmt: skip
             logger.warning("consumer %s: the coordinator forgot group %s; joining again",
-                           self.member_id, self.group)  # fmt: skip
+                           self.client_id, self.group)  # fmt: skip
             await self.join()
 
     async def _ensure_retry_topic(self) -> None:
-        brokers = await self.ctx.coordinator.brokers.remote()
-        await asyncio.gather(
-            *(
-                self.ctx.broker(b).call.remote(
-                    "ensure_system_topic", self.retry_topic, GROUP_TOPIC_QUEUE_NUMS
-                )
-                for b in brokers
-            )
-        )
+        brokers = await self.ctx.coordinator.brokers()
+        req = GroupRequest(group=self.group, client_id=self.client_id)
+        await self.ctx.broker_calls_async({b: lambda c: c.ensure_retry_topic(req) for b in brokers})
 
     # --------------------------------------------------------- assignment
     async def assign(self, generation: int, queues: list[MessageQueue]) -> None:
@@ -159,7 +160,7 @@ class ConsumeService(OrderlyConsumption):
                 self.tasks[mq] = [asyncio.create_task(self._orderly_loop(mq, pq))]
         for broker in sorted({mq.broker_name for mq in new}):
             self._restart_pulls(broker)
-        logger.info("consumer %s now owns %d queues (generation %d)", self.member_id,
+        logger.info("consumer %s now owns %d queues (generation %d)", self.client_id,
                     len(self.queues), generation)  # fmt: skip
 
     async def revoke(self, generation: int, queues: list[MessageQueue]) -> None:
@@ -193,24 +194,17 @@ class ConsumeService(OrderlyConsumption):
             await self._unlock(mqs)
 
     async def _start_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """Committed offsets, else where ``consume_from`` says (retry queues: from the
+        first message)."""
         found = await self.offsets.read(mqs)
         fresh = [mq for mq in mqs if mq not in found]
-        if fresh:
-            pairs = sorted({(mq.broker_name, mq.topic) for mq in fresh})
-            stats = await asyncio.gather(
-                *(self.ctx.broker(b).call.remote("topic_stats", t) for b, t in pairs)
-            )
-            ends = {s.queue: (s.min_offset, s.max_offset) for per in stats for s in per}
-            for mq in fresh:
-                lo, hi = ends.get(mq, (0, 0))
-                if mq.topic == self.retry_topic or self.consume_from == "FIRST_OFFSET":
-                    found[mq] = lo
-                elif self.consume_from == "TIMESTAMP":
-                    found[mq] = await self.ctx.broker(mq.broker_name).call.remote(
-                        "offset_by_time", mq.topic, mq.queue_id, self.consume_timestamp_ms
-                    )
-                else:
-                    found[mq] = hi
+        retry = [mq for mq in fresh if mq.topic == self.retry_topic]
+        other = [mq for mq in fresh if mq.topic != self.retry_topic]
+        found.update(await asyncio.to_thread(fresh_start_offsets, self.ctx, retry,
+                                             ConsumeFromWhere.FIRST_OFFSET, 0))  # fmt: skip
+        found.update(await asyncio.to_thread(fresh_start_offsets, self.ctx, other,
+                                             self.consume_from,
+                                             self.consume_timestamp_ms))  # fmt: skip
         return found
 
     # --------------------------------------------------------------- pull
@@ -248,12 +242,12 @@ class ConsumeService(OrderlyConsumption):
             ref, ready = inflight
             inflight = None
             try:
-                resps = await ref
+                resps = (await ref).results
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 logger.warning("consumer %s: pull from %s failed (%s); again in %.1f s",
-                               self.member_id, broker, exc,
+                               self.client_id, broker, exc,
                                cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
                 self.ctx.forget(broker)
                 await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
@@ -276,20 +270,20 @@ class ConsumeService(OrderlyConsumption):
             return None
         backlog = any(pq.backlog for _, pq in ready)
         req = PullManyRequest(
-            group=self.group, max_nums=cfg.pull_batch_size,
+            group=self.group, max_nums=cfg.pull_batch_size, client_id=self.client_id,
             suspend_ms=0 if backlog else cfg.broker_suspend_max_ms,
             items=[PullItem(mq.topic, mq.queue_id, pq.next_pull,
                             self.filters[mq.topic].expression) for mq, pq in ready],
         )  # fmt: skip
         target = self.ctx.broker(broker) if backlog else self.ctx.hold(broker)
-        return target.pull_many.remote(req), ready
+        return target.pull_many(req), ready
 
     def _advance(self, mq: MessageQueue, pq: ProcessQueue, resp: Any) -> None:
         """A queue's answer: its next offset now (its messages are decoded after the next
         round is sent)."""
         if not isinstance(resp, PullResponse):
             logger.warning("consumer %s: pull of %s failed (%s); again in %.1f s",
-                           self.member_id, mq, resp,
+                           self.client_id, mq, resp,
                            self.config.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
             pq.retry_at = time.monotonic() + self.config.pull_time_delay_when_exception_ms / 1000
             pq.backlog = False
@@ -353,7 +347,7 @@ class ConsumeService(OrderlyConsumption):
             kept = await self._send_back(failed)
         elif failed:
             logger.warning("consumer %s: %d broadcast messages failed and are dropped",
-                           self.member_id, len(failed))  # fmt: skip
+                           self.client_id, len(failed))  # fmt: skip
         keep = {m.queue_offset for m in kept}
         pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
         self.offsets.update(mq, pq.commit_offset())
@@ -371,13 +365,14 @@ class ConsumeService(OrderlyConsumption):
         for broker, batch in by_broker(msgs).items():
             req = SendBackRequest(
                 group=self.group, max_reconsume_times=self.max_reconsume_times,
+                client_id=self.client_id,
                 items=[SendBackItem(m.commitlog_offset, -1 if dlq else 0) for m in batch],
             )  # fmt: skip
             try:
-                await self.ctx.broker(broker).call.remote("send_back", req)
+                await self.ctx.broker(broker).send_back(req)
             except Exception as exc:
                 logger.warning("consumer %s: send-back of %d messages to %s failed (%s); "
-                               "consuming them again here", self.member_id, len(batch),
+                               "consuming them again here", self.client_id, len(batch),
                                broker, exc)  # fmt: skip
                 kept.extend(batch)
         return kept
@@ -390,7 +385,7 @@ class ConsumeService(OrderlyConsumption):
             stuck = pq.expired(self.config.consume_timeout_ms / 1000)
             if stuck and not await self._send_back(stuck):
                 logger.warning("consumer %s: %d messages of %s took longer than %d ms; sent "
-                               "back", self.member_id, len(stuck), mq,
+                               "back", self.client_id, len(stuck), mq,
                                self.config.consume_timeout_ms)  # fmt: skip
                 pq.remove(m.queue_offset for m in stuck)
                 self.offsets.update(mq, pq.commit_offset())
@@ -409,12 +404,12 @@ class ConsumeService(OrderlyConsumption):
             await self.revoke(self.generation, list(self.queues))
             await self.commit()
             with contextlib.suppress(Exception):
-                await self.ctx.coordinator.leave_group.remote(self.group, self.member_id)
+                await self.ctx.coordinator.leave_group(self.group, self.client_id)
         for task in [*self.background, *self.broker_loops.values()]:
             task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:
-        return {"member_id": self.member_id, "consumed": self.consumed,
+        return {"client_id": self.client_id, "consumed": self.consumed,
                 "queues": sorted(self.queues), "generation": self.generation,
                 "history": list(self.history), "owned_since": dict(self._owned_since)}  # fmt: skip

@@ -9,9 +9,10 @@ engine can raise them without importing anything above it) and re-exported here:
     │   ├── InvalidGroupError
     │   ├── InvalidMessageError
     │   │   └── MessageTooLargeError
+    │   ├── InvalidRequestError         a malformed request reached an actor
     │   ├── InvalidOffsetError
     │   ├── TopicNotFoundError
-│   ├── GroupNotFoundError
+    │   ├── GroupNotFoundError
     │   ├── PermissionDeniedError
     │   └── ConfigError
     ├── BrokerError                 the server side could not serve
@@ -39,6 +40,7 @@ from rayq.store.errors import (
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
+    InvalidRequestError,
     InvalidTopicError,
     MessageTooLargeError,
     PermissionDeniedError,
@@ -63,6 +65,7 @@ __all__ = [
     "InvalidGroupError",
     "InvalidMessageError",
     "InvalidOffsetError",
+    "InvalidRequestError",
     "InvalidTopicError",
     "MessageTooLargeError",
     "PermissionDeniedError",

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import msgspec
 
-from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue
+from rayq.client import ClientContext
+from rayq.start_offsets import committed_offsets
 from rayq.store.json_file import JsonFile
 
 logger = logging.getLogger(__name__)
@@ -41,7 +43,7 @@ def _key(mq: MessageQueue) -> str:
 class RemoteOffsetStore:
     """The group's offsets on the brokers; ``ctx`` gives broker handles by name."""
 
-    def __init__(self, ctx: object, group: str) -> None:
+    def __init__(self, ctx: ClientContext, group: str) -> None:
         self._ctx = ctx
         self.group = group
         self.offsets: dict[MessageQueue, int] = {}
@@ -52,15 +54,7 @@ class RemoteOffsetStore:
 
     async def read(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         """The committed offsets of ``mqs`` (queues without one are left out)."""
-        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
-        refs = [self._ctx.broker(b).call.remote("query_offsets", self.group, t) for b, t in pairs]
-        found = await asyncio.wait_for(asyncio.gather(*refs), CALL_TIMEOUT_S)
-        committed = {
-            MessageQueue(t, b, q): o
-            for (b, t), per in zip(pairs, found, strict=True)
-            for q, o in per.items()
-        }
-        return {mq: committed[mq] for mq in mqs if mq in committed}
+        return await asyncio.to_thread(committed_offsets, self._ctx, self.group, mqs)
 
     async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
         """Commit the offsets of ``mqs`` (default: all) that changed since the last commit."""
@@ -71,16 +65,17 @@ class RemoteOffsetStore:
                 todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = off
         if not todo:
             return
-        refs = [self._ctx.broker(b).call.remote("commit_offsets", self.group, t, offs, generation)
-                for (b, t), offs in todo.items()]  # fmt: skip
-        results = await asyncio.gather(*refs, return_exceptions=True)
+        replies = [self._ctx.broker(b).commit_offsets(CommitOffsetsRequest(
+            group=self.group, topic=t, offsets=offs, generation=generation,
+            client_id=self._ctx.client_id)) for (b, t), offs in todo.items()]  # fmt: skip
+        results = await asyncio.gather(*(r.wait() for r in replies), return_exceptions=True)
         for ((broker, topic), offs), result in zip(todo.items(), results, strict=True):
             if isinstance(result, BaseException):
                 logger.warning("group %s: committing %s on %s failed: %s", self.group, topic,
                                broker, result)  # fmt: skip
                 continue
             for qid, off in offs.items():
-                if qid in result:
+                if qid in result.stale:
                     logger.warning("group %s: commit of %s:%s:%d refused (a newer owner "
                                    "committed)", self.group, topic, broker, qid)  # fmt: skip
                 self._committed[MessageQueue(topic, broker, qid)] = off

@@ -45,7 +45,8 @@ from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
 from rayq.actors.server.dedupe import PRODUCER_ID, PRODUCER_SEQ, sequence_properties
 from rayq.actors.server.schedule import DELIVER_AT_MAX_AHEAD_MS
-from rayq.client import ClientContext, call, unwrap
+from rayq.client import ClientContext
+from rayq.ray_transport import unwrap
 from rayq.store import DEFAULT_STORE_CONFIG, EncodedBatch, InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
@@ -62,6 +63,7 @@ from rayq.store.errors import (
 )
 from rayq.store.message import COMPRESSED_FLAG
 from rayq.store.names import validate_group, validate_topic
+from rayq.transport import Transport
 
 logger = logging.getLogger(__name__)
 
@@ -377,15 +379,15 @@ class _AsyncSender:
     def _launch(self, put: _Put) -> None:
         try:
             batch = self._p._encode(put.msgs)
-            ref = self._p._live_context().broker(put.queue.broker_name).put.remote(batch)
+            ref = self._p._live_context().broker(put.queue.broker_name).put(batch)
         except RayqError as exc:
             self._failed(put, exc)
             return
         put.ref, put.started = ref, time.monotonic()
         put.deadline = put.started + self._p.config.send_timeout_ms / 1000
-        ref.future().add_done_callback(functools.partial(self._on_done, put, ref))
+        ref.add_done_callback(functools.partial(self._on_done, put, ref))
 
-    def _on_done(self, put: _Put, ref: Any, outcome: Future) -> None:
+    def _on_done(self, put: _Put, ref: Any, outcome: Any) -> None:
         """Runs in a Ray thread: hand the answer over to the sender thread."""
         with self._lock:
             if put.ref is ref and put in self._inflight:
@@ -396,7 +398,7 @@ class _AsyncSender:
     def _complete(self, put: _Put) -> None:
         assert put.outcome is not None
         try:
-            res = put.outcome.result()
+            res = put.outcome.result(0)
         except Exception as exc:
             self._failed(put, exc)
             return
@@ -447,7 +449,8 @@ class Producer:
 
     def __init__(self, group: str, *, config: ClientConfig | None = None,
                  send_timeout_ms: int = 3000, retries: int = 2,
-                 namespace: str | None = None, idempotent: bool = False) -> None:  # fmt: skip
+                 namespace: str | None = None, idempotent: bool = False,
+                 transport: Transport | None = None) -> None:  # fmt: skip
         self.group = validate_group(group)
         if not isinstance(idempotent, bool):
             raise ConfigError(f"idempotent must be a bool, got {idempotent!r}")
@@ -461,6 +464,7 @@ class Producer:
             retries=_int_at_least("retries", retries, 0),
         )
         self.namespace = namespace
+        self._transport = transport
         self.client_id = f"{_born_host()[:-2]}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
         self._ctx: ClientContext | None = None
         self._closed = False
@@ -496,8 +500,7 @@ class Producer:
             self._serial.shutdown(wait=True)
         if self._ctx is not None:
             try:
-                call(self._ctx.coordinator.unregister_client.remote(self.client_id),
-                     cfg.send_timeout_ms / 1000)  # fmt: skip
+                self._ctx.coordinator.leave(self.client_id).result(cfg.send_timeout_ms / 1000)
             except Exception as exc:
                 logger.warning("producer %s: could not unregister: %s", self.group, exc)
 
@@ -521,9 +524,8 @@ class Producer:
         with self._lock:
             self._check_open()
             if self._ctx is None:
-                ctx = ClientContext(self.config, self.namespace)
-                call(ctx.coordinator.register_client.remote(self.client_id, "producer", self.group),
-                     self.config.send_timeout_ms / 1000)  # fmt: skip
+                ctx = ClientContext(self.config, self.namespace, self._transport)
+                ctx.client_id = self.client_id
                 self._ctx = ctx
             return self._ctx
 
@@ -684,7 +686,7 @@ class Producer:
                                      "batch_max_bytes")  # fmt: skip
                 started = time.monotonic()
                 handle = self._live_context().broker(queue.broker_name)
-                res = call(handle.put.remote(batch), self.config.send_timeout_ms / 1000)
+                res = handle.put(batch).result(self.config.send_timeout_ms / 1000)
             except RayqError as exc:
                 if not self._may_retry(exc, queue, avoid):
                     raise
@@ -717,7 +719,7 @@ class Producer:
             for attempt in range(self.config.retries + 1):
                 try:
                     handle = self._live_context().broker(queue.broker_name)
-                    return call(handle.put.remote(batch), self.config.send_timeout_ms / 1000)
+                    return handle.put(batch).result(self.config.send_timeout_ms / 1000)
                 except RayqError as exc:
                     if not exc.retriable:  # not stored: go on under a new id (no gap)
                         self._sequences[queue] = (f"{self.client_id}#{uuid.uuid4().hex[:8]}", 0)

@@ -38,23 +38,30 @@ by hand instead. A consumer is not thread-safe: call it from one thread.
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
-import os
-import socket
 import time
-import uuid
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import MessageQueue, PullRequest, PullResponse, PullStatus
-from rayq.client import ClientContext, call
+from rayq.actors.protocol import (
+    CommitOffsetsRequest,
+    ConsumeFromWhere,
+    MessageQueue,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+)
+from rayq.client import ClientContext
+from rayq.start_offsets import (
+    check_start_options,
+    committed_offsets,
+    fresh_start_offsets,
+    queue_ends,
+)
 from rayq.store.codec import decode_records
 from rayq.store.errors import (
     BrokerUnavailableError,
@@ -69,21 +76,13 @@ from rayq.store.errors import (
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
+from rayq.transport import Reply, Transport
 
 logger = logging.getLogger(__name__)
 
 OFFSET_CALL_TIMEOUT_S = 30.0  # offset queries and commits
 PULL_RETRY_DELAY_S = 3.0  # after a failed pull (RocketMQ PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
 PULL_STALE_GRACE_S = 15.0  # a pull older than its suspend time plus this is sent again
-DEFAULT_CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # RocketMQ's consumeTimestamp default
-
-
-class ConsumeFromWhere(enum.Enum):
-    """Where a group starts on a queue it has never committed an offset for."""
-
-    FIRST_OFFSET = "FIRST_OFFSET"
-    LAST_OFFSET = "LAST_OFFSET"
-    TIMESTAMP = "TIMESTAMP"
 
 
 @dataclass
@@ -111,6 +110,7 @@ class PullConsumer:
         auto_commit: bool = True,
         config: ClientConfig | None = None,
         namespace: str | None = None,
+        transport: Transport | None = None,
     ) -> None:
         validate_group(group)
         start_ms = check_start_options(consume_from, consume_timestamp_ms, config, namespace)
@@ -120,9 +120,9 @@ class PullConsumer:
         self._consume_from = consume_from
         self._consume_timestamp_ms = start_ms
         self._auto_commit = auto_commit
-        self._ctx = ClientContext(config, namespace)
+        self._ctx = ClientContext(config, namespace, transport)
         self._config = self._ctx.config
-        self._client_id = f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self.client_id = self._ctx.client_id
         self._subscriptions: dict[str, TagFilter] = {}
         self._manual = False
         self._queues: dict[MessageQueue, _QueueState] = {}
@@ -181,8 +181,6 @@ class PullConsumer:
         self._check_open()
         if self._started:
             return
-        call(self._ctx.coordinator.register_client.remote(self._client_id, "pull", self.group),
-             OFFSET_CALL_TIMEOUT_S)  # fmt: skip
         self._resolve_offsets([mq for mq, s in self._queues.items() if s.offset < 0])
         self._started = True
         now = time.monotonic()
@@ -201,8 +199,8 @@ class PullConsumer:
                 self._cancel(self._queues[mq])
             self._closed = True
             if self._started:
-                with suppress(Exception):
-                    self._ctx.coordinator.unregister_client.remote(self._client_id)
+                with suppress(RayqError):
+                    self._ctx.coordinator.leave(self.client_id)
 
     def __enter__(self) -> PullConsumer:
         return self
@@ -245,9 +243,10 @@ class PullConsumer:
             req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                               queue_offset=s.offset, max_nums=self._config.poll_max_messages,
                               expression=s.tag_filter.expression,
-                              suspend_ms=self._config.broker_suspend_max_ms)  # fmt: skip
+                              suspend_ms=self._config.broker_suspend_max_ms,
+                              client_id=self.client_id)  # fmt: skip
             try:
-                s.inflight = self._ctx.hold(mq.broker_name).pull.remote(req)
+                s.inflight = self._ctx.hold(mq.broker_name).pull(req)
             except RayqError as exc:
                 self._pull_failed(mq, s, exc)
                 continue
@@ -259,16 +258,13 @@ class PullConsumer:
         now = time.monotonic()
         active = [s for s in self._queues.values() if not s.paused]
         wake = min([deadline] + [s.retry_at for s in active if s.retry_at > now])
-        refs = [s.inflight for s in active if s.inflight is not None]
-        if not refs:
+        replies = [s.inflight for s in active if s.inflight is not None]
+        if not replies:
             time.sleep(max(wake - now, 0.0))
             return []
-        ready, _ = ray.wait(refs, num_returns=1, timeout=max(wake - now, 0.0))
-        if ready and len(refs) > 1:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return ready
+        return self._ctx.transport.wait(replies, max(wake - now, 0.0))
 
-    def _take(self, ref: Any) -> list[MessageExt]:
+    def _take(self, ref: Reply[PullResponse]) -> list[MessageExt]:
         """The messages of one ready reply; moves that queue's position."""
         mq = self._pending.pop(ref, None)
         s = self._queues.get(mq) if mq is not None else None
@@ -276,7 +272,7 @@ class PullConsumer:
             return []
         s.inflight = None
         try:
-            resp: PullResponse = call(ref)
+            resp = ref.result()
         except Exception as exc:  # logged; the queue is pulled again after a delay
             self._pull_failed(mq, s, exc)
             return []
@@ -344,10 +340,7 @@ class PullConsumer:
         """The group's committed offset of ``mq`` on its broker (-1: none)."""
         self._check_open()
         _check_mq(mq)
-        offsets = call(self._ctx.broker(mq.broker_name).call.remote("query_offsets", self.group,
-                                                                    mq.topic),
-                       OFFSET_CALL_TIMEOUT_S)  # fmt: skip
-        return offsets.get(mq.queue_id, -1)
+        return committed_offsets(self._ctx, self.group, [mq]).get(mq, -1)
 
     # ------------------------------------------------------------ commits
     def commit(self) -> None:
@@ -360,14 +353,14 @@ class PullConsumer:
         for mq, s in self._queues.items():
             if s.offset >= 0 and s.offset != s.committed:
                 todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = s.offset
-        refs = {key: self._ctx.broker(key[0]).call.remote("commit_offsets", self.group, key[1],
-                                                          offsets)
-                for key, offsets in todo.items()}  # fmt: skip
+        replies = {key: self._ctx.broker(key[0]).commit_offsets(CommitOffsetsRequest(
+            group=self.group, topic=key[1], offsets=offsets, client_id=self.client_id))
+            for key, offsets in todo.items()}  # fmt: skip
         self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
         first_error: RayqError | None = None
-        for (broker, topic), ref in refs.items():
+        for (broker, topic), reply in replies.items():
             try:
-                call(ref, OFFSET_CALL_TIMEOUT_S)
+                reply.result(OFFSET_CALL_TIMEOUT_S)
             except RayqError as exc:
                 first_error = first_error or exc
                 continue
@@ -403,8 +396,7 @@ class PullConsumer:
     def _cancel(self, s: _QueueState) -> None:
         if s.inflight is not None:
             self._pending.pop(s.inflight, None)
-            with suppress(Exception):
-                ray.cancel(s.inflight)
+            s.inflight.cancel()
             s.inflight = None
 
     def _drop(self, mq: MessageQueue) -> None:
@@ -442,9 +434,9 @@ class PullConsumer:
 
     def _share(self, topic: str) -> list[MessageQueue]:
         """This member's queues of ``topic`` (the coordinator splits them among the group)."""
-        share = call(self._ctx.coordinator.group_share.remote(
-            self.group, self._client_id, topic, self._config.member_expiry_ms),
-            OFFSET_CALL_TIMEOUT_S)  # fmt: skip
+        share = self._ctx.coordinator.group_share(
+            self.group, self.client_id, topic, self._config.member_expiry_ms
+        ).result(OFFSET_CALL_TIMEOUT_S)
         if share is None:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
         return list(share)
@@ -461,61 +453,20 @@ class PullConsumer:
         """Start each queue at its committed offset, else where ``consume_from`` says."""
         if not mqs:
             return
-        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
-        committed = self._broker_calls({p: ("query_offsets", self.group, p[1]) for p in pairs})
-        fresh = []
-        for mq in mqs:
-            offset = committed[(mq.broker_name, mq.topic)].get(mq.queue_id, -1)
-            if offset >= 0:
-                self._queues[mq].offset = self._queues[mq].committed = offset
-            else:
-                fresh.append(mq)
-        if self._consume_from is ConsumeFromWhere.TIMESTAMP:
-            ts = self._consume_timestamp_ms
-            found = self._broker_calls({(mq.broker_name, mq): ("offset_by_time", mq.topic,
-                                        mq.queue_id, ts) for mq in fresh})  # fmt: skip
-            starts = {mq: offset for (_, mq), offset in found.items()}
-        else:
-            side = 0 if self._consume_from is ConsumeFromWhere.FIRST_OFFSET else 1
-            starts = {mq: ends[side] for mq, ends in self._queue_ends(fresh).items()}
+        committed = committed_offsets(self._ctx, self.group, mqs)
+        for mq, offset in committed.items():
+            self._queues[mq].offset = self._queues[mq].committed = offset
+        fresh = [mq for mq in mqs if mq not in committed]
+        starts = fresh_start_offsets(self._ctx, fresh, self._consume_from,
+                                     self._consume_timestamp_ms)  # fmt: skip
         for mq, offset in starts.items():
             self._queues[mq].offset = offset
 
     def _queue_ends(self, mqs: list[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
-        """(min offset, max offset) of each queue, from their brokers."""
-        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
-        stats = self._broker_calls({p: ("topic_stats", p[1]) for p in pairs})
-        ends = {q.queue: (q.min_offset, q.max_offset) for per in stats.values() for q in per}
-        return {mq: ends.get(mq, (0, 0)) for mq in mqs}
-
-    def _broker_calls(self, calls: dict[tuple[str, Any], tuple[Any, ...]]) -> dict[Any, Any]:
-        """BrokerServer methods on (broker, x) keys, all in flight together."""
-        refs = {key: self._ctx.broker(key[0]).call.remote(*args) for key, args in calls.items()}
-        return {key: call(ref, OFFSET_CALL_TIMEOUT_S) for key, ref in refs.items()}
+        return queue_ends(self._ctx, mqs)
 
 
 # --------------------------------------------------------------- validation
-def check_start_options(consume_from: object, consume_timestamp_ms: object, config: object,
-                        namespace: object) -> int:  # fmt: skip
-    """Check what pull and push consumers share (ConfigError); the start timestamp that
-    ``consume_timestamp_ms`` means (None: half an hour ago, RocketMQ's default)."""
-    if not isinstance(consume_from, ConsumeFromWhere):
-        raise ConfigError(f"consume_from must be a ConsumeFromWhere, got {consume_from!r}")
-    if consume_timestamp_ms is not None and (
-        not isinstance(consume_timestamp_ms, int) or isinstance(consume_timestamp_ms, bool)
-        or consume_timestamp_ms < 0
-    ):  # fmt: skip
-        raise ConfigError(f"consume_timestamp_ms must be an int >= 0 (ms since the epoch), "
-                          f"got {consume_timestamp_ms!r}")  # fmt: skip
-    if config is not None and not isinstance(config, ClientConfig):
-        raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
-    if namespace is not None and (not isinstance(namespace, str) or not namespace):
-        raise ConfigError(f"namespace must be a non-empty str, got {namespace!r}")
-    if consume_timestamp_ms is None:
-        return max(int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS, 0)
-    return consume_timestamp_ms  # type: ignore[return-value]
-
-
 def _check_timeout(timeout: object) -> float:
     if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
             or not math.isfinite(timeout) or timeout < 0):  # fmt: skip
@@ -542,4 +493,4 @@ def _as_list(mqs: Iterable[MessageQueue] | MessageQueue) -> list[MessageQueue]:
     return [mqs] if isinstance(mqs, MessageQueue) else list(mqs)
 
 
-__all__ = ["ConsumeFromWhere", "PullConsumer"]
+__all__ = ["ConsumeFromWhere", "PullConsumer", "check_start_options"]

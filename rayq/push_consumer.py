@@ -15,11 +15,7 @@ call other Ray actors). See ``rayq.consume_service`` for how messages flow and
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,12 +25,13 @@ from ray import cloudpickle
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.consumer import spawn_consumer
-from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue
 from rayq.actors.server.allocation import AllocateStrategy
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService
-from rayq.pull_consumer import ConsumeFromWhere, check_start_options
+from rayq.ray_transport import RayReply
+from rayq.start_offsets import check_start_options
 from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
 from rayq.store.filters import TagFilter
 from rayq.store.names import validate_group, validate_topic
@@ -44,11 +41,6 @@ logger = logging.getLogger(__name__)
 START_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 60.0
 MAX_RECONSUME_TIMES_MAX = 1024
-
-
-class MessageModel(enum.Enum):
-    CLUSTERING = "CLUSTERING"  # each message to one consumer of the group
-    BROADCASTING = "BROADCASTING"  # every consumer gets every message
 
 
 class PushConsumer:
@@ -92,7 +84,7 @@ class PushConsumer:
         self._allocation = queues
         self._max_reconsume_times = max_reconsume_times
         self._ctx = ClientContext(config, namespace)
-        self.member_id = f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
+        self.client_id = self._ctx.client_id
         self._subscriptions: dict[str, str] = {}
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
@@ -136,16 +128,16 @@ class PushConsumer:
         if self._listener is None:
             raise ClientError("register a listener before start()")
         factory = partial(
-            ConsumeService, group=self.group, member_id=self.member_id,
+            ConsumeService, group=self.group, client_id=self.client_id,
             subscriptions=dict(self._subscriptions), listener=self._listener,
-            orderly=self._orderly, broadcasting=self.model is MessageModel.BROADCASTING,
-            consume_from=self._consume_from.value, consume_timestamp_ms=self._consume_timestamp_ms,
+            orderly=self._orderly, model=self.model,
+            consume_from=self._consume_from, consume_timestamp_ms=self._consume_timestamp_ms,
             max_reconsume_times=self._max_reconsume_times, strategy=self._strategy,
             allocation=self._allocation, config=self._ctx.config, namespace=self._ctx.namespace,
         )  # fmt: skip
-        actor = spawn_consumer(factory, self._ctx.namespace, f"rayq-consumer-{self.member_id}")
+        actor = spawn_consumer(factory, self._ctx.namespace, f"rayq-consumer-{self.client_id}")
         try:
-            call(actor.start.remote(), START_TIMEOUT_S)
+            RayReply(actor.start.remote()).result(START_TIMEOUT_S)
         except RayqError:
             ray.kill(actor)
             raise
@@ -162,7 +154,7 @@ class PushConsumer:
         return self.stats()["queues"] if self._actor is not None else []
 
     def stats(self) -> dict[str, Any]:
-        """``member_id``, ``consumed``, ``queues``, ``generation``, ownership ``history``
+        """``client_id``, ``consumed``, ``queues``, ``generation``, ownership ``history``
         (queue, from, to) and ``owned_since`` (queue: from), in ``time.monotonic()``; after
         ``shutdown``, the last ones."""
         if self._final_stats is not None:
@@ -170,7 +162,7 @@ class PushConsumer:
         self._check_open()
         if self._actor is None:
             raise ClientError("the consumer is not started")
-        return call(self._actor.stats.remote(), START_TIMEOUT_S)
+        return RayReply(self._actor.stats.remote()).result(START_TIMEOUT_S)
 
     def shutdown(self) -> None:
         """Finish in-flight work, commit offsets, leave the group (the others take its queues
@@ -180,9 +172,11 @@ class PushConsumer:
         self._closed = True
         if self._actor is not None:
             try:
-                self._final_stats = call(self._actor.shutdown.remote(), SHUTDOWN_TIMEOUT_S)
+                self._final_stats = RayReply(self._actor.shutdown.remote()).result(
+                    SHUTDOWN_TIMEOUT_S
+                )
             except RayqError as exc:
-                logger.warning("consumer %s: shutdown failed: %s", self.member_id, exc)
+                logger.warning("consumer %s: shutdown failed: %s", self.client_id, exc)
             ray.kill(self._actor)
             self._actor = None
 

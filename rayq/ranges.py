@@ -24,11 +24,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-import ray
 
-from rayq.actors.protocol import MessageQueue
-from rayq.client import ClientContext, call, unwrap
-from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError, RayqError
+from rayq.actors.protocol import (
+    MessageQueue,
+    OffsetByTimeRequest,
+    QueryOffsetsRequest,
+    TopicRequest,
+)
+from rayq.client import ClientContext
+from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError
 from rayq.store.names import validate_group
 
 logger = logging.getLogger(__name__)
@@ -54,44 +58,13 @@ class OffsetRange(msgspec.Struct, frozen=True, order=True):
         return self.end - self.start
 
 
-def broker_calls(ctx: ClientContext, calls: Mapping[Any, tuple[Any, ...]]) -> dict[Any, Any]:
-    """``call(method, *args)`` on brokers at once: ``calls`` maps a key whose first item
-    (or the key itself, a str) is the broker name to the call's arguments.
-    BrokerUnavailableError names the broker that did not answer; a RayqError a broker
-    raised comes back as itself."""
-    refs = {}
-    for key, args in calls.items():
-        name = key if isinstance(key, str) else key[0]
-        try:
-            refs[key] = (name, ctx.broker(name).call.remote(*args))
-        except RayqError as exc:
-            raise _unavailable(name, exc) from None
-    out = {}
-    for key, (name, ref) in refs.items():
-        try:
-            out[key] = ray.get(ref, timeout=CALL_TIMEOUT_S)
-        except Exception as exc:
-            err = unwrap(exc)
-            if isinstance(err, BrokerUnavailableError):
-                ctx.forget(name)
-                raise _unavailable(name, err) from None
-            raise err from None
-    return out
-
-
-def _unavailable(broker: str, err: BaseException) -> BrokerUnavailableError:
-    return BrokerUnavailableError(
-        f"broker {broker!r} is unavailable: its queues cannot be read now ({err})", broker=broker
-    )
-
-
 def queue_bounds(ctx: ClientContext, topic: str,
                  skip_unavailable: bool = False) -> dict[QueueKey, tuple[int, int]]:  # fmt: skip
     """(min, max) offset of every readable queue of ``topic``, from its broker.
 
     Raises BrokerUnavailableError when a broker holding ``topic`` died or went silent
     (its queues are unavailable, not gone), unless ``skip_unavailable``."""
-    lost = call(ctx.coordinator.lost_brokers.remote(topic), CALL_TIMEOUT_S)
+    lost = ctx.coordinator.lost_brokers(topic).result(CALL_TIMEOUT_S)
     if lost and not skip_unavailable:
         raise BrokerUnavailableError(
             f"topic {topic!r}: the queues on broker(s) {lost} are unavailable (the broker died "
@@ -101,14 +74,17 @@ def queue_bounds(ctx: ClientContext, topic: str,
     if lost:
         logger.warning("topic %r: skipping the queues of unavailable broker(s) %s", topic, lost)
     brokers = sorted({q.broker_name for q in ctx.read_queues(topic, refresh=True)})
-    found = broker_calls(ctx, {b: ("queue_bounds", topic) for b in brokers})
-    return {(b, q): tuple(v) for b, qs in found.items() for q, v in qs.items()}  # type: ignore[misc]
+    req = TopicRequest(topic=topic, client_id=ctx.client_id)
+    found = ctx.broker_calls({b: lambda c: c.queue_bounds(req) for b in brokers}, CALL_TIMEOUT_S)
+    return {(b, q): tuple(v) for b, qs in found.items() for q, v in qs.bounds.items()}  # type: ignore[misc]
 
 
 def committed_offsets(ctx: ClientContext, topic: str, group: str,
                       brokers: set[str]) -> dict[QueueKey, int]:  # fmt: skip
-    found = broker_calls(ctx, {b: ("query_offsets", group, topic) for b in sorted(brokers)})
-    return {(b, q): o for b, qs in found.items() for q, o in qs.items()}
+    req = QueryOffsetsRequest(group=group, topic=topic, client_id=ctx.client_id)
+    found = ctx.broker_calls({b: lambda c: c.query_offsets(req) for b in sorted(brokers)},
+                             CALL_TIMEOUT_S)  # fmt: skip
+    return {(b, q): o for b, qs in found.items() for q, o in qs.offsets.items()}
 
 
 def resolve(ctx: ClientContext, topic: str, spec: object, bounds: dict[QueueKey, tuple[int, int]],
@@ -128,8 +104,10 @@ def resolve(ctx: ClientContext, topic: str, spec: object, bounds: dict[QueueKey,
     if isinstance(spec, int) and not isinstance(spec, bool):
         if spec < 0:
             raise InvalidOffsetError(f"{what}: a timestamp must be epoch ms >= 0, got {spec}")
-        got = broker_calls(ctx, {k: ("offset_by_time", topic, k[1], spec) for k in bounds})
-        return {k: _clamp(got[k], lo[k], hi[k]) for k in bounds}
+        asks = {k: lambda c, q=k[1]: c.offset_by_time(OffsetByTimeRequest(
+            topic=topic, queue_id=q, timestamp_ms=spec)) for k in bounds}  # fmt: skip
+        got = ctx.broker_calls(asks, CALL_TIMEOUT_S)
+        return {k: _clamp(got[k].offset, lo[k], hi[k]) for k in bounds}
     if isinstance(spec, Mapping):
         base = resolve(ctx, topic, default, bounds, default=default, what=what)
         for queue, offset in spec.items():

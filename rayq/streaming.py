@@ -32,8 +32,9 @@ from typing import Any
 import msgspec
 
 from rayq.actors.config import ClientConfig
-from rayq.client import ClientContext, call
-from rayq.ranges import OffsetRange, broker_calls, check_max, committed_offsets, queue_bounds
+from rayq.actors.protocol import CompareAndSetOffsetsRequest
+from rayq.client import ClientContext
+from rayq.ranges import OffsetRange, check_max, committed_offsets, queue_bounds
 from rayq.ranges import resolve as resolve_spec
 from rayq.store.errors import BrokenError, BrokerUnavailableError, ConfigError, RayqError
 from rayq.store.names import validate_group, validate_topic
@@ -162,16 +163,12 @@ class StreamingQuery:
         self.recent_progress = [*self.recent_progress[-99:], progress]
         return progress
 
-    def _coordinator(self, method: str, *args: Any) -> Any:
-        timeout = self.ctx.config.send_timeout_ms / 1000
-        return call(getattr(self.ctx.coordinator, method).remote(*args), timeout)
-
     def plan(self) -> Plan | None:
         """The batch to run now: the unfinished one, or a new one (recorded first)."""
         bounds = queue_bounds(self.ctx, self.topic)
         brokers = {b for b, _ in bounds}
         committed = committed_offsets(self.ctx, self.topic, self.group, brokers)
-        found = self._coordinator("stream_plan", self.group, self.topic)
+        found = self.ctx.coordinator.stream_plan(self.group, self.topic).result(self.ctx.timeout_s)
         if found is not None:
             batch_id, ranges = found
             ranges = [msgspec.convert(r, OffsetRange) for r in ranges]
@@ -185,7 +182,9 @@ class StreamingQuery:
             if any(committed.get((r.broker, r.queue_id), -1) != r.end for r in ranges):
                 logger.warning("streaming %s/%s: offsets moved since batch %d was planned; "
                                "planning anew", self.group, self.topic, batch_id)  # fmt: skip
-            self._coordinator("finish_stream_plan", self.group, self.topic, batch_id)
+            self.ctx.coordinator.finish_stream_plan(self.group, self.topic, batch_id).result(
+                self.ctx.timeout_s
+            )
         # Where the group has no offsets, ``starting`` is resolved once and kept (else
         # "latest" would move ahead at every trigger until a batch commits).
         new = {k: v for k, v in bounds.items() if k not in self._initial}
@@ -203,7 +202,9 @@ class StreamingQuery:
                   for k in sorted(bounds) if take[k] > 0]  # fmt: skip
         if not ranges:
             return None
-        batch_id = self._coordinator("record_stream_plan", self.group, self.topic, ranges)
+        batch_id = self.ctx.coordinator.record_stream_plan(self.group, self.topic, ranges).result(
+            self.ctx.timeout_s
+        )
         return Plan(batch_id, ranges, lag=sum(backlog.values()) - sum(take.values()))
 
     def commit(self, plan: Plan) -> None:
@@ -212,18 +213,22 @@ class StreamingQuery:
         for r in plan.ranges:
             expected, new = by_broker.setdefault(r.broker, ({}, {}))
             expected[r.queue_id], new[r.queue_id] = r.committed, r.end
-        ok = broker_calls(self.ctx, {
-            b: ("compare_and_set_offsets", self.group, self.topic, e, n)
+        ok = self.ctx.broker_calls({
+            b: lambda c, e=e, n=n: c.compare_and_set_offsets(CompareAndSetOffsetsRequest(
+                group=self.group, topic=self.topic, expected=e, offsets=n,
+                client_id=self.ctx.client_id))
             for b, (e, n) in by_broker.items()
         })  # fmt: skip
-        if not all(ok.values()):
+        if not all(d.existed for d in ok.values()):
             raise BrokenError(
                 f"the offsets of group {self.group!r} on topic {self.topic!r} changed while batch "
                 f"{plan.batch_id} ran (another query of the group, or a reset); stopping",
                 group=self.group, topic=self.topic,
             )  # fmt: skip
         try:
-            self._coordinator("finish_stream_plan", self.group, self.topic, plan.batch_id)
+            self.ctx.coordinator.finish_stream_plan(self.group, self.topic, plan.batch_id).result(
+                self.ctx.timeout_s
+            )
         except RayqError as exc:  # committed: the next plan sees the batch is done
             logger.warning("could not drop the plan of batch %d: %s", plan.batch_id, exc)
 

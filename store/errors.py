@@ -56,6 +56,11 @@ class MessageTooLargeError(InvalidMessageError):
     """A body or the properties exceed their configured limit."""
 
 
+class InvalidRequestError(ClientError):
+    """A request reached an actor malformed (wrong types, unknown fields, out-of-range
+    numbers); nothing was done."""
+
+
 class InvalidOffsetError(ClientError):
     """An offset or queue id is outside what the queue holds."""
 

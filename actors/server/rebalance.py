@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol import MessageModel, MessageQueue
 from rayq.store.errors import ConfigError
 
 from .allocation import STRATEGIES, AllocateStrategy, allocate_by_config
@@ -34,7 +34,7 @@ class MemberSpec:
     """What a push consumer declares when it joins its group."""
 
     subscriptions: tuple[tuple[str, str], ...]  # sorted (topic, expression)
-    model: str = "CLUSTERING"
+    model: MessageModel = MessageModel.CLUSTERING
     strategy: AllocateStrategy = AllocateStrategy.AVERAGELY
     allocation: tuple[MessageQueue, ...] = ()  # this member's queues, for CONFIG
 
@@ -78,8 +78,9 @@ class Rebalancer:
             if not spec.same_group_settings(other):
                 raise ConfigError(
                     f"consumer {member_id} of group {group!r} subscribes to "
-                    f"{dict(spec.subscriptions)} ({spec.model}, {spec.strategy.value}) but member "
-                    f"{other_id} subscribes to {dict(other.subscriptions)} ({other.model}, "
+                    f"{dict(spec.subscriptions)} ({spec.model.value}, {spec.strategy.value}) "
+                    "but member "
+                    f"{other_id} subscribes to {dict(other.subscriptions)} ({other.model.value}, "
                     f"{other.strategy.value}); every consumer of a group must subscribe alike, "
                     "or messages would be lost: use another group name", group=group,
                 )  # fmt: skip
@@ -139,13 +140,13 @@ class Rebalancer:
         target: dict[str, list[MessageQueue]] = {m: [] for m in members}
         for topic in spec.topics:  # each topic on its own, as RocketMQ does
             queues = sorted(queues_of(topic))
-            if spec.model == "BROADCASTING":
+            if spec.model is MessageModel.BROADCASTING:
                 share = {m: list(queues) for m in members}
             else:
                 share = _allocate(spec, queues, members, g.members)
             for m in members:
                 target[m].extend(share.get(m, []))
-        if spec.model == "BROADCASTING":
+        if spec.model is MessageModel.BROADCASTING:
             return Plan(group, g.generation, {m: [] for m in members}, target)
         revoke = {m: sorted(g.owned.get(m, frozenset()) - set(target[m])) for m in members}
         return Plan(group, g.generation, revoke, target)

@@ -10,9 +10,9 @@ import pytest
 
 import rayq
 import rayq.cluster
-from rayq.actors.protocol import MessageQueue, PullRequest
+from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue, PullRequest
 from rayq.admin import Admin
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
 from rayq.store import InnerMessage, encode_batch
 from rayq.store.message import COMPRESSED_FLAG
@@ -41,7 +41,7 @@ def put(topic: str, queue_id: int, bodies: list[bytes], *, keys: str = "",
                          sys_flag=COMPRESSED_FLAG if compressed else 0)
             for b, i in zip(bodies, ids, strict=True)]  # fmt: skip
     batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
-    call(ClientContext().broker(BROKER).put.remote(batch))
+    ClientContext().broker(BROKER).put(batch).result()
     return ids
 
 
@@ -218,7 +218,7 @@ def test_consumer_progress_covers_every_topic_of_the_group(admin: Admin) -> None
 
 def pull_once(group: str, topic: str) -> object:
     req = PullRequest(group=group, topic=topic, queue_id=0, queue_offset=0, suspend_ms=0)
-    return call(ClientContext().broker(BROKER).pull.remote(req))
+    return ClientContext().broker(BROKER).pull(req).result()
 
 
 def test_subscription_group_create_update_delete(admin: Admin) -> None:
@@ -241,7 +241,9 @@ def test_subscription_group_create_update_delete(admin: Admin) -> None:
     admin.update_group(group, consume_enable=True)
     assert pull_once(group, topic).count == 2
 
-    call(ClientContext().broker(BROKER).call.remote("commit_offsets", group, topic, {0: 2}))
+    ClientContext().broker(BROKER).commit_offsets(
+        CommitOffsetsRequest(group=group, topic=topic, offsets={0: 2})
+    ).result(30)
     assert [p.committed_offset for p in admin.consumer_progress(group)] == [2]
     admin.delete_group(group, clean_offsets=True)
     assert group not in admin.groups()

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from rayq.actors.protocol import PullRequest, PullStatus, broker_actor_name
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch
 from rayq.store.errors import InvalidOffsetError, TopicNotFoundError
@@ -31,25 +31,25 @@ def put(ctx: ClientContext, topic: str, queue: int, n: int, size: int = 200) -> 
     msgs = [InnerMessage(topic=topic, queue_id=queue, body=bytes([i % 251]) * size, tags="T",
                          keys=f"k{i}", uniq_key=IDS.next_id()) for i in range(n)]  # fmt: skip
     batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
-    return call(ctx.broker("broker-a").put.remote(batch), 30).queue_offsets
+    return ctx.broker("broker-a").put(batch).result(30).queue_offsets
 
 
 def pull(ctx: ClientContext, topic: str, queue: int, offset: int, suspend_ms: int = 0):  # type: ignore[no-untyped-def]
     req = PullRequest(group="g", topic=topic, queue_id=queue, queue_offset=offset,
                       max_nums=1000, suspend_ms=suspend_ms)  # fmt: skip
-    return call(ctx.hold("broker-a").pull.remote(req), 60)
+    return ctx.hold("broker-a").pull(req).result(60)
 
 
 def test_a_held_pull_is_answered_by_the_next_send(ctx: ClientContext) -> None:
     """A pull at the end of a queue waits (long polling) and returns the next message."""
     put(ctx, "held", 0, 3)
-    ref = ctx.hold("broker-a").pull.remote(
+    ref = ctx.hold("broker-a").pull(
         PullRequest(group="g", topic="held", queue_id=0, queue_offset=3, suspend_ms=30_000)
     )
     ready, _ = ray.wait([ref], timeout=0.5)
     assert not ready  # parked, not answered with NO_NEW_MSG
     put(ctx, "held", 0, 2)
-    resp = call(ref, 20)  # long before the 30 s suspend time
+    resp = ref.result(20)  # long before the 30 s suspend time
     assert resp.status is PullStatus.FOUND
     assert [m.queue_offset for m in decode_records(resp.buffer)] == [3, 4]
 
@@ -82,6 +82,6 @@ def test_a_killed_broker_restarts_recovers_and_serves_again(
     assert [m.queue_offset for m in decode_records(resp.buffer)] == acked
     assert retried(lambda: put(ctx, "survive", 1, 5)) == list(range(50, 55))
     deadline = time.monotonic() + 30
-    while "survive" not in call(ctx.coordinator.topics.remote(), 10):  # re-registered
+    while "survive" not in ctx.coordinator.topics().result(10):  # re-registered
         assert time.monotonic() < deadline, "the restarted broker never re-registered"
         time.sleep(0.2)

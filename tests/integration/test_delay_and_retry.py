@@ -1,5 +1,6 @@
 """Delayed messages, send-back to retry and dead-letter topics, and a broker restart,
-through the public API (Producer, PullConsumer, Admin) and the broker actor's call().
+through the public API (Producer, PullConsumer, Admin) and the broker's typed protocol
+(``ClientContext().broker(...)``).
 
 Timing assertions are only "not before it is due" and generous "arrives within N s".
 """
@@ -17,14 +18,21 @@ import ray
 
 import rayq
 import rayq.cluster
-from rayq.actors.protocol import SendBackItem, SendBackRequest, SendBackResult, broker_actor_name
+from rayq.actors.protocol import (
+    ListGroupsRequest,
+    SendBackItem,
+    SendBackRequest,
+    SendBackResult,
+    broker_actor_name,
+)
 from rayq.actors.server.tables import SCHEDULE_TOPIC
 from rayq.admin import Admin
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
 from rayq.store import Message, MessageExt
 from rayq.store import properties as P
 from rayq.store.errors import InvalidOffsetError
+from rayq.transport import BrokerClient
 
 T = TypeVar("T")
 
@@ -75,15 +83,15 @@ def poll_until(c: PullConsumer, n: int, limit_s: float = ARRIVAL_LIMIT_S) -> lis
     return got
 
 
-def broker_call(method: str, *args: object) -> object:
-    return call(ClientContext(namespace=NAMESPACE).broker(BROKER).call.remote(method, *args), 30)
+def broker() -> BrokerClient:
+    return ClientContext(namespace=NAMESPACE).broker(BROKER)
 
 
 def send_back(group: str, commitlog_offset: int) -> SendBackResult:
     """What a push consumer does with a failed message (max 1 reconsume here)."""
     req = SendBackRequest(group=group, items=[SendBackItem(commitlog_offset)],
                           max_reconsume_times=1)  # fmt: skip
-    result = broker_call("send_back", req)
+    result = broker().send_back(req).result(30)
     assert isinstance(result, SendBackResult)
     return result
 
@@ -169,7 +177,7 @@ def test_bad_send_back_raises_and_the_broker_keeps_serving(
 ) -> None:
     topic = new_topic(admin)
     with pytest.raises(InvalidOffsetError):
-        broker_call("send_back", SendBackRequest(group="cg", items=[SendBackItem(2**40)]))
+        broker().send_back(SendBackRequest(group="cg", items=[SendBackItem(2**40)])).result(30)
     assert producer.send(Message(topic, b"still fine")).queue_offset == 0
 
 
@@ -187,7 +195,8 @@ def test_a_broker_restart_keeps_delay_progress(
     producer.send(Message(topic, b"at", deliver_at_ms=t0 + 3000))
     producer.send(Message(topic, b"level", delay_level=2))
     ray.kill(ray.get_actor(broker_actor_name(BROKER), namespace=NAMESPACE), no_restart=False)
-    retried(lambda: broker_call("topics"))  # restarted: recovered store and delay progress
+    # restarted: recovered store and delay progress
+    retried(lambda: broker().groups(ListGroupsRequest()).result(30))
 
     reader = consumer(topic)
     got = poll_until(reader, 3)

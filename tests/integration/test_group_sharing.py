@@ -7,7 +7,7 @@ import time
 import pytest
 
 import rayq
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.store import InnerMessage, UniqIdGenerator, encode_batch
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ def send(topic: str, per_queue: int) -> None:
         msgs = [InnerMessage(topic=topic, queue_id=q, body=f"{q}-{i}".encode(),
                              uniq_key=IDS.next_id()) for i in range(per_queue)]  # fmt: skip
         batch = encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096)
-        call(ctx.broker("broker-a").put.remote(batch), 30)
+        ctx.broker("broker-a").put(batch).result(30)
 
 
 def consumer(group: str, topic: str) -> rayq.PullConsumer:

@@ -12,9 +12,9 @@ import pytest
 import ray
 
 import rayq
-from rayq.actors.protocol import broker_actor_name
+from rayq.actors.protocol import MaxOffsetRequest, broker_actor_name
 from rayq.actors.server.dedupe import sequence_properties
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, encode_batch
 from rayq.store.errors import InvalidMessageError
@@ -43,11 +43,12 @@ def batch(pid: str, first: int, n: int, queue_id: int = 0):  # type: ignore[no-u
 
 
 def put(ctx: ClientContext, b) -> list[int]:  # type: ignore[no-untyped-def]
-    return call(ctx.broker("broker-a").put.remote(b), 30).queue_offsets
+    return ctx.broker("broker-a").put(b).result(30).queue_offsets
 
 
 def max_offset(ctx: ClientContext, queue_id: int) -> int:
-    return call(ctx.broker("broker-a").call.remote("max_offset", "idem", queue_id), 30)
+    req = MaxOffsetRequest(topic="idem", queue_id=queue_id)
+    return ctx.broker("broker-a").max_offset(req).result(30).offset
 
 
 def test_a_resent_batch_is_dropped(ctx: ClientContext) -> None:

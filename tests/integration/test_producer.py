@@ -25,6 +25,7 @@ import ray
 import rayq.cluster
 from rayq.actors.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol import (
+    CreateTopicRequest,
     MessageQueue,
     PullRequest,
     SendResult,
@@ -45,6 +46,7 @@ from rayq.errors import (
     TopicNotFoundError,
 )
 from rayq.producer import Producer
+from rayq.ray_transport import RayReply
 from rayq.store import Message, MessageExt, StoreConfig, decode_records
 from rayq.store.message import COMPRESSED_FLAG
 
@@ -109,12 +111,11 @@ def put_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     def broker(self: ClientContext, name: str) -> Any:
         handle = original(self, name)
 
-        def remote(batch: Any) -> Any:
+        def put(batch: Any) -> Any:
             calls.append(batch.count)
-            return handle.put.remote(batch)
+            return handle.put(batch)
 
-        return SimpleNamespace(put=SimpleNamespace(remote=remote), pull=handle.pull,
-                               call=handle.call)  # fmt: skip
+        return SimpleNamespace(put=put, pull=handle.pull)
 
     monkeypatch.setattr(ClientContext, "broker", broker)
     return calls
@@ -270,12 +271,10 @@ def test_puts_that_time_out_are_retried_then_fail_with_broker_unavailable(
     cluster: rayq.cluster.Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every put answers after 2 s; the producer gives each attempt 0.3 s."""
-    original = ClientContext.broker
 
     def slow_broker(self: ClientContext, name: str) -> Any:
-        handle = original(self, name)
-        return SimpleNamespace(put=SimpleNamespace(
-            remote=lambda batch: _slow_put.remote(handle, batch, 2.0)))  # fmt: skip
+        handle = ray.get_actor(broker_actor_name(name), namespace=NAMESPACE)
+        return SimpleNamespace(put=lambda batch: RayReply(_slow_put.remote(handle, batch, 2.0)))
 
     monkeypatch.setattr(ClientContext, "broker", slow_broker)
     p = Producer("pg-impatient", namespace=NAMESPACE, send_timeout_ms=300, retries=1)
@@ -477,7 +476,8 @@ def test_unknown_topic_without_auto_create_is_not_found_until_created(
     assert isinstance(p.send_async(Message(topic, b"x")).exception(timeout=30), TopicNotFoundError)
 
     broker = ray.get_actor(broker_actor_name(BROKER), namespace=strict.namespace)
-    ray.get(broker.call.remote("create_topic", topic, 2, 2, PERM_ALL), timeout=30)
+    req = CreateTopicRequest(topic=topic, read_queue_nums=2, write_queue_nums=2, perm=PERM_ALL)
+    ray.get(broker.create_topic.remote(req), timeout=30)
     results = [p.send(Message(topic, b"x")) for _ in range(4)]
     results += [p.send_async(Message(topic, b"y")).result(timeout=30) for _ in range(4)]
     assert {r.queue.queue_id for r in results} == {0, 1}

@@ -14,7 +14,7 @@ import rayq
 import rayq.cluster
 from rayq.actors.protocol import MessageQueue
 from rayq.admin import Admin
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
 from rayq.store import InnerMessage, MessageExt, encode_batch
 
@@ -48,7 +48,7 @@ def put(topic: str, queue_id: int, bodies: list[bytes], tags: list[str | None] |
                          uniq_key=uuid.uuid4().hex.upper())
             for b, t in zip(bodies, tags, strict=True)]  # fmt: skip
     batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
-    return call(ClientContext().broker(BROKER).put.remote(batch)).queue_offsets
+    return ClientContext().broker(BROKER).put(batch).result().queue_offsets
 
 
 def drain(consumer: PullConsumer, expected: int, *, limit_s: float = 20.0) -> list[MessageExt]:

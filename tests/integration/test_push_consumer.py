@@ -332,25 +332,39 @@ def test_orderly_consumption_keeps_send_order_per_key_through_failures_and_a_reb
 def test_the_broker_refuses_commits_of_an_older_generation_and_leases_queue_locks(
     admin: rayq.Admin,
 ) -> None:
-    from rayq.client import ClientContext, call
+    from rayq.actors.protocol import (
+        CommitOffsetsRequest,
+        LockQueuesReply,
+        LockQueuesRequest,
+        QueryOffsetsRequest,
+        QueueRef,
+    )
+    from rayq.client import ClientContext
 
     topic, group = unique("fence"), unique("cg")
     admin.create_topic(topic, queues=2)
     broker = ClientContext().broker("broker-a")
 
     def commit(offsets: dict[int, int], generation: int) -> list[int]:
-        return call(broker.call.remote("commit_offsets", group, topic, offsets, generation))
+        req = CommitOffsetsRequest(group=group, topic=topic, offsets=offsets, generation=generation)
+        return broker.commit_offsets(req).result(30).stale
 
     assert commit({0: 5, 1: 5}, 200) == []
     assert commit({0: 3}, 100) == [0]  # a stale owner cannot move the offset back
     assert commit({0: 7}, 300) == []
-    assert call(broker.call.remote("query_offsets", group, topic)) == {0: 7, 1: 5}
-    got = call(broker.call.remote("lock_queues", group, "a", [(topic, 0), (topic, 1)]))
-    assert [tuple(g) for g in got] == [(topic, 0), (topic, 1)]
-    assert call(broker.call.remote("lock_queues", group, "b", [(topic, 0)])) == []
-    assert call(broker.call.remote("unlock_queues", group, "a", [(topic, 0)])) == 1
-    assert [tuple(g) for g in call(broker.call.remote("lock_queues", group, "b",
-                                                      [(topic, 0)]))] == [(topic, 0)]  # fmt: skip
+
+    def lock(client: str, *queues: int, unlock: bool = False) -> LockQueuesReply:
+        req = LockQueuesRequest(group=group, client_id=client,
+                                queues=[QueueRef(topic, q) for q in queues])  # fmt: skip
+        return (broker.unlock_queues if unlock else broker.lock_queues)(req).result(30)
+
+    offsets = broker.query_offsets(QueryOffsetsRequest(group=group, topic=topic)).result(30)
+    assert offsets.offsets == {0: 7, 1: 5}
+    got = lock("a", 0, 1).locked
+    assert [(g.topic, g.queue_id) for g in got] == [(topic, 0), (topic, 1)]
+    assert lock("b", 0).locked == []
+    assert lock("a", 0, unlock=True).released == 1
+    assert [(g.topic, g.queue_id) for g in lock("b", 0).locked] == [(topic, 0)]
 
 
 def test_failed_messages_are_retried_through_the_retry_topic_then_dead_lettered(

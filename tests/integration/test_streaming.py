@@ -10,7 +10,12 @@ from collections.abc import Callable
 import pytest
 
 import rayq
-from rayq.client import ClientContext, call
+from rayq.actors.protocol import (
+    CommitOffsetsRequest,
+    CompareAndSetOffsetsRequest,
+    QueryOffsetsRequest,
+)
+from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.ranges import OffsetRange, plan_ranges
 from rayq.store.errors import (
@@ -47,8 +52,14 @@ def query(topic: str, run: Callable, **kw: object) -> StreamingQuery:
     return StreamingQuery(topic, "etl", run, **{**opts, **kw})  # type: ignore[arg-type]
 
 
+def commit(ctx: ClientContext, group: str, topic: str, offsets: dict[int, int]) -> None:
+    req = CommitOffsetsRequest(group=group, topic=topic, offsets=offsets)
+    ctx.broker("broker-a").commit_offsets(req).result(30)
+
+
 def committed(ctx: ClientContext, topic: str) -> dict[int, int]:
-    return call(ctx.broker("broker-a").call.remote("query_offsets", "etl", topic), 30)
+    req = QueryOffsetsRequest(group="etl", topic=topic)
+    return ctx.broker("broker-a").query_offsets(req).result(30).offsets
 
 
 def test_plan_ranges_specs(ctx: ClientContext) -> None:
@@ -68,7 +79,7 @@ def test_plan_ranges_specs(ctx: ClientContext) -> None:
     future = time.time_ns() // 1_000_000 + 60_000
     assert sum(r.count for r in plan_ranges(ctx, "plan", 0, future)) == 10
     assert sum(r.count for r in plan_ranges(ctx, "plan", future)) == 0
-    call(ctx.broker("broker-a").call.remote("commit_offsets", "cg", "plan", {0: 2, 1: 3}), 30)
+    commit(ctx, "cg", "plan", {0: 2, 1: 3})
     assert sum(r.count for r in plan_ranges(ctx, "plan", "committed:cg")) == 5
     assert sum(r.count for r in plan_ranges(ctx, "plan", "earliest", "committed:cg")) == 5
     for bad in ("newest", -5, {7: 0}, {0: -1}, {"x": 1}, 1.5, "committed:"):
@@ -128,7 +139,8 @@ def test_a_crash_after_the_commit_does_not_rerun(ctx: ClientContext) -> None:
     broker = ctx.broker("broker-a")
     ends = {r.queue_id: r.end for r in plan.ranges}
     expected = {r.queue_id: r.committed for r in plan.ranges}
-    assert call(broker.call.remote("compare_and_set_offsets", "etl", "s3", expected, ends), 30)
+    req = CompareAndSetOffsetsRequest(group="etl", topic="s3", expected=expected, offsets=ends)
+    assert broker.compare_and_set_offsets(req).result(30).existed
     # ... and the driver dies before dropping the plan.
     runs: list[int] = []
     q2 = query("s3", lambda ranges, batch_id: runs.append(batch_id))
@@ -140,7 +152,7 @@ def test_offsets_moved_by_someone_else_stop_the_query(ctx: ClientContext) -> Non
     produce("s4", 4)
 
     def reset(ranges: list[OffsetRange], batch_id: int) -> None:
-        call(ctx.broker("broker-a").call.remote("commit_offsets", "etl", "s4", {0: 0, 1: 0}), 30)
+        commit(ctx, "etl", "s4", {0: 0, 1: 0})
 
     with pytest.raises(BrokenError, match="changed while batch"):
         query("s4", reset).run_once()

@@ -8,7 +8,7 @@ import pytest
 import ray
 
 from rayq.actors.protocol import SendStatus, flusher_actor_name
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.store import FlushDiskType, InnerMessage, UniqIdGenerator, encode_batch
 
@@ -27,7 +27,7 @@ def test_concurrent_sync_sends_are_durable_when_acknowledged(cluster: Cluster) -
         msgs = [InnerMessage(topic="durable", queue_id=q % 4, body=b"x" * 1024,
                              uniq_key=IDS.next_id()) for _ in range(100)]  # fmt: skip
         batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
-        result = call(broker.put.remote(batch), 30)
+        result = broker.put(batch).result(30)
         offset_ids = result.offset_msg_ids[-1]
         return result.status, int(offset_ids[16:], 16) + 1
 

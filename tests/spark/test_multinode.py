@@ -19,7 +19,7 @@ from ray.cluster_utils import Cluster
 
 import rayq
 from rayq.arrow_io import read_range
-from rayq.client import ClientContext, call
+from rayq.client import ClientContext
 from rayq.ranges import OffsetRange, plan_ranges
 from rayq.store import StoreConfig
 
@@ -61,10 +61,10 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 
 def test_brokers_are_pinned_and_serve_across_nodes(nodes: dict) -> None:
-    ctx = ClientContext(namespace=NAMESPACE)
     assert nodes["rayq"].broker_names == ["broker-b1", "broker-b2"]
     for name, node in (("broker-b1", nodes["b1"]), ("broker-b2", nodes["b2"])):
-        assert call(ctx.broker(name).call.remote("info"), 30).node_id == node.node_id
+        handle = ray.get_actor(f"rayq-broker-{name}", namespace=NAMESPACE)  # internal method
+        assert ray.get(handle.broker_info.remote(), timeout=30).node_id == node.node_id
     rayq.Admin(namespace=NAMESPACE).create_topic("spread", queues=2)
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         sent = [producer.send(rayq.Message("spread", f"m{i}".encode())) for i in range(60)]
@@ -113,7 +113,7 @@ def test_a_removed_broker_node_reports_unavailable_and_the_other_serves(nodes: d
     b1_before = sum(r.count for r in plan_ranges(ctx, "spread") if r.broker == "broker-b1")
     nodes["cluster"].remove_node(nodes["b2"])
     deadline = time.monotonic() + 60
-    while call(ctx.coordinator.lost_brokers.remote("spread"), 10) != ["broker-b2"]:
+    while ctx.coordinator.lost_brokers("spread").result(10) != ["broker-b2"]:
         assert time.monotonic() < deadline, "the coordinator never noticed the lost broker"
         time.sleep(0.5)
     with pytest.raises(rayq.BrokerUnavailableError, match="broker-b2"):

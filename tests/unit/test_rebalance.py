@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol import MessageModel, MessageQueue
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.queue_locks import QueueLocks
 from rayq.actors.server.rebalance import MemberSpec, Rebalancer
@@ -83,13 +83,15 @@ def test_members_subscribing_differently_are_refused() -> None:
     with pytest.raises(ConfigError, match="must subscribe alike"):
         r.join("g", "b", other)
     with pytest.raises(ConfigError, match="must subscribe alike"):
-        r.join("g", "b", MemberSpec(subscriptions=SPEC.subscriptions, model="BROADCASTING"))
+        r.join(
+            "g", "b", MemberSpec(subscriptions=SPEC.subscriptions, model=MessageModel.BROADCASTING)
+        )
     assert r.members("g") == ["a"]
 
 
 def test_broadcasting_gives_everyone_everything_and_config_what_each_asked() -> None:
     r = Rebalancer()
-    spec = MemberSpec(subscriptions=(("t", "*"),), model="BROADCASTING")
+    spec = MemberSpec(subscriptions=(("t", "*"),), model=MessageModel.BROADCASTING)
     r.join("g", "a", spec)
     r.join("g", "b", spec)
     plan = r.plan("g", queues_of, now_ms=1)

@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from rayq.actors.broker import BrokerServer
 from rayq.actors.config import BrokerConfig
-from rayq.actors.protocol import SendBackItem, SendBackRequest
+from rayq.actors.protocol import (
+    CreateTopicRequest,
+    ScheduleStatsRequest,
+    SendBackItem,
+    SendBackRequest,
+    TopicRequest,
+    check,
+)
+from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.tables import SCHEDULE_TOPIC
 from rayq.store import FakeClock, InnerMessage, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
@@ -21,8 +28,8 @@ from rayq.store.batch import encode_batch
 from rayq.store.codec import decode_records
 from rayq.store.errors import (
     InvalidGroupError,
-    InvalidMessageError,
     InvalidOffsetError,
+    InvalidRequestError,
     InvalidTopicError,
     PermissionDeniedError,
     RayqError,
@@ -108,8 +115,8 @@ def test_a_failed_message_goes_to_retry_then_after_max_times_to_dlq(server: Brok
     assert dead.properties[P.DLQ_ORIGIN_TOPIC] == "orders"
     assert dead.properties[P.DLQ_ORIGIN_MESSAGE_ID] == orig.msg_id
     assert server.topic_config("%DLQ%cg").read_queue_nums == 1
-    assert {"%RETRY%cg", "%DLQ%cg"} <= set(server.topics())
-    assert SCHEDULE_TOPIC not in server.topics()
+    assert {"%RETRY%cg", "%DLQ%cg"} <= set(server.tables.topics.topics())
+    assert SCHEDULE_TOPIC not in server.tables.topics.topics()
 
 
 def test_one_call_sends_back_a_batch_and_a_negative_level_is_dead_at_once(
@@ -138,23 +145,23 @@ BAD_REQUESTS = [
     ("offset inside a record", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o + 3)]),
      InvalidOffsetError),
     ("offset as str", lambda o: SendBackRequest(group="cg", items=[SendBackItem(str(o))]),  # type: ignore[arg-type]
-     InvalidOffsetError),
+     InvalidRequestError),
     ("negative offset", lambda o: SendBackRequest(group="cg", items=[SendBackItem(-1)]),
-     InvalidOffsetError),
+     InvalidRequestError),
     ("level as str", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o, "1")]),  # type: ignore[arg-type]
-     InvalidMessageError),
+     InvalidRequestError),
     ("bad group", lambda o: SendBackRequest(group="a b", items=[SendBackItem(o)]),
      InvalidGroupError),
     ("group too long for a topic", lambda o: SendBackRequest(group="g" * 200,
                                                              items=[SendBackItem(o)]),
      InvalidGroupError),
-    ("no items", lambda o: SendBackRequest(group="cg", items=[]), InvalidMessageError),
+    ("no items", lambda o: SendBackRequest(group="cg", items=[]), InvalidRequestError),
     ("items not SendBackItem", lambda o: SendBackRequest(group="cg", items=[(o, 0)]),  # type: ignore[list-item]
-     InvalidMessageError),
+     InvalidRequestError),
     ("max times negative", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o)],
                                                      max_reconsume_times=-1),
-     InvalidMessageError),
-    ("not a request", lambda o: [(o, 0)], InvalidMessageError),
+     InvalidRequestError),
+    ("not a request", lambda o: [(o, 0)], InvalidRequestError),
     ("a good item then a bad one", lambda o: SendBackRequest(
         group="cg", items=[SendBackItem(o), SendBackItem(o + 1)]), InvalidOffsetError),
 ]  # fmt: skip
@@ -167,11 +174,11 @@ def test_bad_send_backs_raise_and_write_nothing(
     [m] = send(server, b"m")
     written = server.store.written_offset
     with pytest.raises(error) as info:
-        server.send_back(build(m.commitlog_offset))
+        server.send_back(check(build(m.commitlog_offset), SendBackRequest))
     assert str(info.value)
     assert pickle.loads(pickle.dumps(info.value)).message == info.value.message
     assert server.store.written_offset == written
-    assert "%RETRY%cg" not in server.topics()
+    assert "%RETRY%cg" not in server.tables.topics.topics()
     assert back(server, (m.commitlog_offset, 0)).topics == ["%RETRY%cg"]  # still serving
 
 
@@ -187,11 +194,13 @@ def test_a_parked_message_cannot_be_sent_back(server: BrokerServer) -> None:
 
 def test_the_schedule_topic_is_not_a_client_topic(server: BrokerServer) -> None:
     with pytest.raises(PermissionDeniedError):
-        server.create_topic(SCHEDULE_TOPIC, 1, 1, 6)
+        server.create_topic(
+            CreateTopicRequest(topic=SCHEDULE_TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)
+        )
     with pytest.raises(PermissionDeniedError):
         send(server, b"x", topic=SCHEDULE_TOPIC)
     with pytest.raises(PermissionDeniedError):
-        server.topic_stats(SCHEDULE_TOPIC)
+        server.topic_stats(TopicRequest(topic=SCHEDULE_TOPIC))
     with pytest.raises(InvalidTopicError):
         server.topic_config("bad topic")
 
@@ -207,5 +216,5 @@ def test_a_scheduled_batch_through_the_broker_put(server: BrokerServer) -> None:
     assert server.store.max_offset("orders", 1) == 1
     server.store.clock.advance(1000)  # type: ignore[attr-defined]
     assert server.schedule_tick() == {("orders", 1): 2}
-    stats = server.schedule_stats()
+    stats = server.schedule_stats(ScheduleStatsRequest())
     assert stats.levels[1] == (1, 1)

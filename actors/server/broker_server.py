@@ -1,0 +1,542 @@
+"""The broker's logic over its store, without Ray (``BrokerActor`` in actors/broker.py wraps it).
+
+``BrokerServer`` serves the broker's client protocol (actors/protocol.py): each
+public method takes one request Struct, already checked at the boundary with
+``protocol.check``, and returns one reply Struct. Everything else here (topic and
+group lookups, flush targets, persistence, ticks, close) is for the actor shell
+only and is not reachable through the client transport.
+
+Every append (sends, delayed deliveries, send-backs) holds ``writing``: the actor
+runs concurrency groups on threads of their own, so one writer at a time.
+
+Delayed delivery (actors/server/schedule.py): a batch the producer marked
+``scheduled`` is routed through the schedule service, which the actor ticks.
+Send-back (``send_back``): failed messages of a consumer group go to
+``%RETRY%<group>`` through the delay levels, or to ``%DLQ%<group>``, both created
+on first use with one queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from pathlib import Path
+
+from rayq.actors.config import BrokerConfig
+from rayq.actors.protocol import (
+    ArrowPage,
+    BatchSendResult,
+    BrokerInfo,
+    CommitOffsetsReply,
+    CommitOffsetsRequest,
+    CompareAndSetOffsetsRequest,
+    CreateTopicRequest,
+    DeleteGroupRequest,
+    Done,
+    FlushTargets,
+    GroupRequest,
+    GroupsReply,
+    ListGroupsRequest,
+    LockQueuesReply,
+    LockQueuesRequest,
+    MaxOffsetRequest,
+    MessageQueue,
+    MessagesReply,
+    OffsetByTimeRequest,
+    OffsetReply,
+    OffsetsReply,
+    PullManyRequest,
+    PullManyResponse,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    QueryMessageRequest,
+    QueryOffsetsRequest,
+    QueueBoundsReply,
+    QueueData,
+    QueueRef,
+    QueueStats,
+    ReadArrowRequest,
+    ResetOffsetsRequest,
+    ScheduleStatsRequest,
+    SendBackRequest,
+    SendBackResult,
+    SendStatus,
+    TopicRequest,
+    TopicStatsReply,
+    UpdateGroupRequest,
+    ViewMessageRequest,
+)
+from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
+from rayq.store.errors import (
+    BrokerBusyError,
+    DiskFullError,
+    GroupNotFoundError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    InvalidRequestError,
+    MessageTooLargeError,
+    PermissionDeniedError,
+    RayqError,
+    TopicNotFoundError,
+)
+from rayq.store.message import GetStatus, PutResult
+from rayq.store.names import retry_topic, validate_group, validate_topic
+
+from . import columnar
+from .dedupe import Verdict, open_sequences
+from .queue_locks import QueueLocks
+from .schedule import ScheduleService, ScheduleStats
+from .send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
+from .tables import (
+    PERM_ALL,
+    PERM_READ,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
+    ConfigStore,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    is_readable,
+    is_writeable,
+)
+
+logger = logging.getLogger(__name__)
+
+_PULL_STATUS = {
+    GetStatus.FOUND: PullStatus.FOUND,
+    GetStatus.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MSG,
+    GetStatus.OFFSET_OVERFLOW_ONE: PullStatus.NO_NEW_MSG,
+    GetStatus.NO_MESSAGE_IN_QUEUE: PullStatus.NO_NEW_MSG,
+    GetStatus.OFFSET_FOUND_NULL: PullStatus.NO_NEW_MSG,
+    GetStatus.MESSAGE_WAS_REMOVING: PullStatus.NO_NEW_MSG,
+    GetStatus.NO_MATCHED_LOGIC_QUEUE: PullStatus.NO_NEW_MSG,
+    GetStatus.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,
+    GetStatus.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+def local_host(port: int = 10911) -> str:
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        ip = "127.0.0.1"
+    return f"{ip}:{port}"
+
+
+class BrokerServer:
+    """A broker's logic over its store; the actor wrapper adds scheduling and timers."""
+
+    def __init__(self, config: BrokerConfig, store_dir: str, node_id: str = "") -> None:
+        self.config = config
+        self.name = config.broker_name
+        self.root = Path(store_dir)
+        self.node_id = node_id
+        self.store = MessageStore(self.root, config.store_config,
+                                  store_host=local_host(config.listen_port),
+                                  broker_name=self.name)  # fmt: skip
+        self.tables = ConfigStore(self.root)
+        self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
+        self._fences: dict[tuple[str, str, int], int] = {}  # (group, topic, queue) -> generation
+        self.writing = threading.Lock()  # one appender at a time (see the module doc)
+        self.schedule = ScheduleService(
+            self.store, self.tables.delay_offsets, config.delay_levels,
+            accept=self.tables.topics.__contains__,
+        )  # fmt: skip
+        self.sequences = open_sequences(self.tables.config_dir, self.store.commitlog,
+                                        SYSTEM_CLOCK.now_ms())  # fmt: skip
+        logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
+                    self.store.recovery)  # fmt: skip
+
+    # ------------------------------------------------------------- topics
+    def topic_config(self, topic: str, create: bool = False) -> TopicConfig:
+        _check_not_system(topic)
+        cfg = self.tables.topics.get(topic)
+        if cfg is not None:
+            return cfg
+        if not create or not self.config.auto_create_topic_enable:
+            raise TopicNotFoundError(
+                f"topic {topic!r} does not exist on broker {self.name}; create it with "
+                "Admin.create_topic or enable auto_create_topic_enable",
+                topic=topic,
+            )
+        n = self.config.default_topic_queue_nums
+        return self._create_topic(topic, n, n, PERM_ALL)
+
+    def create_topic(self, req: CreateTopicRequest) -> Done:
+        """Create or overwrite a topic (admin)."""
+        existed = req.topic in self.tables.topics
+        self._create_topic(req.topic, req.read_queue_nums, req.write_queue_nums, req.perm)
+        return Done(existed=existed)
+
+    def _create_topic(
+        self, topic: str, read_queues: int, write_queues: int, perm: int
+    ) -> TopicConfig:
+        _check_not_system(topic)
+        for name, n in (("read_queues", read_queues), ("write_queues", write_queues)):
+            if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
+                raise InvalidOffsetError(f"{name} must be an int in 1..1024, got {n!r}")
+        cfg = TopicConfig(topic_name=topic, read_queue_nums=read_queues,
+                          write_queue_nums=write_queues, perm=perm)  # fmt: skip
+        self.tables.topics.put(cfg)
+        self.tables.topics.persist()
+        return cfg
+
+    def delete_topic(self, req: TopicRequest) -> Done:
+        topic = req.topic
+        _check_not_system(topic)
+        existed = self.tables.topics.delete(topic)
+        self.tables.topics.persist()
+        with self.writing:
+            self.store.delete_topic(topic)
+        self.tables.consumer_offsets.remove_topic(topic)
+        return Done(existed=existed)
+
+    def info(self) -> BrokerInfo:
+        queues = {
+            t.topic_name: QueueData(broker_name=self.name, read_queue_nums=t.read_queue_nums,
+                                    write_queue_nums=t.write_queue_nums, perm=t.perm)
+            for t in (self.tables.topics.get(n) for n in self.tables.topics.topics()) if t
+        }  # fmt: skip
+        return BrokerInfo(broker_name=self.name, node_id=self.node_id, store_dir=str(self.root),
+                          topics=queues, data_version=self.tables.topics.data_version)  # fmt: skip
+
+    # --------------------------------------------------------------- send
+    def put(self, batch: EncodedBatch) -> BatchSendResult:
+        """Append one producer batch; raises RayqErrors for what the sender must fix."""
+        if not isinstance(batch, EncodedBatch):
+            raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}")
+        cfg = self.topic_config(batch.topic, create=True)
+        if not is_writeable(cfg.perm):
+            raise PermissionDeniedError(f"topic {batch.topic!r} is not writeable (perm={cfg.perm})")
+        if not 0 <= batch.queue_id < cfg.write_queue_nums:
+            raise InvalidOffsetError(
+                f"queue {batch.queue_id} of topic {batch.topic!r} does not exist: it has "
+                f"{cfg.write_queue_nums} write queues", queue_id=batch.queue_id,
+            )  # fmt: skip
+        last_seq = batch.first_sequence + batch.count - 1
+        if batch.producer_id:  # idempotent produce: drop what was appended before
+            pid, first = batch.producer_id, batch.first_sequence
+            verdict, cached = self.sequences.check(pid, batch.topic, batch.queue_id, first,
+                                                   last_seq)  # fmt: skip
+            if verdict is Verdict.OVERLAP:
+                raise InvalidMessageError(
+                    f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
+                    f"{batch.topic}/{batch.queue_id} already has")  # fmt: skip
+            if verdict is Verdict.OUT_OF_ORDER:
+                raise BrokerBusyError(
+                    f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "
+                    "out of order: an earlier batch has not arrived yet; retry")  # fmt: skip
+            if verdict is Verdict.DUPLICATE:
+                return cached or BatchSendResult(status=SendStatus.SEND_OK, msg_ids=batch.msg_ids,
+                                                 offset_msg_ids=[""] * batch.count,
+                                                 queue_offsets=[-1] * batch.count)  # fmt: skip
+        with self.writing:
+            if batch.scheduled:  # some record has DELAY or __DELIVER_AT_MS: park those
+                result = self.schedule.put_batch(batch)
+            else:
+                result = self.store.put_encoded(batch)
+        raise_for_put(result)
+        out = BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
+                              offset_msg_ids=result.offset_msg_ids,
+                              queue_offsets=result.queue_offsets)  # fmt: skip
+        if batch.producer_id:
+            self.sequences.appended(batch.producer_id, batch.topic, batch.queue_id,
+                                    batch.first_sequence, last_seq, out,
+                                    result.store_timestamp)  # fmt: skip
+        return out
+
+    # --------------------------------------------------------------- pull
+    def pull(self, req: PullRequest) -> PullResponse:
+        """Non-blocking pull of up to ``req.max_nums`` messages (PullHold adds waiting)."""
+        group = self.group_config(req.group, create=True)
+        if not group.consume_enable:
+            raise PermissionDeniedError(
+                f"consumer group {req.group!r} may not consume (consume_enable is off); "
+                "turn it on with Admin.update_group", group=req.group,
+            )  # fmt: skip
+        cfg = self.topic_config(req.topic, create=False)
+        if not is_readable(cfg.perm):
+            raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
+        if not 0 <= req.queue_id < cfg.read_queue_nums:
+            raise InvalidOffsetError(f"queue {req.queue_id} of topic {req.topic!r} does not exist")
+        tag_filter = TagFilter.parse(req.expression)
+        want = min(max(req.max_nums, 1), self.config.pull_max_messages)
+        parts: list[bytes] = []
+        count = size = 0
+        offset = req.queue_offset
+        got = self.store.get_messages(req.group, req.topic, req.queue_id, offset, want, tag_filter)
+        first = got
+        while got.status is GetStatus.FOUND or got.status is GetStatus.NO_MATCHED_MESSAGE:
+            parts.append(got.buffer)
+            count += got.count
+            size += len(got.buffer)
+            offset = got.next_begin_offset
+            if count >= want or size >= self.config.pull_max_bytes or offset >= got.max_offset:
+                break
+            got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
+                                          want - count, tag_filter)  # fmt: skip
+        status = PullStatus.FOUND if count else _PULL_STATUS[first.status]
+        next_offset = offset if count or first.status is GetStatus.NO_MATCHED_MESSAGE else (
+            first.next_begin_offset)  # fmt: skip
+        return PullResponse(status=status, next_offset=next_offset, min_offset=first.min_offset,
+                            max_offset=max(first.max_offset, got.max_offset),
+                            buffer=b"".join(parts), count=count)  # fmt: skip
+
+    def pull_many(self, req: PullManyRequest) -> PullManyResponse:
+        """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's."""
+        out: list[PullResponse | RayqError] = []
+        for item in req.items:
+            try:
+                out.append(self.pull(req.request(item)))
+            except RayqError as exc:
+                out.append(exc)
+        return PullManyResponse(results=out)
+
+    def max_offset(self, req: MaxOffsetRequest) -> OffsetReply:
+        self.topic_config(req.topic, create=False)
+        return OffsetReply(offset=self.store.max_offset(req.topic, req.queue_id))
+
+    def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:
+        """Offsets ``[start, end)`` as Arrow IPC bytes of decoded columns (columnar.py),
+        one page of about ``max_bytes``; and the offset the next page starts at."""
+        topic, queue_id = req.topic, req.queue_id
+        cfg = self.topic_config(topic, create=False)
+        if not 0 <= queue_id < cfg.read_queue_nums:
+            raise InvalidOffsetError(f"queue {queue_id} of topic {topic!r} does not exist")
+        batch, nxt = columnar.read_columns(self.store, topic, queue_id, req.start, req.end,
+                                           req.max_bytes, self.name)  # fmt: skip
+        return ArrowPage(data=columnar.to_ipc(batch), next_offset=nxt)
+
+    def queue_bounds(self, req: TopicRequest) -> QueueBoundsReply:
+        """(min offset, max offset) of each read queue of the topic."""
+        topic = req.topic
+        cfg = self.topic_config(topic, create=False)
+        return QueueBoundsReply(bounds={
+            q: (self.store.min_offset(topic, q), self.store.max_offset(topic, q))
+            for q in range(cfg.read_queue_nums)})  # fmt: skip
+
+    # ------------------------------------------------------------- groups
+    def group_config(self, group: str, create: bool = False) -> SubscriptionGroupConfig:
+        """The subscription group's config; auto-created (defaults) on a group's first pull
+        or commit when ``auto_create_subscription_group`` is on, as RocketMQ does."""
+        validate_group(group)
+        cfg = self.tables.subscription_groups.get(group)
+        if cfg is not None:
+            return cfg
+        if not create or not self.config.auto_create_subscription_group:
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist on broker {self.name}; create it "
+                "with Admin.create_group or enable auto_create_subscription_group", group=group,
+            )  # fmt: skip
+        return self._put_group(SubscriptionGroupConfig(group_name=group))
+
+    def get_group(self, req: GroupRequest) -> SubscriptionGroupConfig:
+        """The config of an existing group (GroupNotFoundError if there is none)."""
+        return self.group_config(req.group)
+
+    def update_group(self, req: UpdateGroupRequest) -> SubscriptionGroupConfig:
+        """Create or replace a subscription group's config."""
+        return self._put_group(req.config)
+
+    def _put_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        validate_group(cfg.group_name)
+        self.tables.subscription_groups.put(cfg)
+        self.tables.subscription_groups.persist()
+        return cfg
+
+    def delete_group(self, req: DeleteGroupRequest) -> Done:
+        """Remove a group's config (and with ``clean_offsets`` its committed offsets)."""
+        group, clean_offsets = req.group, req.clean_offsets
+        validate_group(group)
+        existed = self.tables.subscription_groups.delete(group)
+        self.tables.subscription_groups.persist()
+        if clean_offsets:
+            existed = bool(self.tables.consumer_offsets.remove_group(group)) or existed
+            self.tables.consumer_offsets.persist()
+        return Done(existed=existed)
+
+    def groups(self, req: ListGroupsRequest) -> GroupsReply:
+        return GroupsReply(groups=self.tables.subscription_groups.groups())
+
+    # ------------------------------------------------------------ offsets
+    def commit_offsets(self, req: CommitOffsetsRequest) -> CommitOffsetsReply:
+        """Commit next-offsets per queue; the queue ids refused as stale.
+
+        A push consumer commits with its assignment's ``generation``: once a queue saw a
+        commit of generation g, commits of older generations are refused, so a consumer
+        that lost the queue in a rebalance cannot move the group's offset (in memory: a
+        broker restart forgets the fences)."""
+        group, topic, offsets, generation = req.group, req.topic, dict(req.offsets), req.generation
+        self.group_config(group, create=True)
+        validate_topic(topic)
+        stale: list[int] = []
+        if generation >= 0:
+            fresh = {}
+            for qid, offset in offsets.items():
+                key = (group, topic, qid)
+                if generation < self._fences.get(key, -1):
+                    stale.append(qid)
+                else:
+                    self._fences[key] = generation
+                    fresh[qid] = offset
+            offsets = fresh
+        self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        return CommitOffsetsReply(stale=stale)
+
+    def lock_queues(self, req: LockQueuesRequest) -> LockQueuesReply:
+        """Orderly consumption: lock (or renew) queues for the caller; the ones it holds."""
+        validate_group(req.group)
+        _check_client(req.client_id)
+        queues = [(q.topic, q.queue_id) for q in req.queues]
+        held = self.locks.lock(req.group, req.client_id, queues, SYSTEM_CLOCK.now_ms())
+        return LockQueuesReply(locked=[QueueRef(t, q) for t, q in held])
+
+    def unlock_queues(self, req: LockQueuesRequest) -> LockQueuesReply:
+        validate_group(req.group)
+        _check_client(req.client_id)
+        n = self.locks.unlock(req.group, req.client_id, [(q.topic, q.queue_id) for q in req.queues])
+        return LockQueuesReply(released=n)
+
+    def query_offsets(self, req: QueryOffsetsRequest) -> OffsetsReply:
+        validate_group(req.group)
+        validate_topic(req.topic)
+        return OffsetsReply(offsets=self.tables.consumer_offsets.query_all(req.group, req.topic))
+
+    def offset_by_time(self, req: OffsetByTimeRequest) -> OffsetReply:
+        self.topic_config(req.topic, create=False)
+        return OffsetReply(
+            offset=self.store.offset_by_time(req.topic, req.queue_id, req.timestamp_ms)
+        )
+
+    def reset_offsets(self, req: ResetOffsetsRequest) -> OffsetsReply:
+        group, topic = req.group, req.topic
+        validate_group(group)
+        cfg = self.topic_config(topic, create=False)
+        offsets = {q: self.store.offset_by_time(topic, q, req.timestamp_ms)
+                   for q in range(cfg.read_queue_nums)}  # fmt: skip
+        self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        return OffsetsReply(offsets=offsets)
+
+    def compare_and_set_offsets(self, req: CompareAndSetOffsetsRequest) -> Done:
+        """Commit ``offsets`` only if every queue's committed offset is ``expected`` (-1:
+        none yet); all or nothing (``existed`` False: refused). A streaming batch commits
+        this way."""
+        group, topic = req.group, req.topic
+        validate_group(group)
+        validate_topic(topic)
+        table = self.tables.consumer_offsets
+        if any(table.query(group, topic, q) != e for q, e in req.expected.items()):
+            return Done(existed=False)
+        table.commit_many(group, topic, dict(req.offsets))
+        return Done(existed=True)
+
+    # -------------------------------------------------------------- admin
+    def topic_stats(self, req: TopicRequest) -> TopicStatsReply:
+        topic = req.topic
+        cfg = self.topic_config(topic, create=False)
+        out = []
+        for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums)):
+            hi = self.store.max_offset(topic, q)
+            last = self.store.store_time_of(topic, q, hi - 1) if hi else None
+            out.append(QueueStats(queue=MessageQueue(topic, self.name, q),
+                                  min_offset=self.store.min_offset(topic, q), max_offset=hi,
+                                  last_store_timestamp=last or 0))  # fmt: skip
+        return TopicStatsReply(queues=out)
+
+    def query_message(self, req: QueryMessageRequest) -> MessagesReply:
+        validate_topic(req.topic)
+        found = self.store.query_message(req.topic, req.key, req.max_num, req.begin_ms,
+                                         req.end_ms)  # fmt: skip
+        return MessagesReply(messages=found)
+
+    def view_message(self, req: ViewMessageRequest) -> MessagesReply:
+        """The message with this id ([] if none)."""
+        found = self.store.view_message(req.msg_id)
+        return MessagesReply(messages=[found] if found is not None else [])
+
+    # ------------------------------------------------- delays and retries
+    def send_back(self, request: SendBackRequest) -> SendBackResult:
+        """Failed messages of a consumer group to its retry or dead-letter topic: one call
+        per batch, all or none (store/send_back.py). Bad input raises a RayqError and
+        writes nothing."""
+        items = request.items
+        msgs = prepare_send_back(self.store, request.group,
+                                 [(i.commitlog_offset, i.delay_level) for i in items],
+                                 request.max_reconsume_times)  # fmt: skip
+        for topic in {m.topic for m in msgs}:
+            self.ensure_system_topic(topic, GROUP_TOPIC_QUEUE_NUMS)
+        with self.writing:
+            result = self.schedule.put(msgs)
+        raise_for_put(result)
+        return SendBackResult(topics=[m.topic for m in msgs], msg_ids=result.msg_ids,
+                              reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
+
+    def schedule_tick(self) -> dict[tuple[str, int], int]:
+        """Deliver due delayed messages: {(topic, queue): new max offset} of what was written."""
+        with self.writing:
+            return self.schedule.tick()
+
+    def schedule_stats(self, req: ScheduleStatsRequest) -> ScheduleStats:
+        """Delay-level progress (next offset, max offset) and the deliver-at backlog."""
+        return self.schedule.stats()
+
+    def ensure_retry_topic(self, req: GroupRequest) -> Done:
+        """Create ``%RETRY%<group>`` unless it exists (a push consumer does at start)."""
+        validate_group(req.group)
+        created = self.ensure_system_topic(retry_topic(req.group), GROUP_TOPIC_QUEUE_NUMS)
+        return Done(existed=not created)
+
+    def ensure_system_topic(self, topic: str, queues: int) -> bool:
+        """Create a retry or dead-letter topic (read and write) unless it exists; True if new.
+        Created even when auto_create_topic_enable is off, as RocketMQ does."""
+        if topic in self.tables.topics:
+            return False
+        self._create_topic(topic, queues, queues, PERM_READ | PERM_WRITE)
+        return True
+
+    # ------------------------------------------------------ housekeeping
+    def flush_targets(self) -> FlushTargets:
+        """Commit-log bytes written, and the offset below which queues and index are."""
+        return FlushTargets(written=self.store.written_offset,
+                            dispatched=self.store.dispatched_offset)  # fmt: skip
+
+    def persist(self) -> None:
+        with self.writing:
+            self.schedule.sync_progress()
+        self.tables.persist_all()
+        self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
+
+    def retention_tick(self) -> None:
+        self.store.retention_tick()
+
+    def close(self) -> None:
+        with self.writing:
+            self.schedule.sync_progress()
+        self.tables.close()
+        self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
+        self.store.close()
+
+
+def _check_not_system(topic: str) -> None:
+    validate_topic(topic)
+    if topic == SCHEDULE_TOPIC:
+        raise PermissionDeniedError(
+            f"{SCHEDULE_TOPIC} is a system topic: delayed messages wait there; send with "
+            "Message(delay_level=...) or Message(deliver_at_ms=...) instead", topic=topic,
+        )  # fmt: skip
+
+
+def _check_client(client_id: str) -> None:
+    if not client_id:
+        raise InvalidRequestError("this request needs the caller's client_id (the lock owner)")
+
+
+def raise_for_put(result: PutResult) -> None:
+    """The RayqError for a failed append (nothing was written)."""
+    if result.status is PutStatus.DISK_FULL:
+        raise DiskFullError(result.error)
+    if result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED:
+        raise MessageTooLargeError(result.error)
+    if not result.ok:
+        raise InvalidMessageError(result.error)

@@ -1,0 +1,144 @@
+"""``RayTransport``: the client transport over Ray actor calls (see rayq/transport.py).
+
+Brokers, hold services and the coordinator are named actors in one namespace;
+handles are looked up by name on first use and again after ``forget`` (a broker
+that failed may have been restarted by Ray). Each typed method of the clients
+in rayq/transport.py becomes one ``handle.<method>.remote(...)`` call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import ray
+
+from rayq.actors.protocol import COORDINATOR_NAME, broker_actor_name, hold_actor_name
+from rayq.store.errors import BrokerUnavailableError, RayqError
+from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The rayq error an actor raised, or BrokerUnavailableError for a lost actor."""
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = exc.cause if hasattr(exc, "cause") else None
+        if isinstance(cause, RayqError):
+            return cause
+    if isinstance(exc, RayqError):
+        return exc
+    if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError):
+        return BrokerUnavailableError(f"a rayq actor is not reachable: {exc}")
+    if isinstance(exc, ray.exceptions.GetTimeoutError | TimeoutError):
+        return BrokerUnavailableError(f"a rayq actor did not answer in time: {exc}")
+    return exc
+
+
+class RayReply(Reply[T]):
+    """A Ray ObjectRef with rayq errors."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self, timeout_s: float | None = None) -> T:
+        try:
+            return ray.get(self.ref, timeout=timeout_s)
+        except Exception as exc:
+            raise unwrap(exc) from None
+
+    async def wait(self) -> T:
+        try:
+            return await self.ref
+        except Exception as exc:
+            raise unwrap(exc) from None
+
+    def add_done_callback(self, callback: Callable[[Reply[T]], None]) -> None:
+        self.ref.future().add_done_callback(lambda _: callback(self))
+
+    def done(self) -> bool:
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+    def cancel(self) -> None:
+        try:
+            ray.cancel(self.ref)
+        except Exception:  # already finished, or its actor is gone
+            logger.debug("cancel of a finished call ignored")
+
+
+class RayTransport:
+    """Named rayq actors in ``namespace`` (Ray must be initialized)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        if not ray.is_initialized():
+            raise BrokerUnavailableError(
+                "Ray is not initialized: call rayq.start() (embedded) or rayq.connect() first"
+            )
+        try:
+            handle = ray.get_actor(COORDINATOR_NAME, namespace=namespace)
+        except ValueError:
+            raise BrokerUnavailableError(
+                f"no rayq deployment in Ray namespace {namespace!r}: start one with rayq.start()"
+            ) from None
+        self._coordinator = CoordinatorClient(_invoker(lambda: handle))
+        self._brokers: dict[str, BrokerClient] = {}
+        self._holds: dict[str, HoldClient] = {}
+
+    def broker(self, broker_name: str) -> BrokerClient:
+        client = self._brokers.get(broker_name)
+        if client is None:
+            handle = self._actor(broker_actor_name(broker_name))
+            client = self._brokers[broker_name] = BrokerClient(_invoker(lambda: handle))
+        return client
+
+    def hold(self, broker_name: str) -> HoldClient:
+        client = self._holds.get(broker_name)
+        if client is None:
+            handle = self._actor(hold_actor_name(broker_name))
+            client = self._holds[broker_name] = HoldClient(_invoker(lambda: handle))
+        return client
+
+    def coordinator(self) -> CoordinatorClient:
+        return self._coordinator
+
+    def forget(self, broker_name: str) -> None:
+        self._brokers.pop(broker_name, None)
+        self._holds.pop(broker_name, None)
+
+    def wait(self, replies: Sequence[Reply[Any]], timeout_s: float) -> list[Reply[Any]]:
+        """The replies that are ready: the first ones within ``timeout_s``, and then every
+        other one that is ready too."""
+        by_ref = {r.ref: r for r in replies}  # type: ignore[attr-defined]
+        refs = list(by_ref)
+        if not refs:
+            return []
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(timeout_s, 0.0))
+        if ready and len(refs) > 1:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return [by_ref[r] for r in ready]
+
+    def _actor(self, name: str) -> Any:
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            raise BrokerUnavailableError(f"actor {name} is not running") from None
+
+
+def _invoker(handle_of: Any) -> Any:
+    def invoke(method: str, *args: Any) -> RayReply[Any]:
+        try:
+            return RayReply(getattr(handle_of(), method).remote(*args))
+        except Exception as exc:  # e.g. the actor is gone for good
+            raise unwrap(exc) from None
+
+    return invoke
+
+
+__all__ = ["RayReply", "RayTransport", "unwrap"]

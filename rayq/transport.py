@@ -1,0 +1,262 @@
+"""The client transport: the one seam between rayq's clients and its server actors.
+
+Every client (``Producer``, ``PullConsumer``, the push consumer's service, ``Admin``,
+the Spark and Ray Data readers and writers, streaming queries) reaches the
+server only through a ``Transport``:
+
+* ``broker(name)`` -> ``BrokerClient``: the broker's client protocol, one typed
+  method per operation (actors/protocol.py), each returning a ``Reply``;
+* ``hold(name)`` -> ``HoldClient``: pulls that may wait (long polling);
+* ``coordinator()`` -> ``CoordinatorClient``: routes, brokers, group membership;
+* ``wait(replies, timeout_s)``: the replies that are ready (the pull consumer's poll).
+
+A ``Reply`` is the answer to come: ``result(timeout_s)`` blocks, ``await reply``
+suspends, and both raise rayq errors (a RayqError the server raised comes back as
+itself; a lost or silent actor as ``BrokerUnavailableError``).
+
+``RayTransport`` talks to named Ray actors; ``rayq.testing.FakeTransport`` serves
+the same protocol in-process over real ``BrokerServer`` objects, for client tests
+without Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+from rayq.actors.protocol import (
+    ArrowPage,
+    BatchSendResult,
+    CommitOffsetsReply,
+    CommitOffsetsRequest,
+    CompareAndSetOffsetsRequest,
+    CreateTopicRequest,
+    DeleteGroupRequest,
+    Done,
+    GroupRequest,
+    GroupsReply,
+    ListGroupsRequest,
+    LockQueuesReply,
+    LockQueuesRequest,
+    MaxOffsetRequest,
+    MessageQueue,
+    MessagesReply,
+    OffsetByTimeRequest,
+    OffsetReply,
+    OffsetsReply,
+    PullManyRequest,
+    PullManyResponse,
+    PullRequest,
+    PullResponse,
+    QueryMessageRequest,
+    QueryOffsetsRequest,
+    QueueBoundsReply,
+    ReadArrowRequest,
+    ResetOffsetsRequest,
+    ScheduleStatsRequest,
+    SendBackRequest,
+    SendBackResult,
+    TopicRequest,
+    TopicRoute,
+    TopicStatsReply,
+    UpdateGroupRequest,
+    ViewMessageRequest,
+)
+from rayq.actors.server.schedule import ScheduleStats
+from rayq.actors.server.tables import SubscriptionGroupConfig
+from rayq.store import EncodedBatch
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Reply(Generic[T]):
+    """An answer to come from a server actor."""
+
+    def result(self, timeout_s: float | None = None) -> T:
+        """Wait for the answer; raises the rayq error the call ended in."""
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Give up on the answer (best effort)."""
+
+    async def wait(self) -> T:
+        raise NotImplementedError
+
+    def add_done_callback(self, callback: Callable[[Reply[T]], None]) -> None:
+        """Call ``callback(self)`` once the answer is there (on some other thread)."""
+        raise NotImplementedError
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.wait().__await__()
+
+
+Invoke = Callable[..., Reply[Any]]
+
+
+class _Client:
+    """Typed methods over ``invoke(method_name, *args) -> Reply`` (the transport's)."""
+
+    def __init__(self, invoke: Invoke) -> None:
+        self._invoke = invoke
+
+
+class BrokerClient(_Client):
+    """One broker's client protocol (``BrokerActor`` / ``BrokerServer``)."""
+
+    def put(self, batch: EncodedBatch) -> Reply[BatchSendResult]:
+        return self._invoke("put", batch)
+
+    def pull(self, req: PullRequest) -> Reply[PullResponse]:
+        return self._invoke("pull", req)
+
+    def pull_many(self, req: PullManyRequest) -> Reply[PullManyResponse]:
+        return self._invoke("pull_many", req)
+
+    def create_topic(self, req: CreateTopicRequest) -> Reply[Done]:
+        return self._invoke("create_topic", req)
+
+    def delete_topic(self, req: TopicRequest) -> Reply[Done]:
+        return self._invoke("delete_topic", req)
+
+    def topic_stats(self, req: TopicRequest) -> Reply[TopicStatsReply]:
+        return self._invoke("topic_stats", req)
+
+    def queue_bounds(self, req: TopicRequest) -> Reply[QueueBoundsReply]:
+        return self._invoke("queue_bounds", req)
+
+    def max_offset(self, req: MaxOffsetRequest) -> Reply[OffsetReply]:
+        return self._invoke("max_offset", req)
+
+    def get_group(self, req: GroupRequest) -> Reply[SubscriptionGroupConfig]:
+        return self._invoke("get_group", req)
+
+    def update_group(self, req: UpdateGroupRequest) -> Reply[SubscriptionGroupConfig]:
+        return self._invoke("update_group", req)
+
+    def delete_group(self, req: DeleteGroupRequest) -> Reply[Done]:
+        return self._invoke("delete_group", req)
+
+    def groups(self, req: ListGroupsRequest) -> Reply[GroupsReply]:
+        return self._invoke("groups", req)
+
+    def ensure_retry_topic(self, req: GroupRequest) -> Reply[Done]:
+        return self._invoke("ensure_retry_topic", req)
+
+    def query_offsets(self, req: QueryOffsetsRequest) -> Reply[OffsetsReply]:
+        return self._invoke("query_offsets", req)
+
+    def commit_offsets(self, req: CommitOffsetsRequest) -> Reply[CommitOffsetsReply]:
+        return self._invoke("commit_offsets", req)
+
+    def compare_and_set_offsets(self, req: CompareAndSetOffsetsRequest) -> Reply[Done]:
+        return self._invoke("compare_and_set_offsets", req)
+
+    def reset_offsets(self, req: ResetOffsetsRequest) -> Reply[OffsetsReply]:
+        return self._invoke("reset_offsets", req)
+
+    def offset_by_time(self, req: OffsetByTimeRequest) -> Reply[OffsetReply]:
+        return self._invoke("offset_by_time", req)
+
+    def lock_queues(self, req: LockQueuesRequest) -> Reply[LockQueuesReply]:
+        return self._invoke("lock_queues", req)
+
+    def unlock_queues(self, req: LockQueuesRequest) -> Reply[LockQueuesReply]:
+        return self._invoke("unlock_queues", req)
+
+    def query_message(self, req: QueryMessageRequest) -> Reply[MessagesReply]:
+        return self._invoke("query_message", req)
+
+    def view_message(self, req: ViewMessageRequest) -> Reply[MessagesReply]:
+        return self._invoke("view_message", req)
+
+    def schedule_stats(self, req: ScheduleStatsRequest) -> Reply[ScheduleStats]:
+        return self._invoke("schedule_stats", req)
+
+    def read_arrow(self, req: ReadArrowRequest) -> Reply[ArrowPage]:
+        return self._invoke("read_arrow", req)
+
+    def send_back(self, req: SendBackRequest) -> Reply[SendBackResult]:
+        return self._invoke("send_back", req)
+
+
+class HoldClient(_Client):
+    """A broker's long-polling service: pulls that wait up to ``suspend_ms`` for news."""
+
+    def pull(self, req: PullRequest) -> Reply[PullResponse]:
+        return self._invoke("pull", req)
+
+    def pull_many(self, req: PullManyRequest) -> Reply[PullManyResponse]:
+        return self._invoke("pull_many", req)
+
+
+class CoordinatorClient(_Client):
+    """Routes, live brokers and consumer-group membership."""
+
+    def route(self, topic: str) -> Reply[TopicRoute | None]:
+        return self._invoke("route", topic)
+
+    def routes(self, topics: list[str]) -> Reply[dict[str, TopicRoute | None]]:
+        return self._invoke("routes", topics)
+
+    def topics(self) -> Reply[list[str]]:
+        return self._invoke("topics")
+
+    def brokers(self) -> Reply[list[str]]:
+        return self._invoke("brokers")
+
+    def lost_brokers(self, topic: str | None) -> Reply[list[str]]:
+        return self._invoke("lost_brokers", topic)
+
+    def group_share(
+        self, group: str, client_id: str, topic: str, expiry_ms: int
+    ) -> Reply[list[MessageQueue] | None]:
+        return self._invoke("group_share", group, client_id, topic, expiry_ms)
+
+    def leave(self, client_id: str) -> Reply[None]:
+        return self._invoke("leave", client_id)
+
+    def join_group(self, group: str, client_id: str, member: Any, spec: Any) -> Reply[int]:
+        return self._invoke("join_group", group, client_id, member, spec)
+
+    def leave_group(self, group: str, client_id: str) -> Reply[None]:
+        return self._invoke("leave_group", group, client_id)
+
+    def member_alive(self, group: str, client_id: str) -> Reply[bool]:
+        return self._invoke("member_alive", group, client_id)
+
+    def group_members(self, group: str) -> Reply[dict[str, list[MessageQueue]]]:
+        return self._invoke("group_members", group)
+
+    def stream_plan(self, group: str, topic: str) -> Reply[tuple[int, Any] | None]:
+        return self._invoke("stream_plan", group, topic)
+
+    def record_stream_plan(self, group: str, topic: str, ranges: Any) -> Reply[int]:
+        return self._invoke("record_stream_plan", group, topic, ranges)
+
+    def finish_stream_plan(self, group: str, topic: str, batch_id: int) -> Reply[bool]:
+        return self._invoke("finish_stream_plan", group, topic, batch_id)
+
+
+class Transport(Protocol):
+    """How a client reaches the deployment in one namespace."""
+
+    namespace: str
+
+    def broker(self, broker_name: str) -> BrokerClient: ...
+    def hold(self, broker_name: str) -> HoldClient: ...
+    def coordinator(self) -> CoordinatorClient: ...
+    def forget(self, broker_name: str) -> None: ...
+    def wait(self, replies: Sequence[Reply[Any]], timeout_s: float) -> list[Reply[Any]]: ...
+
+
+__all__ = [
+    "BrokerClient",
+    "CoordinatorClient",
+    "HoldClient",
+    "Reply",
+    "Transport",
+]
