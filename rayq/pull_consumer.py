@@ -54,7 +54,10 @@ from rayq.actors.protocol import (
     PullRequest,
     PullResponse,
     PullStatus,
+    SendBackItem,
+    SendBackRequest,
 )
+from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.client import ClientContext
 from rayq.start_offsets import (
     check_start_options,
@@ -341,6 +344,34 @@ class PullConsumer:
         self._check_open()
         _check_mq(mq)
         return committed_offsets(self._ctx, self.group, [mq]).get(mq, -1)
+
+    # ---------------------------------------------------------- send-back
+    def send_back(self, msgs: list[MessageExt], *, delay_level: int = 0,
+                  max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES) -> list[str]:  # fmt: skip
+        """Hand failed messages back to their brokers (one call per broker): each copy goes
+        to ``%RETRY%<group>`` after delay level ``3 + reconsume_times`` (or ``delay_level``
+        if positive), or to ``%DLQ%<group>`` past ``max_reconsume_times`` or with a
+        negative ``delay_level``. Returns the topic each copy went to, in input order.
+        Subscribe to ``%RETRY%<group>`` to consume the retries."""
+        self._check_open()
+        if not isinstance(msgs, list | tuple) or not all(isinstance(m, MessageExt) for m in msgs):
+            raise ClientError("send_back takes a list of the MessageExt that poll() returned")
+        for name, value in (("delay_level", delay_level),
+                            ("max_reconsume_times", max_reconsume_times)):  # fmt: skip
+            if value.__class__ is not int:
+                raise ClientError(f"{name} must be an int, got {value!r}")
+        by_broker: dict[str, list[int]] = {}
+        for i, m in enumerate(msgs):
+            by_broker.setdefault(m.broker_name, []).append(i)
+        got = self._ctx.broker_calls({b: lambda c, idx=idx: c.send_back(SendBackRequest(
+            group=self.group, max_reconsume_times=max_reconsume_times, client_id=self.client_id,
+            items=[SendBackItem(msgs[i].commitlog_offset, delay_level) for i in idx]))
+            for b, idx in by_broker.items()}, OFFSET_CALL_TIMEOUT_S)  # fmt: skip
+        topics = [""] * len(msgs)
+        for b, idx in by_broker.items():
+            for i, topic in zip(idx, got[b].topics, strict=True):
+                topics[i] = topic
+        return topics
 
     # ------------------------------------------------------------ commits
     def commit(self) -> None:

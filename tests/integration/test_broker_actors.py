@@ -46,8 +46,7 @@ def test_a_held_pull_is_answered_by_the_next_send(ctx: ClientContext) -> None:
     ref = ctx.hold("broker-a").pull(
         PullRequest(group="g", topic="held", queue_id=0, queue_offset=3, suspend_ms=30_000)
     )
-    ready, _ = ray.wait([ref], timeout=0.5)
-    assert not ready  # parked, not answered with NO_NEW_MSG
+    assert not ctx.transport.wait([ref], 0.5)  # parked, not answered with NO_NEW_MSG
     put(ctx, "held", 0, 2)
     resp = ref.result(20)  # long before the 30 s suspend time
     assert resp.status is PullStatus.FOUND

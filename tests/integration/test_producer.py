@@ -30,6 +30,7 @@ from rayq.actors.protocol import (
     PullRequest,
     SendResult,
     SendStatus,
+    TopicRequest,
     broker_actor_name,
 )
 from rayq.actors.server.tables import PERM_ALL
@@ -115,7 +116,7 @@ def put_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             calls.append(batch.count)
             return handle.put(batch)
 
-        return SimpleNamespace(put=put, pull=handle.pull)
+        return SimpleNamespace(put=put, pull=handle.pull, topic_stats=handle.topic_stats)
 
     monkeypatch.setattr(ClientContext, "broker", broker)
     return calls
@@ -132,7 +133,7 @@ def read_queue(ctx: ClientContext, topic: str, queue_id: int, offset: int = 0,
     while True:
         req = PullRequest(group="producer-test-reader", topic=topic, queue_id=queue_id,
                           queue_offset=offset, max_nums=max_nums)  # fmt: skip
-        resp = ray.get(ctx.broker(broker).pull.remote(req), timeout=30)
+        resp = ctx.broker(broker).pull(req).result(30)
         if resp.count == 0:
             return out
         out += decode_records(resp.buffer, broker_name=broker)
@@ -147,7 +148,7 @@ def read_result(ctx: ClientContext, result: SendResult) -> MessageExt:
 
 
 def queue_sizes(ctx: ClientContext, topic: str, broker: str = BROKER) -> dict[int, int]:
-    stats = ray.get(ctx.broker(broker).call.remote("topic_stats", topic), timeout=30)
+    stats = ctx.broker(broker).topic_stats(TopicRequest(topic=topic)).result(30).queues
     return {s.queue.queue_id: s.max_offset for s in stats}
 
 

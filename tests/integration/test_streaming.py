@@ -145,7 +145,7 @@ def test_a_crash_after_the_commit_does_not_rerun(ctx: ClientContext) -> None:
     runs: list[int] = []
     q2 = query("s3", lambda ranges, batch_id: runs.append(batch_id))
     assert q2.run_once() is None and runs == []
-    assert q2._coordinator("stream_plan", "etl", "s3") is None
+    assert q2.ctx.coordinator.stream_plan("etl", "s3").result(30) is None
 
 
 def test_offsets_moved_by_someone_else_stop_the_query(ctx: ClientContext) -> None:
