@@ -5,6 +5,7 @@ Real ``BrokerServer``s over real stores, a fake coordinator, no Ray.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,10 @@ from rayq.actors.protocol import (
     ConsumeFromWhere,
     CreateTopicRequest,
     MessageQueue,
+    PullItem,
+    PullManyRequest,
     PullRequest,
+    PullResponse,
     PullStatus,
     TopicRequest,
 )
@@ -114,6 +118,43 @@ def test_held_pull_answers_no_new_msg_at_its_suspend_time(cluster: FakeCluster) 
     assert not reply.done()
     assert reply.result(5).status is PullStatus.NO_NEW_MSG
     assert time.monotonic() - started >= 0.09
+
+
+def test_held_pull_many_answers_when_any_of_its_queues_grows(cluster: FakeCluster) -> None:
+    create(cluster, queues=2)
+    req = PullManyRequest(group="cg", items=[PullItem(TOPIC, 0, 0), PullItem(TOPIC, 1, 0)],
+                          suspend_ms=10_000)  # fmt: skip
+    transport = FakeTransport(cluster)
+    reply = transport.hold("broker-a").pull_many(req)
+    assert transport.wait([reply], 0.05) == []
+    send_all(cluster, b"wake")
+    assert transport.wait([reply], 5) == [reply]
+    statuses = sorted(r.status.value for r in reply.result(0).results)
+    assert statuses == ["FOUND", "NO_NEW_MSG"]
+
+
+def test_held_pull_can_be_awaited(cluster: FakeCluster) -> None:
+    create(cluster, queues=1)
+    req = PullRequest(group="cg", topic=TOPIC, queue_id=0, queue_offset=0, suspend_ms=10_000)
+    reply = FakeTransport(cluster).hold("broker-a").pull(req)
+
+    async def main() -> PullResponse:
+        threading.Timer(0.05, send_all, args=(cluster, b"x")).start()
+        return await reply
+
+    resp = asyncio.run(main())
+    assert (resp.status, resp.count) == (PullStatus.FOUND, 1)
+
+
+def test_cancelled_held_pull_is_no_longer_held(cluster: FakeCluster) -> None:
+    create(cluster, queues=1)
+    req = PullRequest(group="cg", topic=TOPIC, queue_id=0, queue_offset=0, suspend_ms=10_000)
+    reply = FakeTransport(cluster).hold("broker-a").pull(req)
+    reply.cancel()
+    assert reply.done()
+    send_all(cluster, b"x")  # wakes nothing, raises nothing
+    with pytest.raises(BrokerUnavailableError):
+        reply.result(0)
 
 
 def test_unknown_broker_is_unavailable(cluster: FakeCluster) -> None:
