@@ -16,10 +16,12 @@ from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.actors.server.tables import is_readable, is_writeable
 
 COORDINATOR_NAME = "rayq-coordinator"
+BROKER_ACTOR_PREFIX = "rayq-broker-"
+CONSUMER_ACTOR_PREFIX = "rayq-consumer-"
 
 
 def broker_actor_name(broker_name: str) -> str:
-    return f"rayq-broker-{broker_name}"
+    return f"{BROKER_ACTOR_PREFIX}{broker_name}"
 
 
 def flusher_actor_name(broker_name: str) -> str:
@@ -28,6 +30,10 @@ def flusher_actor_name(broker_name: str) -> str:
 
 def hold_actor_name(broker_name: str) -> str:
     return f"rayq-pullhold-{broker_name}"
+
+
+def consumer_actor_name(member_id: str) -> str:
+    return f"{CONSUMER_ACTOR_PREFIX}{member_id}"
 
 
 class SendStatus(enum.Enum):
@@ -155,6 +161,14 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     store_dir: str
     topics: dict[str, QueueData]
     data_version: int = 0
+
+
+class FlushTargets(msgspec.Struct, frozen=True, kw_only=True):
+    """What the flusher asks its broker each round (server-internal): commit-log bytes
+    written, and the offset below which consume queues and index are written."""
+
+    written: int
+    dispatched: int
 
 
 class SendBackItem(msgspec.Struct, frozen=True):
