@@ -481,11 +481,11 @@ class Producer:
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Find the deployment and register with the coordinator (idempotent)."""
+        """Find the deployment (idempotent)."""
         self._context()
 
     def shutdown(self) -> None:
-        """Send what ``send_async`` still holds, then unregister; later calls raise."""
+        """Send what ``send_async`` still holds; later calls raise."""
         with self._lock:
             if self._closed:
                 return
@@ -494,12 +494,6 @@ class Producer:
         self._sender.close((cfg.retries + 1) * cfg.send_timeout_ms / 1000 + 5)
         if self._serial is not None:
             self._serial.shutdown(wait=True)
-        if self._ctx is not None:
-            try:
-                call(self._ctx.coordinator.unregister_client.remote(self.client_id),
-                     cfg.send_timeout_ms / 1000)  # fmt: skip
-            except Exception as exc:
-                logger.warning("producer %s: could not unregister: %s", self.group, exc)
 
     def __enter__(self) -> Producer:
         self.start()
@@ -521,10 +515,7 @@ class Producer:
         with self._lock:
             self._check_open()
             if self._ctx is None:
-                ctx = ClientContext(self.config, self.namespace)
-                call(ctx.coordinator.register_client.remote(self.client_id, "producer", self.group),
-                     self.config.send_timeout_ms / 1000)  # fmt: skip
-                self._ctx = ctx
+                self._ctx = ClientContext(self.config, self.namespace)
             return self._ctx
 
     def _live_context(self) -> ClientContext:

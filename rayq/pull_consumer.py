@@ -177,12 +177,10 @@ class PullConsumer:
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Register with the coordinator and find the starting offset of every queue."""
+        """Find the starting offset of every queue."""
         self._check_open()
         if self._started:
             return
-        call(self._ctx.coordinator.register_client.remote(self._client_id, "pull", self.group),
-             OFFSET_CALL_TIMEOUT_S)  # fmt: skip
         self._resolve_offsets([mq for mq, s in self._queues.items() if s.offset < 0])
         self._started = True
         now = time.monotonic()
@@ -202,7 +200,7 @@ class PullConsumer:
             self._closed = True
             if self._started:
                 with suppress(Exception):
-                    self._ctx.coordinator.unregister_client.remote(self._client_id)
+                    self._ctx.coordinator.leave_shares.remote(self._client_id)
 
     def __enter__(self) -> PullConsumer:
         return self

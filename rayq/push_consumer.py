@@ -29,7 +29,7 @@ from ray import cloudpickle
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.consumer import spawn_consumer
-from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol import MessageQueue, consumer_actor_name
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.client import ClientContext, call
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
@@ -143,7 +143,7 @@ class PushConsumer:
             max_reconsume_times=self._max_reconsume_times, strategy=self._strategy,
             allocation=self._allocation, config=self._ctx.config, namespace=self._ctx.namespace,
         )  # fmt: skip
-        actor = spawn_consumer(factory, self._ctx.namespace, f"rayq-consumer-{self.member_id}")
+        actor = spawn_consumer(factory, self._ctx.namespace, consumer_actor_name(self.member_id))
         try:
             call(actor.start.remote(), START_TIMEOUT_S)
         except RayqError:
