@@ -36,9 +36,11 @@ pytestmark = pytest.mark.integration
 
 NAMESPACE = "test-restarts"
 BROKER = "broker-a"
-# Broker heartbeats slower than every deadline below: after a coordinator restart,
-# only the coordinator's own rebuild can bring routes back in time.
+# Broker and consumer-member heartbeats slower than every deadline below: after a
+# coordinator restart, only the coordinator's own rebuild can bring back routes and
+# groups in time.
 BROKER_OVERRIDES = {"heartbeat_interval_ms": 60_000}
+CLIENT_CONFIG = rayq.ClientConfig(member_heartbeat_interval_ms=60_000)
 RECOVER_S = 15.0  # generous: the targets are ~2 s
 DRAIN_S = 60.0
 _N = itertools.count()
@@ -191,7 +193,8 @@ def flowing(admin: rayq.Admin, *, pull: bool = True) -> Iterator[Flow]:
     topic = unique("restart")
     admin.create_topic(topic, queues=2)
     recorder = Recorder.remote()
-    push = rayq.PushConsumer(unique("cg"), consume_from=ConsumeFromWhere.FIRST_OFFSET)
+    push = rayq.PushConsumer(unique("cg"), consume_from=ConsumeFromWhere.FIRST_OFFSET,
+                             config=CLIENT_CONFIG)  # fmt: skip
     push.subscribe(topic)
     push.register_listener(Listener(recorder))
     push.start()
