@@ -26,10 +26,11 @@ from typing import Any, TypeVar
 
 import ray
 
-from rayq.store import SYSTEM_CLOCK, EncodedBatch
+from rayq.store import EncodedBatch
 from rayq.store.errors import InvalidRequestError
 
 from .config import BrokerConfig
+from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
     ArrowPage,
     BatchSendResult,
@@ -78,36 +79,40 @@ R = TypeVar("R")
 
 logger = logging.getLogger(__name__)
 
+REGISTER_TIMEOUT_S = 30.0
+
 
 class BrokerActor:
-    """Ray shell around BrokerServer: timers, the hold and flusher, the coordinator."""
+    """Ray shell around BrokerServer: timers, the hold and flusher, the coordinator.
+
+    Its peers are found by name (on first need, and again after a failed call), and
+    its constructor starts its timers and registers with the coordinator: a broker
+    that Ray restarted serves and shows in the routes without anyone re-wiring it.
+    """
 
     def __init__(self, config: BrokerConfig, store_dir: str, namespace: str) -> None:
+        from .protocol import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
+
         node_id = ray.get_runtime_context().get_node_id()
         self.server = BrokerServer(config, store_dir, node_id)
         self.namespace = namespace
-        self._hold: Any = None
-        self._flusher: Any = None
-        self._coordinator: Any = None
+        name = self.server.name
+        self._hold = Peer(hold_actor_name(name), namespace)
+        self._flusher = Peer(flusher_actor_name(name), namespace)
+        self._coordinator = Peer(COORDINATOR_NAME, namespace)
         self._tasks: list[asyncio.Task] = []
         self._closed = False
-        self._started = False
         self._watched: set[tuple[str, int]] = set()  # queues a held pull may wait on
+        # An async actor's __init__ runs on its event loop: start serving now.
+        self._startup = asyncio.get_running_loop().create_task(self.start_services())
 
     async def start_services(self) -> bool:
-        """Find the hold service, flusher and coordinator by name, register, start timers.
+        """Start the timers (once) and register with the coordinator now.
 
-        Called by ``rayq.start`` and, after Ray restarted this actor, by the
-        coordinator (a restart re-runs ``__init__``: the store recovers from disk, the
-        rest is found again by name).
+        Run by the constructor (so also after Ray restarted this actor: the store
+        recovered from disk in ``__init__``, the peers are found again by name), and
+        again by ``rayq.start`` and the coordinator, to register at once.
         """
-        from .protocol import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
-
-        self._started = True
-        name = self.server.name
-        self._hold = _lookup(hold_actor_name(name), self.namespace)
-        self._flusher = _lookup(flusher_actor_name(name), self.namespace)
-        self._coordinator = _lookup(COORDINATOR_NAME, self.namespace)
         if not self._tasks:
             cfg = self.server.config
             self._tasks = [
@@ -116,19 +121,37 @@ class BrokerActor:
                 ),
                 asyncio.create_task(self._every(cfg.retention_check_interval_ms,
                                                 self.server.retention_tick)),
-                asyncio.create_task(self._every(cfg.heartbeat_interval_ms, self._heartbeat_sync)),
+                asyncio.create_task(self._heartbeat_loop(cfg.heartbeat_interval_ms)),
                 asyncio.create_task(self._schedule_loop()),
             ]  # fmt: skip
-        await self._register()
-        return True
+        return await self._register()
 
-    async def _register(self) -> None:
-        if self._coordinator is not None:
-            await self._coordinator.register_broker.remote(self.server.info())
+    async def _register(self) -> bool:
+        """Register (or heartbeat) with the coordinator; False if it is not reachable
+        (logged; the next heartbeat tries again, looking it up anew)."""
+        coordinator = self._coordinator.get()
+        if coordinator is None:
+            return False
+        try:
+            await asyncio.wait_for(coordinator.register_broker.remote(self.server.info()),
+                                   REGISTER_TIMEOUT_S)  # fmt: skip
+            return True
+        except PEER_LOST_ERRORS as exc:
+            logger.warning("broker %s: coordinator unreachable (%s); registering again later",
+                           self.server.name, type(exc).__name__)  # fmt: skip
+            self._coordinator.forget()
+        except TimeoutError:
+            logger.warning("broker %s: coordinator did not answer the registration in %.0f s",
+                           self.server.name, REGISTER_TIMEOUT_S)  # fmt: skip
+        return False
 
-    def _heartbeat_sync(self) -> None:
-        if self._coordinator is not None:
-            self._coordinator.register_broker.remote(self.server.info())
+    async def _heartbeat_loop(self, interval_ms: int) -> None:
+        while not self._closed:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await self._register()
+            except Exception:  # logged; the next heartbeat tries again
+                logger.exception("broker %s: heartbeat failed", self.server.name)
 
     async def _every(self, interval_ms: int, fn: Any) -> None:
         while not self._closed:
@@ -150,19 +173,35 @@ class BrokerActor:
             await asyncio.sleep(wait_ms / 1000)
 
     def _notify(self, touched: dict[tuple[str, int], int]) -> None:
-        if self._hold is not None:
+        """Tell the hold service (fire and forget: a hold service that is restarting has
+        no held pulls to answer; its callers pull again)."""
+        hold = self._hold.get() if touched else None
+        if hold is not None:
             for (topic, queue_id), max_offset in touched.items():
-                self._hold.notify.remote(topic, queue_id, max_offset)
+                hold.notify.remote(topic, queue_id, max_offset)
 
-    async def _ensure_started(self) -> None:
-        """After a restart, the first call (the flusher's, within a flush interval) re-wires
-        and re-registers this broker, whoever else notices the restart."""
-        if not self._started:
-            await self.start_services()
+    async def _sync_flush(self, result: BatchSendResult) -> BatchSendResult:
+        """SYNC_FLUSH: acknowledge only once the flusher reports the append durable;
+        FLUSH_DISK_TIMEOUT if it does not in time (or is unreachable)."""
+        flusher = self._flusher.get()
+        written = self.server.store.written_offset
+        timeout = self.server.config.store.sync_flush_timeout_ms / 1000
+        if flusher is not None:
+            try:
+                await asyncio.wait_for(flusher.sync.remote(written), timeout)
+                return result
+            except PEER_LOST_ERRORS as exc:
+                logger.warning("broker %s: flusher unreachable (%s)", self.server.name,
+                               type(exc).__name__)  # fmt: skip
+                self._flusher.forget()
+            except TimeoutError:
+                pass
+        return BatchSendResult(status=SendStatus.FLUSH_DISK_TIMEOUT, msg_ids=result.msg_ids,
+                               offset_msg_ids=result.offset_msg_ids,
+                               queue_offsets=result.queue_offsets)  # fmt: skip
 
     @ray.method(concurrency_group="send")
     async def put(self, batch: EncodedBatch) -> BatchSendResult:
-        await self._ensure_started()
         if type(batch) is not EncodedBatch:
             raise InvalidRequestError(f"put takes an EncodedBatch, got {type(batch).__name__}")
         known = batch.topic in self.server.tables.topics
@@ -170,18 +209,11 @@ class BrokerActor:
         if not known:  # auto-created: routes must show it now, not at the next heartbeat
             await self._register()
         key = (batch.topic, batch.queue_id)
-        if self._hold is not None and key in self._watched and not batch.scheduled:
+        if key in self._watched and not batch.scheduled:
             self._watched.discard(key)
-            self._hold.notify.remote(batch.topic, batch.queue_id, result.queue_offsets[-1] + 1)
-        if self.server.config.flush_disk_type.value == "SYNC_FLUSH" and self._flusher is not None:
-            written = self.server.store.written_offset
-            timeout = self.server.config.store.sync_flush_timeout_ms / 1000
-            try:
-                await asyncio.wait_for(self._flusher.sync.remote(written), timeout)
-            except TimeoutError:
-                return BatchSendResult(status=SendStatus.FLUSH_DISK_TIMEOUT, msg_ids=result.msg_ids,
-                                       offset_msg_ids=result.offset_msg_ids,
-                                       queue_offsets=result.queue_offsets)  # fmt: skip
+            self._notify({key: result.queue_offsets[-1] + 1})
+        if self.server.config.flush_disk_type.value == "SYNC_FLUSH":
+            return await self._sync_flush(result)
         return result
 
     @ray.method(concurrency_group="pull")
@@ -190,7 +222,6 @@ class BrokerActor:
         as watched before reading, so the next put to it notifies the hold service; puts
         to queues nobody waits on send no notification. (Mark, then read; append, then
         check: a put either is seen by the read or sees the mark.)"""
-        await self._ensure_started()
         req = check(req, PullRequest)
         if req.suspend_ms > 0:
             self._watched.add((req.topic, req.queue_id))
@@ -199,7 +230,6 @@ class BrokerActor:
     @ray.method(concurrency_group="pull")
     async def pull_many(self, req: PullManyRequest) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's."""
-        await self._ensure_started()
         req = check(req, PullManyRequest)
         if req.suspend_ms > 0:
             self._watched.update((item.topic, item.queue_id) for item in req.items)
@@ -303,7 +333,6 @@ class BrokerActor:
     async def _serve(self, method: Callable[[Any], R], req: object, cls: type) -> R:
         """Check ``req`` at the boundary, run ``method``; routes are re-registered at once
         when the topic table changed (a created, deleted or auto-created topic)."""
-        await self._ensure_started()
         version = self.server.tables.topics.data_version
         result = method(check(req, cls))
         if self.server.tables.topics.data_version != version:
@@ -320,7 +349,6 @@ class BrokerActor:
     @ray.method(concurrency_group="admin")
     async def flush_targets(self) -> FlushTargets:
         """For the flusher: how far the files are written."""
-        await self._ensure_started()
         return self.server.flush_targets()
 
     @ray.method(concurrency_group="admin")
@@ -333,22 +361,10 @@ class BrokerActor:
 
     async def shutdown(self) -> None:
         self._closed = True
-        for task in self._tasks:
+        for task in [self._startup, *self._tasks]:
             task.cancel()
         with contextlib.suppress(Exception):
             self.server.close()
-
-
-def _now_ms() -> int:
-    return SYSTEM_CLOCK.now_ms()
-
-
-def _lookup(actor_name: str, namespace: str) -> Any:
-    try:
-        return ray.get_actor(actor_name, namespace=namespace)
-    except ValueError:
-        logger.warning("actor %s not found in namespace %s", actor_name, namespace)
-        return None
 
 
 def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:

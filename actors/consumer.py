@@ -4,6 +4,7 @@ A thin Ray shell: it builds the service from a picklable factory (the service is
 client logic in ``rayq.consume_service``; this module never imports it), hands the
 coordinator's ``assign``/``revoke`` calls through, and runs the timers: offset
 commits, orderly lock renewal, membership heartbeats and the consume-timeout scan.
+A restarted coordinator asks it to ``rejoin`` at once (no waiting for the heartbeat).
 ``park`` never returns while the actor lives, so the coordinator learns of its
 death from Ray at once and rebalances the group.
 """
@@ -50,6 +51,14 @@ class ConsumerActor:
                 await fn()
             except Exception:  # logged; the next tick tries again
                 logger.exception("consumer timer %s failed", getattr(fn, "__name__", fn))
+
+    async def rejoin(self) -> bool:
+        """Join the group again (asked by a coordinator that was restarted); False if
+        this consumer is not started yet (its ``start`` joins) or already shut down."""
+        if not self._tasks or self.service.closed:
+            return False
+        await self.service.join()
+        return True
 
     async def assign(self, generation: int, queues: list[Any]) -> None:
         await self.service.assign(generation, queues)

@@ -1,15 +1,22 @@
-"""The Coordinator actor (RocketMQ's NameServer role): brokers, routes and clients.
+"""The Coordinator actor (RocketMQ's NameServer role): brokers, routes and groups.
 
 Soft state only: brokers register on start and re-register (heartbeat) every
 ``heartbeat_interval_ms``; a broker silent for ``BROKER_EXPIRY_MS`` is dropped by a
 scan every ``SCAN_INTERVAL_MS``, and one whose actor Ray reports dead is dropped at
-once (the coordinator keeps a never-returning call open on each broker). Restarted,
-the coordinator rebuilds everything from the next registrations.
+once (the coordinator keeps a never-returning call open on each broker).
+
+(Re)started, the coordinator does not wait for heartbeats: its constructor starts
+``_rebuild``, which lists the named actors of its namespace, asks every broker for
+its info and every push consumer to join its group again. Queries for routes and
+groups wait for that (at most ``REBUILD_WAIT_S``), so a client never sees the empty
+tables of a coordinator that has just come back. Pull consumers' shares come back
+with their next ``group_share`` call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -17,7 +24,15 @@ import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
 
-from .protocol import BrokerInfo, MessageQueue, QueueData, TopicRoute, broker_actor_name
+from .protocol import (
+    BROKER_ACTOR_PREFIX,
+    CONSUMER_ACTOR_PREFIX,
+    BrokerInfo,
+    MessageQueue,
+    QueueData,
+    TopicRoute,
+    broker_actor_name,
+)
 from .server.allocation import allocate_averagely
 from .server.rebalance import MemberSpec, Plan, Rebalancer
 from .server.stream_plans import StreamPlans
@@ -29,6 +44,8 @@ SCAN_INTERVAL_MS = 10_000
 RESTART_WAIT_S = 60.0
 SAFETY_REBALANCE_MS = 20_000  # every push-consumer group, in case an event was missed
 MEMBER_CALL_TIMEOUT_S = 30.0  # a revoke waits for in-flight work; a member slower is dropped
+REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
+REBUILD_WAIT_S = 10.0  # how long a query waits for the rebuild before answering anyway
 
 
 class RouteTable:
@@ -48,12 +65,6 @@ class RouteTable:
     def remove(self, broker_name: str) -> None:
         self.brokers.pop(broker_name, None)
         self.last_seen_ms.pop(broker_name, None)
-
-    def expire(self, now_ms: int, expiry_ms: int = BROKER_EXPIRY_MS) -> list[str]:
-        gone = [b for b, seen in self.last_seen_ms.items() if now_ms - seen > expiry_ms]
-        for b in gone:
-            self.remove(b)
-        return gone
 
     def route(self, topic: str) -> TopicRoute | None:
         queues: list[QueueData] = [
@@ -91,7 +102,6 @@ class CoordinatorActor:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.table = RouteTable()
-        self.clients: dict[str, tuple[str, str]] = {}
         self.groups = GroupTable()
         self._watches: dict[str, asyncio.Task] = {}
         self._scan: asyncio.Task | None = None
@@ -104,6 +114,78 @@ class CoordinatorActor:
         self._pending: set[asyncio.Task] = set()
         self.stream_plans = StreamPlans()
         self.lost: dict[str, BrokerInfo] = {}  # died or went silent, not back yet
+        # Set once the soft state is rebuilt by asking (see _rebuild): routes once the
+        # brokers answered, groups once the push consumers re-joined.
+        self._routes_ready = asyncio.Event()
+        self._groups_ready = asyncio.Event()
+        # An async actor's __init__ runs on its event loop: rebuild in the background.
+        self._rebuild_task = asyncio.get_running_loop().create_task(self._rebuild())
+
+    # ------------------------------------------------------------ restart
+    async def _rebuild(self) -> None:
+        """Rebuild the soft state at once after a (re)start, by asking rather than
+        waiting for heartbeats: every broker actor of the namespace for its info, then
+        every push-consumer actor to join its group again; then rebalance each group
+        once (rebalances are held back meanwhile, so no member loses its queues to
+        routes not known yet)."""
+        try:
+            brokers, consumers = await asyncio.to_thread(self._named_actors)
+            infos = await asyncio.gather(
+                *(_ask(h, "broker_info") for h in brokers.values()), return_exceptions=True
+            )
+            for name, info in zip(brokers, infos, strict=True):
+                if isinstance(info, BrokerInfo):
+                    await self.register_broker(info)
+                else:  # it registers itself when it is up
+                    logger.warning("rebuild: broker actor %s did not answer (%s)", name, info)
+            self._routes_ready.set()
+            answers = await asyncio.gather(
+                *(_ask(h, "rejoin") for h in consumers.values()), return_exceptions=True
+            )
+            for name, answer in zip(consumers, answers, strict=True):
+                if isinstance(answer, BaseException):  # it re-joins on its member heartbeat
+                    logger.warning("rebuild: consumer actor %s did not re-join (%s)", name,
+                                   answer)  # fmt: skip
+            if brokers or consumers:
+                logger.warning("coordinator (re)started: %d broker(s) and %d push consumer(s) "
+                               "found in namespace %s", len(self.table.brokers),
+                               len(consumers), self.namespace)  # fmt: skip
+        except Exception:
+            logger.exception("coordinator: rebuilding state failed; waiting for heartbeats")
+        finally:
+            self._routes_ready.set()
+            self._groups_ready.set()
+        for group in self.rebalancer.groups():
+            self._spawn(self._rebalance(group))
+
+    def _named_actors(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Handles of the broker and push-consumer actors of this namespace, by name."""
+        brokers: dict[str, Any] = {}
+        consumers: dict[str, Any] = {}
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name = entry["name"]
+            if entry["namespace"] != self.namespace:
+                continue
+            found = (brokers if name.startswith(BROKER_ACTOR_PREFIX) else
+                     consumers if name.startswith(CONSUMER_ACTOR_PREFIX) else None)  # fmt: skip
+            if found is None:
+                continue
+            with contextlib.suppress(ValueError):  # gone since it was listed
+                found[name] = ray.get_actor(name, namespace=self.namespace)
+        return brokers, consumers
+
+    async def _ready(self, event: asyncio.Event) -> None:
+        """Answer from rebuilt state (or from what there is after ``REBUILD_WAIT_S``)."""
+        if not event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), REBUILD_WAIT_S)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    # ------------------------------------------------------------ brokers
 
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
@@ -161,79 +243,80 @@ class CoordinatorActor:
         self._remove_broker(broker_name, lost=False)
 
     async def route(self, topic: str) -> TopicRoute | None:
+        await self._ready(self._routes_ready)
         return self.table.route(topic)
 
     async def routes(self, topics: list[str]) -> dict[str, TopicRoute | None]:
+        await self._ready(self._routes_ready)
         return {t: self.table.route(t) for t in topics}
 
     async def topics(self) -> list[str]:
+        await self._ready(self._routes_ready)
         return self.table.topics()
 
     async def brokers(self) -> list[str]:
+        await self._ready(self._routes_ready)
         return sorted(self.table.brokers)
 
-    async def register_client(self, client_id: str, kind: str, group: str) -> None:
-        self.clients[client_id] = (kind, group)
-
-    async def unregister_client(self, client_id: str) -> None:
-        self.clients.pop(client_id, None)
-        self.groups.leave(client_id)
-
-    async def leave(self, client_id: str) -> None:
-        """A pull consumer or producer shut down: it no longer counts in group shares."""
-        self.groups.leave(client_id)
-
+    # ----------------------------------------------- pull-consumer shares
     async def group_share(self, group: str, client_id: str, topic: str,
                           expiry_ms: int) -> list[MessageQueue] | None:  # fmt: skip
         """``client_id``'s share of ``topic``'s queues among the group's live members
         (averagely); members not heard from for ``expiry_ms`` no longer count."""
+        await self._ready(self._routes_ready)
         route = self.table.route(topic)
         if route is None:
             return None
         members = self.groups.touch(group, topic, client_id, _now_ms(), expiry_ms)
         return allocate_averagely(route.read_queues(), members)[client_id]
 
+    async def leave_shares(self, client_id: str) -> None:
+        """A pull consumer shut down: its shares go to the other members at once."""
+        self.groups.leave(client_id)
+
     async def ready(self) -> bool:
         return True
 
     # ------------------------------------------------ push-consumer groups
-    async def join_group(self, group: str, member_id: str, handle: Any, spec: MemberSpec) -> int:
+    async def join_group(self, group: str, client_id: str, handle: Any, spec: MemberSpec) -> int:
         """A push consumer joins (ConfigError if it subscribes unlike the group); the group
         is rebalanced before this returns."""
-        self.rebalancer.join(group, member_id, spec)
-        key = (group, member_id)
+        self.rebalancer.join(group, client_id, spec)
+        key = (group, client_id)
         self._members[key] = handle
         watch = self._member_watches.get(key)
         if watch is None or watch.done():
-            self._member_watches[key] = asyncio.create_task(self._watch_member(group, member_id))
+            self._member_watches[key] = asyncio.create_task(self._watch_member(group, client_id))
         if self._safety is None:
             self._safety = asyncio.create_task(self._safety_loop())
         await self._rebalance(group)
         return len(self.rebalancer.members(group))
 
-    async def leave_group(self, group: str, member_id: str) -> None:
+    async def leave_group(self, group: str, client_id: str) -> None:
         """A member leaves (shut down): its queues go to the others at once."""
-        watch = self._member_watches.pop((group, member_id), None)
+        watch = self._member_watches.pop((group, client_id), None)
         if watch is not None:
             watch.cancel()
-        if self._forget_member(group, member_id):
+        if self._forget_member(group, client_id):
             await self._rebalance(group)
 
-    async def member_alive(self, group: str, member_id: str) -> bool:
-        return member_id in self.rebalancer.members(group)
+    async def member_alive(self, group: str, client_id: str) -> bool:
+        await self._ready(self._groups_ready)
+        return client_id in self.rebalancer.members(group)
 
     async def group_members(self, group: str) -> dict[str, list[MessageQueue]]:
         """Each member of a push-consumer group and the queues it owns now."""
+        await self._ready(self._groups_ready)
         owned = self.rebalancer.owned(group)
         return {m: sorted(owned.get(m, frozenset())) for m in self.rebalancer.members(group)}
 
-    def _forget_member(self, group: str, member_id: str) -> bool:
-        self._members.pop((group, member_id), None)
-        return self.rebalancer.leave(group, member_id)
+    def _forget_member(self, group: str, client_id: str) -> bool:
+        self._members.pop((group, client_id), None)
+        return self.rebalancer.leave(group, client_id)
 
-    async def _watch_member(self, group: str, member_id: str) -> None:
+    async def _watch_member(self, group: str, client_id: str) -> None:
         """Ray reports a consumer actor's death here: its queues move at once."""
-        handle = self._members.get((group, member_id))
+        handle = self._members.get((group, client_id))
         if handle is None:
             return
         try:
@@ -241,8 +324,8 @@ class CoordinatorActor:
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.warning("consumer %s of group %s died; rebalancing", member_id, group)
-        if self._forget_member(group, member_id):
+            logger.warning("consumer %s of group %s died; rebalancing", client_id, group)
+        if self._forget_member(group, client_id):
             await self._rebalance(group)
 
     async def _safety_loop(self) -> None:
@@ -253,13 +336,14 @@ class CoordinatorActor:
 
     def _routes_changed(self, topics: set[str]) -> None:
         for group in self.rebalancer.groups_of_topics(topics) if topics else []:
-            task = asyncio.create_task(self._rebalance(group))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            self._spawn(self._rebalance(group))
 
     async def _rebalance(self, group: str) -> None:
-        """Rebalance ``group``; calls that arrive while one runs are folded into one rerun."""
+        """Rebalance ``group``; calls that arrive while one runs are folded into one rerun,
+        and calls while the state is being rebuilt into one when it is."""
         self._dirty.add(group)
+        if not self._groups_ready.is_set():
+            return  # _rebuild rebalances every group when it is done
         lock = self._locks.setdefault(group, asyncio.Lock())
         if lock.locked():
             return
@@ -311,6 +395,7 @@ class CoordinatorActor:
     async def lost_brokers(self, topic: str | None = None) -> list[str]:
         """Brokers that died or went silent and are not back (holding ``topic``, if given):
         their queues are unavailable, not gone."""
+        await self._ready(self._routes_ready)
         return sorted(b for b, info in self.lost.items()
                       if topic is None or topic in info.topics or not info.topics)  # fmt: skip
 
@@ -327,6 +412,11 @@ class CoordinatorActor:
 
 def _now_ms() -> int:
     return SYSTEM_CLOCK.now_ms()
+
+
+async def _ask(handle: Any, method: str) -> Any:
+    """One call to another actor while rebuilding, bounded by ``REBUILD_CALL_TIMEOUT_S``."""
+    return await asyncio.wait_for(getattr(handle, method).remote(), REBUILD_CALL_TIMEOUT_S)
 
 
 def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:

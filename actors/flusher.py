@@ -1,6 +1,7 @@
 """The Flusher actor: makes a broker's files durable, next to it on the same node.
 
-ASYNC_FLUSH: every ``flush_interval_ms`` it asks the broker how far it has written
+ASYNC_FLUSH: every ``flush_interval_ms`` it asks the broker (found by name, again
+after a failed call) how far it has written (``Broker.flush_targets``)
 and fdatasyncs the commit log when at least ``flush_least_pages`` pages are
 pending (unconditionally every ``flush_thorough_interval_ms``), and the consume
 queues and index every ``flush_cq_interval_ms``, then writes the checkpoint.
@@ -18,6 +19,9 @@ from typing import Any
 import ray
 
 from rayq.store import DiskFlusher, StoreConfig
+
+from .peers import PEER_LOST_ERRORS, Peer
+from .protocol import FlushTargets, broker_actor_name
 
 logger = logging.getLogger(__name__)
 
@@ -74,36 +78,41 @@ class FlushService:
 
 
 class FlusherActor:
-    def __init__(self, store_dir: str, config: StoreConfig, broker_name: str) -> None:
+    """Ray shell over FlushService. It finds its broker by name and starts its flush
+    loop in its constructor, so a flusher that Ray restarted flushes again at once
+    (no one has to re-wire it)."""
+
+    def __init__(self, store_dir: str, config: StoreConfig, broker_name: str,
+                 namespace: str) -> None:  # fmt: skip
         self.service = FlushService(store_dir, config)
         self.broker_name = broker_name
-        self._broker: Any = None
-        self._task: asyncio.Task | None = None
-
-    async def attach(self, broker: Any) -> bool:
-        self._broker = broker
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop())
-        return True
+        self.broker = Peer(broker_actor_name(broker_name), namespace)
+        # An async actor's __init__ runs on its event loop: the loop starts now.
+        self._task: asyncio.Task = asyncio.get_running_loop().create_task(self._loop())
 
     async def sync(self, offset: int) -> int:
         return await self.service.sync(offset)
 
     async def _loop(self) -> None:
         cfg = self.service.config
-        rounds = 0
         thorough_every = max(1, cfg.flush_thorough_interval_ms // cfg.flush_interval_ms)
         logics_every = max(1, cfg.flush_cq_interval_ms // cfg.flush_interval_ms)
+        n = 0
         while True:
             await asyncio.sleep(cfg.flush_interval_ms / 1000)
-            rounds += 1
+            n += 1
+            broker = self.broker.get()
+            if broker is None:
+                continue  # not there (yet): look again next round
             try:
-                targets = await self._broker.flush_targets.remote()
+                targets: FlushTargets = await broker.flush_targets.remote()
                 await self.service.tick(targets.written, targets.dispatched,
-                                        thorough=rounds % thorough_every == 0,
-                                        logics=rounds % logics_every == 0)  # fmt: skip
-            except ray.exceptions.RayActorError:
-                await asyncio.sleep(1)  # the broker is restarting
+                                        thorough=n % thorough_every == 0,
+                                        logics=n % logics_every == 0)  # fmt: skip
+            except PEER_LOST_ERRORS as exc:  # restarting or replaced: look it up again
+                logger.info("flusher %s: broker unreachable (%s); retrying next round",
+                            self.broker_name, type(exc).__name__)  # fmt: skip
+                self.broker.forget()
             except Exception:
                 logger.exception("flusher %s: flush round failed", self.broker_name)
 
@@ -125,4 +134,4 @@ def spawn_flusher(store_dir: str, config: StoreConfig, broker_name: str, namespa
         name=flusher_actor_name(broker_name), namespace=namespace, get_if_exists=True,
         lifetime="detached", max_restarts=-1, num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(store_dir, config, broker_name)  # fmt: skip
+    ).remote(store_dir, config, broker_name, namespace)  # fmt: skip

@@ -21,10 +21,12 @@ from rayq.store.errors import InvalidRequestError
 from rayq.store.message import MessageExt
 
 COORDINATOR_NAME = "rayq-coordinator"
+BROKER_ACTOR_PREFIX = "rayq-broker-"
+CONSUMER_ACTOR_PREFIX = "rayq-consumer-"
 
 
 def broker_actor_name(broker_name: str) -> str:
-    return f"rayq-broker-{broker_name}"
+    return f"{BROKER_ACTOR_PREFIX}{broker_name}"
 
 
 def flusher_actor_name(broker_name: str) -> str:
@@ -61,6 +63,10 @@ class ConsumeFromWhere(enum.Enum):
 class MessageModel(enum.Enum):
     CLUSTERING = "CLUSTERING"  # each message to one consumer of the group
     BROADCASTING = "BROADCASTING"  # every consumer gets every message
+
+
+def consumer_actor_name(client_id: str) -> str:
+    return f"{CONSUMER_ACTOR_PREFIX}{client_id}"
 
 
 class SendStatus(enum.Enum):
@@ -189,6 +195,14 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     store_dir: str
     topics: dict[str, QueueData]
     data_version: int = 0
+
+
+class FlushTargets(msgspec.Struct, frozen=True, kw_only=True):
+    """What the flusher asks its broker each round (server-internal): commit-log bytes
+    written, and the offset below which consume queues and index are written."""
+
+    written: int
+    dispatched: int
 
 
 class SendBackItem(msgspec.Struct, frozen=True):
@@ -424,11 +438,3 @@ def check(request: object, cls: type[R]) -> R:
         raise InvalidRequestError(
             f"malformed {cls.__name__}: {exc}", request=cls.__name__
         ) from None
-
-
-class FlushTargets(msgspec.Struct, frozen=True, kw_only=True):
-    """Internal (broker -> flusher): commit-log bytes written, and the commit-log offset
-    below which consume queues and index are written."""
-
-    written: int
-    dispatched: int

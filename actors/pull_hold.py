@@ -15,13 +15,17 @@ from typing import Any
 
 import ray
 
+from rayq.store.errors import BrokerUnavailableError
+
 from .config import BrokerConfig
+from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
     PullManyRequest,
     PullManyResponse,
     PullRequest,
     PullResponse,
     PullStatus,
+    broker_actor_name,
     check,
 )
 
@@ -69,34 +73,48 @@ class HoldTable:
 
 
 class PullHoldActor:
-    def __init__(self, config: BrokerConfig) -> None:
+    """Ray shell over HoldTable. Its broker is found by name on the first pull and
+    again after a call to it failed, so a restarted hold service (or a restarted or
+    replaced broker) needs no re-wiring."""
+
+    def __init__(self, config: BrokerConfig, namespace: str) -> None:
         self.config = config
         self.table = HoldTable()
-        self._broker: Any = None
-
-    async def attach(self, broker: Any) -> bool:
-        self._broker = broker
-        return True
+        self.broker = Peer(broker_actor_name(config.broker_name), namespace)
 
     def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         self.table.notify(topic, queue_id, max_offset)
 
+    async def _call(self, method: str, req: Any) -> Any:
+        """``method`` of the broker; a lost broker is looked up again by the next call
+        (the caller sees BrokerUnavailableError and retries, as clients do)."""
+        broker = self.broker.get()
+        if broker is None:
+            raise BrokerUnavailableError(
+                f"broker {self.config.broker_name} is not running (yet); retry"
+            )
+        try:
+            return await getattr(broker, method).remote(req)
+        except PEER_LOST_ERRORS:
+            self.broker.forget()
+            raise
+
     async def pull(self, req: PullRequest) -> PullResponse:
         """Pull, waiting up to the suspend time if nothing new is there yet."""
         req = check(req, PullRequest)
-        resp = await self._broker.pull.remote(req)
+        resp = await self._call("pull", req)
         if resp.status is not PullStatus.NO_NEW_MSG or req.suspend_ms <= 0:
             return resp
         beyond = max(req.queue_offset, resp.max_offset)
         if not await self.table.wait(req.topic, req.queue_id, beyond, self._hold_s(req.suspend_ms)):
             return resp
-        return await self._broker.pull.remote(req)
+        return await self._call("pull", req)
 
     async def pull_many(self, req: PullManyRequest) -> PullManyResponse:
         """``pull`` for several queues of the broker: answered as soon as any of them has
         something (or an error), else after the suspend time with every queue's answer."""
         req = check(req, PullManyRequest)
-        reply = await self._broker.pull_many.remote(req)
+        reply = await self._call("pull_many", req)
         resps = reply.results
         if req.suspend_ms <= 0 or any(
             not isinstance(r, PullResponse) or r.status is not PullStatus.NO_NEW_MSG for r in resps
@@ -106,7 +124,7 @@ class PullHoldActor:
                  for i, r in zip(req.items, resps, strict=True)}  # fmt: skip
         if not await self.table.wait_any(waits, self._hold_s(req.suspend_ms)):
             return reply
-        return await self._broker.pull_many.remote(req)
+        return await self._call("pull_many", req)
 
     def _hold_s(self, suspend_ms: int) -> float:
         """How long a pull that found nothing is held: its suspend time, capped by the
@@ -128,4 +146,4 @@ def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
         name=hold_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,
         lifetime="detached", max_restarts=-1, num_cpus=0, max_concurrency=10_000,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config)  # fmt: skip
+    ).remote(config, namespace)  # fmt: skip

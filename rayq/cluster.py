@@ -85,6 +85,15 @@ def _stop(actor_name: str, namespace: str) -> None:
     ray.kill(handle, no_restart=True)
 
 
+def running_actors(namespace: str) -> list[str]:
+    """The rayq server actors (coordinator, brokers, flushers, hold services) that run
+    in ``namespace``."""
+    prefixes = (COORDINATOR_NAME, broker_actor_name(""), flusher_actor_name(""),
+                hold_actor_name(""))  # fmt: skip
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["namespace"] == namespace and a["name"].startswith(prefixes))  # fmt: skip
+
+
 def default_store_dir() -> Path:
     node = getattr(ray._private.worker, "_global_node", None)  # the Ray session of this driver
     base = node.get_session_dir_path() if node is not None else tempfile.gettempdir()
@@ -122,6 +131,8 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
 
     ``placement="local"``: ``brokers`` brokers on this node. ``placement="resource"``:
     one broker per node with a ``rayq_broker:<name>`` resource (``brokers`` ignored).
+    Raises ConfigError, and leaves it alone, if a deployment already runs in
+    ``namespace`` (attach to it with :func:`connect`).
     """
     global _current_namespace
     if placement not in ("local", "resource"):
@@ -133,6 +144,16 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address=address or "local", namespace=namespace, log_to_driver=False)
+    running = running_actors(namespace)
+    if running:
+        if owns_ray:
+            ray.shutdown()
+        raise ConfigError(
+            f"a rayq deployment already runs in Ray namespace {namespace!r} (actors "
+            f"{', '.join(running)}); use rayq.connect(namespace={namespace!r}) to use it, "
+            "start in another namespace, or shut it down first (Cluster.shutdown() or "
+            "`rayq stop`)", namespace=namespace,
+        )  # fmt: skip
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
@@ -150,11 +171,12 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     for name, port, node_id in plan:
         cfg = BrokerConfig.from_dict({**_asdict(base), "broker_name": name, "listen_port": port})
         store = str(root / name)
-        broker = spawn_broker(cfg, store, namespace, node_id)
+        # Each finds the others by name; the broker last, so it finds its peers at once.
         flusher = spawn_flusher(store, cfg.store_config, name, namespace, node_id)
         hold = spawn_hold(cfg, namespace, node_id)
-        ray.get([flusher.attach.remote(broker), hold.attach.remote(broker)])
-        ray.get(broker.start_services.remote())
+        ray.get([flusher.ready.remote(), hold.ready.remote()])
+        broker = spawn_broker(cfg, store, namespace, node_id)
+        ray.get(broker.start_services.remote())  # registered: routes show it on return
         names.append(name)
     _current_namespace = namespace
     logger.warning("rayq started: %d broker(s) %s, stores under %s", len(names), names, root)

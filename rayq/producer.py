@@ -485,11 +485,11 @@ class Producer:
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Find the deployment and register with the coordinator (idempotent)."""
+        """Find the deployment (idempotent)."""
         self._context()
 
     def shutdown(self) -> None:
-        """Send what ``send_async`` still holds, then unregister; later calls raise."""
+        """Send what ``send_async`` still holds; later calls raise."""
         with self._lock:
             if self._closed:
                 return
@@ -498,11 +498,6 @@ class Producer:
         self._sender.close((cfg.retries + 1) * cfg.send_timeout_ms / 1000 + 5)
         if self._serial is not None:
             self._serial.shutdown(wait=True)
-        if self._ctx is not None:
-            try:
-                self._ctx.coordinator.leave(self.client_id).result(cfg.send_timeout_ms / 1000)
-            except Exception as exc:
-                logger.warning("producer %s: could not unregister: %s", self.group, exc)
 
     def __enter__(self) -> Producer:
         self.start()

@@ -180,7 +180,7 @@ class PullConsumer:
 
     # ---------------------------------------------------------- lifecycle
     def start(self) -> None:
-        """Register with the coordinator and find the starting offset of every queue."""
+        """Find the starting offset of every queue."""
         self._check_open()
         if self._started:
             return
@@ -203,7 +203,7 @@ class PullConsumer:
             self._closed = True
             if self._started:
                 with suppress(RayqError):
-                    self._ctx.coordinator.leave(self.client_id)
+                    self._ctx.coordinator.leave_shares(self.client_id)
 
     def __enter__(self) -> PullConsumer:
         return self

@@ -25,7 +25,7 @@ from ray import cloudpickle
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.consumer import spawn_consumer
-from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue
+from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue, consumer_actor_name
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.client import ClientContext
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
@@ -135,7 +135,7 @@ class PushConsumer:
             max_reconsume_times=self._max_reconsume_times, strategy=self._strategy,
             allocation=self._allocation, config=self._ctx.config, namespace=self._ctx.namespace,
         )  # fmt: skip
-        actor = spawn_consumer(factory, self._ctx.namespace, f"rayq-consumer-{self.client_id}")
+        actor = spawn_consumer(factory, self._ctx.namespace, consumer_actor_name(self.client_id))
         try:
             RayReply(actor.start.remote()).result(START_TIMEOUT_S)
         except RayqError:

@@ -449,7 +449,7 @@ class FakeCluster:
         members = self.groups.touch(group, topic, client_id, SYSTEM_CLOCK.now_ms(), expiry_ms)
         return allocate_averagely(route.read_queues(), members)[client_id]
 
-    def _coordinator_leave(self, client_id: str) -> None:
+    def _coordinator_leave_shares(self, client_id: str) -> None:
         self.groups.leave(client_id)
 
     def _coordinator_stream_plan(self, group: str, topic: str) -> tuple[int, Any] | None:

@@ -216,8 +216,8 @@ class CoordinatorClient(_Client):
     ) -> Reply[list[MessageQueue] | None]:
         return self._invoke("group_share", group, client_id, topic, expiry_ms)
 
-    def leave(self, client_id: str) -> Reply[None]:
-        return self._invoke("leave", client_id)
+    def leave_shares(self, client_id: str) -> Reply[None]:
+        return self._invoke("leave_shares", client_id)
 
     def join_group(self, group: str, client_id: str, member: Any, spec: Any) -> Reply[int]:
         return self._invoke("join_group", group, client_id, member, spec)

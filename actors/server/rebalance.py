@@ -70,14 +70,14 @@ class Rebalancer:
     def __init__(self) -> None:
         self._groups: dict[str, _Group] = {}
 
-    def join(self, group: str, member_id: str, spec: MemberSpec) -> None:
+    def join(self, group: str, client_id: str, spec: MemberSpec) -> None:
         g = self._groups.setdefault(group, _Group())
         for other_id, other in g.members.items():
-            if other_id == member_id:
+            if other_id == client_id:
                 continue
             if not spec.same_group_settings(other):
                 raise ConfigError(
-                    f"consumer {member_id} of group {group!r} subscribes to "
+                    f"consumer {client_id} of group {group!r} subscribes to "
                     f"{dict(spec.subscriptions)} ({spec.model.value}, {spec.strategy.value}) "
                     "but member "
                     f"{other_id} subscribes to {dict(other.subscriptions)} ({other.model.value}, "
@@ -87,19 +87,19 @@ class Rebalancer:
             overlap = set(spec.allocation) & set(other.allocation)
             if overlap:
                 raise ConfigError(
-                    f"consumer {member_id} of group {group!r} is configured with queues "
+                    f"consumer {client_id} of group {group!r} is configured with queues "
                     f"{sorted(overlap)} that member {other_id} already has", group=group,
                 )  # fmt: skip
-        g.members[member_id] = spec
-        g.owned.setdefault(member_id, frozenset())
+        g.members[client_id] = spec
+        g.owned.setdefault(client_id, frozenset())
 
-    def leave(self, group: str, member_id: str) -> bool:
+    def leave(self, group: str, client_id: str) -> bool:
         """Forget a member (its queues become free at once); True if it was there."""
         g = self._groups.get(group)
-        if g is None or member_id not in g.members:
+        if g is None or client_id not in g.members:
             return False
-        del g.members[member_id]
-        g.owned.pop(member_id, None)
+        del g.members[client_id]
+        g.owned.pop(client_id, None)
         if not g.members:
             del self._groups[group]
         return True
@@ -151,16 +151,16 @@ class Rebalancer:
         revoke = {m: sorted(g.owned.get(m, frozenset()) - set(target[m])) for m in members}
         return Plan(group, g.generation, revoke, target)
 
-    def released(self, group: str, member_id: str, queues: list[MessageQueue]) -> None:
-        """``member_id`` acknowledged (or can no longer hold) ``queues``."""
+    def released(self, group: str, client_id: str, queues: list[MessageQueue]) -> None:
+        """``client_id`` acknowledged (or can no longer hold) ``queues``."""
         g = self._groups.get(group)
-        if g is not None and member_id in g.owned:
-            g.owned[member_id] = g.owned[member_id] - set(queues)
+        if g is not None and client_id in g.owned:
+            g.owned[client_id] = g.owned[client_id] - set(queues)
 
-    def assigned(self, group: str, member_id: str, queues: list[MessageQueue]) -> None:
+    def assigned(self, group: str, client_id: str, queues: list[MessageQueue]) -> None:
         g = self._groups.get(group)
-        if g is not None and member_id in g.members:
-            g.owned[member_id] = frozenset(queues)
+        if g is not None and client_id in g.members:
+            g.owned[client_id] = frozenset(queues)
 
     def holder(self, group: str, mq: MessageQueue, *, besides: str) -> str | None:
         """Another member that still owns ``mq`` (it has not released it yet)."""
