@@ -16,7 +16,8 @@ from typing import Final
 
 from .errors import InvalidGroupError, InvalidTopicError
 
-NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Use with ``fullmatch``: ``$`` would also match before a final newline ("orders\n").
+NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"[%|a-zA-Z0-9_-]+")
 TOPIC_MAX_LENGTH: Final[int] = 127
 GROUP_MAX_LENGTH: Final[int] = 255
 RETRY_GROUP_TOPIC_PREFIX: Final[str] = "%RETRY%"
@@ -41,7 +42,7 @@ def validate_topic(topic: object) -> str:
             value=topic,
             limit=TOPIC_MAX_LENGTH,
         )
-    if not NAME_PATTERN.match(topic):
+    if not NAME_PATTERN.fullmatch(topic):
         raise InvalidTopicError(
             f"topic {topic!r} may only contain letters, digits, '%', '|', '_' and '-'",
             value=topic,
@@ -65,7 +66,7 @@ def validate_group(group: object) -> str:
             value=group,
             limit=GROUP_MAX_LENGTH,
         )
-    if not NAME_PATTERN.match(group):
+    if not NAME_PATTERN.fullmatch(group):
         raise InvalidGroupError(
             f"group {group!r} may only contain letters, digits, '%', '|', '_' and '-'",
             value=group,

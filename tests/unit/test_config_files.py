@@ -369,6 +369,23 @@ def test_put_rejects_an_illegal_name(tmp_path: Path) -> None:
         store.subscription_groups.put(SubscriptionGroupConfig(group_name="a@b"))
 
 
+@pytest.mark.parametrize("suffix", ["\n", "\r", "\r\n"])
+def test_names_with_a_line_break_are_refused_by_every_table(tmp_path: Path, suffix: str) -> None:
+    """``$`` matches before a final newline; names must match in full."""
+    store = ConfigStore(tmp_path)
+
+    with pytest.raises(InvalidTopicError):
+        store.topics.put(TopicConfig(topic_name="orders" + suffix))
+    with pytest.raises(InvalidGroupError):
+        store.subscription_groups.put(SubscriptionGroupConfig(group_name="cg" + suffix))
+    with pytest.raises(InvalidTopicError):
+        store.consumer_offsets.commit("cg", "orders" + suffix, 0, 1)
+    with pytest.raises(InvalidGroupError):
+        store.consumer_offsets.commit("cg" + suffix, "orders", 0, 1)
+    assert store.persist_all() == 0
+    assert list((tmp_path / "config").iterdir()) == []
+
+
 def test_perm_helpers_follow_rocketmq_perm_bits() -> None:
     assert TopicConfig(topic_name="t").perm == PERM_READ | PERM_WRITE
     assert is_readable(PERM_READ) and not is_writeable(PERM_READ)
