@@ -34,6 +34,7 @@ from rayq.actors.server.allocation import AllocateStrategy
 from rayq.client import ClientContext, call
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService
+from rayq.offset_store import offsets_path
 from rayq.pull_consumer import ConsumeFromWhere, check_start_options
 from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
 from rayq.store.filters import TagFilter
@@ -91,6 +92,9 @@ class PushConsumer:
         self._strategy = allocate_strategy
         self._allocation = queues
         self._max_reconsume_times = max_reconsume_times
+        if model is MessageModel.BROADCASTING:  # its offsets file: ConfigError now, not at start
+            cfg = config or ClientConfig()
+            offsets_path(cfg.offset_store_dir, cfg.instance_name, group)
         self._ctx = ClientContext(config, namespace)
         self.member_id = f"{socket.gethostname()}@{os.getpid()}@{uuid.uuid4().hex[:8]}"
         self._subscriptions: dict[str, str] = {}
