@@ -11,7 +11,9 @@ import msgspec
 from msgspec import Meta
 
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
-from rayq.store.config import convert_config
+from rayq.store.config import check_fields, convert_config
+from rayq.store.errors import ConfigError
+from rayq.store.names import validate_instance_name
 
 from .server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 
@@ -42,6 +44,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay of level 1, 2, ... (s/m/h/d)
 
     def __post_init__(self) -> None:
+        check_fields(self)
         DelayLevels.parse(self.message_delay_level)  # ConfigError for a bad table
 
     @property
@@ -93,3 +96,13 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     member_heartbeat_interval_ms: Positive = 10_000
     offset_store_dir: str = ""  # broadcasting offsets; "" = ~/.rayq_offsets
     instance_name: str = "DEFAULT"
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        validate_instance_name(self.instance_name)
+        if "\0" in self.offset_store_dir:
+            raise ConfigError(
+                f"offset_store_dir={self.offset_store_dir!r} contains a NUL character; "
+                "give a directory path, or '' for ~/.rayq_offsets",
+                value=self.offset_store_dir,
+            )

@@ -10,7 +10,10 @@ every member reads every queue::
         offsets.json.bak    the previous good version
         offsets.json.tmp    written and fsynced, then renamed
 
-``offset_store_dir`` defaults to ``~/.rayq_offsets`` on the consumer's node.
+``offset_store_dir`` defaults to ``~/.rayq_offsets`` on the consumer's node. The instance
+name and the group are each one directory level: a name that is not a legal instance or
+group name (``..``, ``a/b``, ``/abs``, NUL) or whose resolved path leaves ``offset_store_dir``
+is a ``ConfigError`` before anything is created.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import msgspec
 from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue
 from rayq.client import ClientContext
 from rayq.start_offsets import committed_offsets
+from rayq.store.errors import ConfigError
 from rayq.store.json_file import JsonFile
+from rayq.store.names import validate_group, validate_instance_name
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +90,29 @@ class RemoteOffsetStore:
         self._committed.pop(mq, None)
 
 
+def offsets_path(directory: str, instance_name: str, group: str) -> Path:
+    """``<directory>/<instance_name>/<group>/offsets.json``; ConfigError if it would escape."""
+    validate_instance_name(instance_name)
+    validate_group(group)
+    if "\0" in directory:
+        raise ConfigError(f"offset_store_dir={directory!r} contains a NUL character",
+                          value=directory)  # fmt: skip
+    root = Path(directory or os.path.expanduser("~/.rayq_offsets")).resolve()
+    path = (root / instance_name / group / "offsets.json").resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError(
+            f"the offsets file of instance {instance_name!r}, group {group!r} would be {path}, "
+            f"outside offset_store_dir {root}; use a plain instance name such as 'worker-1'",
+            value=str(path), limit=str(root),
+        )  # fmt: skip
+    return path
+
+
 class LocalOffsetStore:
     """Offsets of one broadcasting consumer, in a local JSON file."""
 
     def __init__(self, directory: str, instance_name: str, group: str) -> None:
-        root = Path(directory or os.path.expanduser("~/.rayq_offsets"))
-        path = root / instance_name / group / "offsets.json"
+        path = offsets_path(directory, instance_name, group)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.file = JsonFile(path, _OffsetsFile)
         loaded = self.file.load()

@@ -83,6 +83,7 @@ from rayq.transport import Reply, Transport
 
 logger = logging.getLogger(__name__)
 
+OFFSET_MAX = 2**63 - 1  # a queue offset is a signed 64-bit int on the wire and on disk
 OFFSET_CALL_TIMEOUT_S = 30.0  # offset queries and commits
 PULL_RETRY_DELAY_S = 3.0  # after a failed pull (RocketMQ PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION)
 PULL_STALE_GRACE_S = 15.0  # a pull older than its suspend time plus this is sent again
@@ -151,9 +152,7 @@ class PullConsumer:
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Consume exactly these queues (replacing the previous assignment), all tags."""
         self._check_open()
-        wanted = list(mqs) if not isinstance(mqs, MessageQueue) else [mqs]
-        for mq in wanted:
-            _check_mq(mq)
+        wanted = _as_list(mqs)
         if self._subscriptions:
             raise ClientError("this consumer uses subscribe(); subscribe() and assign() don't mix")
         for topic in sorted({mq.topic for mq in wanted}):
@@ -303,9 +302,12 @@ class PullConsumer:
         moves to its nearest end on the next pull)."""
         self._check_open()
         s = self._state(mq)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidOffsetError(f"offset must be an int >= 0, got {offset!r}",
-                                     value=repr(offset), limit=0)  # fmt: skip
+        if offset.__class__ is not int or not 0 <= offset <= OFFSET_MAX:
+            raise InvalidOffsetError(
+                f"offset must be an int in 0..{OFFSET_MAX} (2**63 - 1), got {offset!r}",
+                value=repr(offset),
+                limit=OFFSET_MAX,
+            )
         self._cancel(s)
         s.offset = offset
         s.retry_at = 0.0
@@ -509,7 +511,9 @@ def _check_timeout(timeout: object) -> float:
 def _parse_expression(expression: object) -> TagFilter:
     if not isinstance(expression, str):
         raise InvalidMessageError(
-            f"expression must be a str such as '*' or 'TagA || TagB', got {expression!r}"
+            f"expression must be a str such as '*' or 'TagA || TagB', got "
+            f"{type(expression).__name__} {expression!r}",
+            value=repr(expression),
         )
     return TagFilter.parse(expression)
 
@@ -520,8 +524,19 @@ def _check_mq(mq: object) -> None:
     validate_topic(mq.topic)
 
 
-def _as_list(mqs: Iterable[MessageQueue] | MessageQueue) -> list[MessageQueue]:
-    return [mqs] if isinstance(mqs, MessageQueue) else list(mqs)
+def _as_list(mqs: object) -> list[MessageQueue]:
+    """One ``MessageQueue`` or an iterable of them, as a list; ClientError for anything else."""
+    if isinstance(mqs, MessageQueue):
+        return [mqs]
+    if mqs is None or isinstance(mqs, str | bytes) or not isinstance(mqs, Iterable):
+        raise ClientError(
+            f"expected a list of rayq.MessageQueue, got {type(mqs).__name__} {mqs!r}",
+            value=repr(mqs),
+        )
+    wanted = list(mqs)
+    for mq in wanted:
+        _check_mq(mq)
+    return wanted
 
 
 __all__ = ["ConsumeFromWhere", "PullConsumer", "check_start_options"]

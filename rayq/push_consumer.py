@@ -30,6 +30,7 @@ from rayq.actors.server.allocation import AllocateStrategy
 from rayq.client import ClientContext
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService
+from rayq.offset_store import offsets_path
 from rayq.ray_transport import RayReply
 from rayq.start_offsets import check_start_options
 from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
@@ -83,6 +84,9 @@ class PushConsumer:
         self._strategy = allocate_strategy
         self._allocation = queues
         self._max_reconsume_times = max_reconsume_times
+        if model is MessageModel.BROADCASTING:  # its offsets file: ConfigError now, not at start
+            cfg = config or ClientConfig()
+            offsets_path(cfg.offset_store_dir, cfg.instance_name, group)
         self._ctx = ClientContext(config, namespace)
         self.client_id = self._ctx.client_id
         self._subscriptions: dict[str, str] = {}

@@ -8,6 +8,8 @@ segments so that rolling to a new segment happens constantly in tests.
 from __future__ import annotations
 
 import enum
+import functools
+import typing
 from typing import Annotated, Any, Final, TypeVar
 
 import msgspec
@@ -65,6 +67,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_filter_scan_entries: Positive = 16_000
 
     def __post_init__(self) -> None:
+        check_fields(self)
         need = self.max_message_size_bytes + self.max_properties_size_bytes
         need += RECORD_OVERHEAD_MAX_BYTES
         if self.commitlog_segment_size_bytes < need:
@@ -113,6 +116,51 @@ def convert_config(values: dict[str, Any], cls: type[C], what: str) -> C:
         return msgspec.convert(values, cls)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"invalid {what}: {exc}") from None
+
+
+@functools.cache
+def _field_types(cls: type[msgspec.Struct]) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return tuple((name, hints[name]) for name in cls.__struct_fields__)
+
+
+def check_fields(config: msgspec.Struct) -> None:
+    """ConfigError for the first field of ``config`` that breaks its type or ``Meta`` constraint.
+
+    msgspec checks constraints only when it decodes or converts, not when a Struct is built
+    in code (``ClientConfig(send_timeout_ms=-1)``), so ``__post_init__`` calls this. A value that
+    merely converts (the str ``"ASYNC_FLUSH"`` for an enum field) is refused too.
+    """
+    cls = type(config)
+    for name, field_type in _field_types(cls):
+        value = getattr(config, name)
+        try:
+            converted = msgspec.convert(value, field_type)
+        except msgspec.ValidationError as exc:
+            problem = str(exc).removesuffix(" - at `$`")
+        else:
+            if converted == value:
+                continue
+            problem = f"Expected `{_type_name(field_type)}`, got `{type(value).__name__}`"
+        raise ConfigError(
+            f"{cls.__name__}.{name}={value!r} is invalid: {problem}; pass a value of that type "
+            f"and range{_default_hint(cls, name)}",
+            field=name,
+            value=repr(value),
+            limit=problem,
+        )
+
+
+def _type_name(field_type: Any) -> str:
+    base = typing.get_args(field_type)[0] if typing.get_origin(field_type) else field_type
+    return getattr(base, "__name__", repr(base))
+
+
+def _default_hint(cls: type[msgspec.Struct], name: str) -> str:
+    default = next(f.default for f in msgspec.structs.fields(cls) if f.name == name)
+    if isinstance(default, bool | int | float | str | enum.Enum):
+        return f" (the default is {default!r})"
+    return ""
 
 
 def parse_delete_when(spec: str) -> frozenset[int]:

@@ -39,6 +39,16 @@ class TagFilter(msgspec.Struct, frozen=True):
 
     @classmethod
     def parse(cls, expression: str | None) -> TagFilter:
+        """``None``, ``""`` or ``"*"``: everything; else ``"TagA || TagB"``.
+
+        InvalidMessageError for anything else (a non-str, an expression naming no tag).
+        """
+        if expression is not None and not isinstance(expression, str):
+            raise InvalidMessageError(
+                f"subscription expression must be a str such as '*' or 'TagA || TagB', got "
+                f"{type(expression).__name__} {expression!r}",
+                value=repr(expression),
+            )
         expr = (expression or SUB_ALL).strip()
         if expr in ("", SUB_ALL):
             return cls(SUB_ALL)

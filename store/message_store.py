@@ -133,7 +133,7 @@ class MessageStore:
         if not cq_root.is_dir():
             return
         for topic_dir in sorted(cq_root.iterdir()):
-            if not NAME_PATTERN.match(topic_dir.name):
+            if not NAME_PATTERN.fullmatch(topic_dir.name):
                 logger.warning("ignoring %s: not a topic name", topic_dir)
                 continue
             for queue_dir in sorted(topic_dir.iterdir()):

@@ -14,11 +14,16 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from .errors import InvalidGroupError, InvalidTopicError
+from .errors import ConfigError, InvalidGroupError, InvalidTopicError
 
-NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Use with ``fullmatch``: ``$`` would also match before a final newline ("orders\n").
+NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"[%|a-zA-Z0-9_-]+")
 TOPIC_MAX_LENGTH: Final[int] = 127
 GROUP_MAX_LENGTH: Final[int] = 255
+# A client instance name becomes one directory level (offset_store.py): RocketMQ's name
+# characters plus '.', '@' and ':' (host names, pids), never a separator, '.' or '..'.
+INSTANCE_NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"[%|a-zA-Z0-9_.@:-]+")
+INSTANCE_NAME_MAX_LENGTH: Final[int] = 255
 RETRY_GROUP_TOPIC_PREFIX: Final[str] = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX: Final[str] = "%DLQ%"
 
@@ -41,7 +46,7 @@ def validate_topic(topic: object) -> str:
             value=topic,
             limit=TOPIC_MAX_LENGTH,
         )
-    if not NAME_PATTERN.match(topic):
+    if not NAME_PATTERN.fullmatch(topic):
         raise InvalidTopicError(
             f"topic {topic!r} may only contain letters, digits, '%', '|', '_' and '-'",
             value=topic,
@@ -65,12 +70,33 @@ def validate_group(group: object) -> str:
             value=group,
             limit=GROUP_MAX_LENGTH,
         )
-    if not NAME_PATTERN.match(group):
+    if not NAME_PATTERN.fullmatch(group):
         raise InvalidGroupError(
             f"group {group!r} may only contain letters, digits, '%', '|', '_' and '-'",
             value=group,
         )
     return group
+
+
+def validate_instance_name(name: object) -> str:
+    """Return ``name`` if it is a legal client instance name (one path level), else ConfigError."""
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"instance_name must be a str, got {type(name).__name__}", value=repr(name)
+        )
+    if len(name) > INSTANCE_NAME_MAX_LENGTH:
+        raise ConfigError(
+            f"instance_name is {len(name)} characters; at most {INSTANCE_NAME_MAX_LENGTH}",
+            value=name,
+            limit=INSTANCE_NAME_MAX_LENGTH,
+        )
+    if name in (".", "..") or not INSTANCE_NAME_PATTERN.fullmatch(name):
+        raise ConfigError(
+            f"instance_name {name!r} must be a non-empty name of letters, digits and "
+            "'%|_.@:-' (no '/', not '.' or '..'): it names a directory under offset_store_dir",
+            value=name,
+        )
+    return name
 
 
 def retry_topic(group: str) -> str:

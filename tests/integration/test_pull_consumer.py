@@ -259,6 +259,34 @@ def test_bad_input_raises_rayq_errors_and_the_cluster_keeps_working(
         assert [m.body for m in drain(consumer, 1)] == [b"still-fine"]
 
 
+def test_wrong_types_and_out_of_range_offsets_are_refused_before_anything_changes(
+    admin: Admin,
+) -> None:
+    """seek past 2**63 - 1, a non-str expression and a non-list of queues are ClientErrors
+    naming what was expected; the position is unchanged and polling keeps working."""
+    topic = new_topic(admin, 1)
+    mq = MessageQueue(topic, BROKER, 0)
+    put(topic, 0, [b"a"])
+    with started(unique("g"), topic, consume_from=FIRST) as consumer:
+        assert [m.body for m in drain(consumer, 1)] == [b"a"]
+        for offset in (2**63, 2**64, 1.5, None):
+            with pytest.raises(rayq.InvalidOffsetError, match=r"0\.\.9223372036854775807"):
+                consumer.seek(mq, offset)  # type: ignore[arg-type]
+        assert consumer.position(mq) == 1
+        for expression, type_name in ((1, "int"), (b"*", "bytes"), (["*"], "list")):
+            with pytest.raises(rayq.InvalidMessageError, match=f"must be a str.*got {type_name}"):
+                consumer.subscribe(topic, expression)  # type: ignore[arg-type]
+        for call_with in (consumer.assign, consumer.pause, consumer.resume):
+            for bad in (None, 5, "queue"):
+                with pytest.raises(rayq.ClientError, match=r"list of rayq\.MessageQueue"):
+                    call_with(bad)  # type: ignore[arg-type]
+        consumer.seek(mq, 2**63 - 1)  # the largest legal offset: moved back to the end
+        assert consumer.poll(timeout=0.3) == []
+        assert consumer.position(mq) == 1
+        put(topic, 0, [b"b"])
+        assert [m.body for m in drain(consumer, 1)] == [b"b"]
+
+
 def test_poll_before_start_and_unknown_queue_assignment_are_refused(admin: Admin) -> None:
     topic = new_topic(admin, 1)
     consumer = PullConsumer(unique("g"))

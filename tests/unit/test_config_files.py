@@ -18,20 +18,18 @@ from rayq.actors.server.tables import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
-    QUEUE_OFFSET_UNKNOWN,
     SUBSCRIPTION_GROUP_FILE_NAME,
     TOPICS_FILE_NAME,
     ConfigStore,
     ConsumerOffsetFile,
     ConsumerOffsetTable,
+    DeliverAtProgress,
     SubscriptionGroupConfig,
     TopicConfig,
     TopicConfigTable,
     TopicsFile,
-    delay_level_to_queue_id,
     is_readable,
     is_writeable,
-    queue_id_to_delay_level,
 )
 from rayq.store.errors import (
     ClosedError,
@@ -42,7 +40,7 @@ from rayq.store.errors import (
     InvalidTopicError,
     StoreError,
 )
-from rayq.store.json_file import JsonFile, encode_json
+from rayq.store.json_file import JsonFile, encode_json, lenient_json
 
 LOGGER_NAME = "rayq.actors.server.tables"
 
@@ -291,21 +289,24 @@ def test_consumer_offsets_fall_back_to_bak_on_a_wrong_shape(tmp_path: Path, text
     assert ConfigStore(tmp_path).consumer_offsets.query_all("g", "t") == {0: 1}
 
 
-def test_both_files_damaged_starts_empty_and_logs_a_warning(
+def test_both_files_damaged_beyond_salvage_refuse_to_start_naming_the_files_and_the_fix(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Was: start empty with a warning. Now: StoreError, and copies of both files are kept."""
     save_two_generations(tmp_path)
-    _truncate(topics_path(tmp_path))
+    _writer("\xff garbage")(topics_path(tmp_path))
     _empty(topics_path(tmp_path).with_name(TOPICS_FILE_NAME + ".bak"))
 
-    with caplog.at_level(logging.WARNING, logger=LOGGER_NAME):
-        store = ConfigStore(tmp_path)
+    with pytest.raises(StoreError) as info, caplog.at_level(logging.ERROR):
+        ConfigStore(tmp_path)
 
-    assert store.topics.topics() == []
-    assert store.topics.data_version == 0
-    assert any(
-        r.levelno == logging.WARNING and "starting empty" in r.getMessage() for r in caplog.records
-    )
+    text = str(info.value)
+    assert str(topics_path(tmp_path)) in text
+    assert "restore" in text and "delete" in text
+    assert len(damaged_copies(tmp_path, TOPICS_FILE_NAME)) == 2
+    assert topics_path(tmp_path).read_text() == "\xff garbage"  # the original stays in place
+    with pytest.raises(StoreError):  # a second start refuses too: never a silent empty table
+        ConfigStore(tmp_path)
 
 
 def test_fresh_store_logs_no_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -331,6 +332,228 @@ def test_leftover_tmp_from_a_crash_is_ignored_and_replaced(tmp_path: Path) -> No
 
 def test_json_file_load_returns_none_when_nothing_was_ever_saved(tmp_path: Path) -> None:
     assert JsonFile(tmp_path / "x.json", TopicsFile).load() is None
+
+
+def damaged_copies(root: Path, name: str) -> list[Path]:
+    return sorted((root / "config").glob(f"{name}*.damaged-*"))
+
+
+def _poison(path: Path, table_field: str, key: str, value: object) -> None:
+    """Write ``value`` under ``key`` of ``table_field`` in ``path`` (a bad entry no mutator can
+    produce any more), keeping the rest of the file."""
+    document = json.loads(path.read_text())
+    document[table_field][key] = value
+    path.write_text(json.dumps(document))
+
+
+def _fill_all_tables(root: Path) -> None:
+    """Two saves of every table, so each has a main file and a .bak."""
+    for offset in (1, 2):
+        with ConfigStore(root) as store:
+            store.topics.put(TopicConfig(topic_name="good", write_queue_nums=offset))
+            store.topics.put(TopicConfig(topic_name="other"))
+            store.subscription_groups.put(
+                SubscriptionGroupConfig(group_name="cg", broker_id=offset)
+            )
+            store.subscription_groups.put(SubscriptionGroupConfig(group_name="cg2"))
+            store.consumer_offsets.commit_many("cg", "good", {0: 10 * offset, 1: 20 * offset})
+            store.consumer_offsets.commit("cg2", "other", 0, 5 * offset)
+            store.delay_offsets.set(1, 7 * offset)
+            store.delay_offsets.set(2, 8 * offset)
+
+
+# Per table: the file, its table field, a bad entry, and how to read back what survived.
+POISONS = {
+    "topics": (
+        TOPICS_FILE_NAME, "topic_config_table", "bad", {"topic_name": "bad", "perm": 1.5},
+        lambda s: (s.topics.topics(), s.topics.get("good").write_queue_nums),
+        (["good", "other"], 2),
+    ),
+    "subscription-groups": (
+        SUBSCRIPTION_GROUP_FILE_NAME, "subscription_group_table", "x", {"group_name": "y"},
+        lambda s: (s.subscription_groups.groups(), s.subscription_groups.get("cg").broker_id),
+        (["cg", "cg2"], 2),
+    ),
+    "consumer-offsets": (
+        CONSUMER_OFFSET_FILE_NAME, "offset_table", "good@cg", {"0": 1.5, "1": 40, "x": 3, "2": -1},
+        lambda s: (s.consumer_offsets.query_all("cg", "good"),
+                   s.consumer_offsets.query_all("cg2", "other")),
+        ({1: 40}, {0: 10}),
+    ),
+    "delay-offsets": (
+        DELAY_OFFSET_FILE_NAME, "offset_table", "3", True,
+        lambda s: (s.delay_offsets.levels(), s.delay_offsets.get(1), s.delay_offsets.get(2)),
+        ([1, 2], 14, 16),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("table", POISONS.values(), ids=POISONS.keys())
+def test_damaged_main_and_bak_load_every_valid_entry_drop_the_bad_and_keep_copies(
+    tmp_path: Path, table: tuple, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One bad entry in both files costs only that entry, loudly, never the whole table."""
+    name, field, key, bad, read_back, expected = table
+    _fill_all_tables(tmp_path)
+    main = tmp_path / "config" / name
+    _poison(main, field, key, bad)
+    _poison(main.with_name(name + ".bak"), field, key, bad)
+    poisoned = main.read_bytes()
+
+    with caplog.at_level(logging.ERROR):
+        store = ConfigStore(tmp_path)
+
+    assert read_back(store) == expected
+    assert any(r.levelno == logging.ERROR and name in r.getMessage() and "dropped" in
+               r.getMessage() for r in caplog.records)  # fmt: skip
+    copies = damaged_copies(tmp_path, name)
+    assert len(copies) == 2
+    assert poisoned in [c.read_bytes() for c in copies]
+    assert store.persist_all() == 1  # the salvaged table is written back at once
+    assert read_back(ConfigStore(tmp_path)) == expected
+
+
+# Per table: the first entry of the fully written file (which a cut near the end keeps).
+FIRST_ENTRIES = {
+    TOPICS_FILE_NAME: lambda s: s.topics.get("good").write_queue_nums == 2,
+    SUBSCRIPTION_GROUP_FILE_NAME: lambda s: s.subscription_groups.get("cg").broker_id == 2,
+    CONSUMER_OFFSET_FILE_NAME: lambda s: s.consumer_offsets.query("cg", "good", 0) == 20,
+    DELAY_OFFSET_FILE_NAME: lambda s: s.delay_offsets.get(1) == 14,
+}
+
+
+@pytest.mark.parametrize("name", FIRST_ENTRIES)
+def test_truncated_main_and_empty_bak_keep_the_entries_before_the_cut(
+    tmp_path: Path, name: str
+) -> None:
+    _fill_all_tables(tmp_path)
+    main = tmp_path / "config" / name
+    data = main.read_bytes()
+    main.write_bytes(data[: data.rindex(b",") - 2])  # inside the last complete entry
+    main.with_name(name + ".bak").write_bytes(b"")
+
+    store = ConfigStore(tmp_path)
+
+    assert FIRST_ENTRIES[name](store)
+    assert len(damaged_copies(tmp_path, name)) == 2
+    assert store.persist_all() == 1
+
+
+@pytest.mark.parametrize("name", FIRST_ENTRIES)
+def test_every_table_refuses_to_start_empty_when_nothing_can_be_salvaged(
+    tmp_path: Path, name: str
+) -> None:
+    _fill_all_tables(tmp_path)
+    main = tmp_path / "config" / name
+    main.write_text('{"something": "else"}')
+    main.with_name(name + ".bak").write_text("[1, 2")
+
+    with pytest.raises(StoreError, match=name):
+        ConfigStore(tmp_path)
+
+
+def test_after_a_fallback_to_bak_the_next_save_keeps_the_good_bak(tmp_path: Path) -> None:
+    """The damaged main is overwritten in place, not rotated onto the only good copy."""
+    save_two_generations(tmp_path)
+    _truncate(topics_path(tmp_path))
+
+    with ConfigStore(tmp_path) as store:
+        assert store.topics.topics() == ["a"]
+        store.topics.put(TopicConfig(topic_name="c"))
+
+    bak = JsonFile(topics_path(tmp_path).with_name(TOPICS_FILE_NAME + ".bak"), TopicsFile)
+    assert sorted(bak.load().topic_config_table) == ["a"]
+    assert ConfigStore(tmp_path).topics.topics() == ["a", "c"]
+
+
+def test_lenient_json_closes_a_truncated_document_at_its_last_complete_value() -> None:
+    assert lenient_json(b'{"t": {"a": 1, "b": 2, "c": 3') == {"t": {"a": 1, "b": 2}}
+    assert lenient_json(b'{"t": {"a": "x,}", "b": [1, 2') == {"t": {"a": "x,}", "b": [1]}}
+    assert lenient_json(b"\xff garbage") is None
+    assert lenient_json(b"") is None
+
+
+# --- mutators refuse what a load would refuse ---------------------------------------------------
+
+BAD_QUEUE_IDS = [-1, 2**31, True, 1.0, "0", None]
+BAD_OFFSETS = [-1, 2**63, True, False, 1.5, float("nan"), "5", None]
+
+
+@pytest.mark.parametrize("queue_offset", BAD_OFFSETS)
+def test_commit_of_a_bad_offset_raises_and_changes_nothing(
+    tmp_path: Path, queue_offset: object
+) -> None:
+    store = ConfigStore(tmp_path)
+    store.consumer_offsets.commit("cg", "t", 0, 3)
+    store.persist_all()
+
+    with pytest.raises(
+        InvalidOffsetError, match=r"queue_offset must be an int in 0\.\.9223372036854775807"
+    ):
+        store.consumer_offsets.commit("cg", "t", 0, queue_offset)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOffsetError):  # a batch is all or nothing
+        store.consumer_offsets.commit_many("cg", "t", {1: 4, 2: queue_offset})  # type: ignore[dict-item]
+
+    assert store.consumer_offsets.query_all("cg", "t") == {0: 3}
+    assert not store.consumer_offsets.dirty
+
+
+@pytest.mark.parametrize("queue_id", BAD_QUEUE_IDS)
+def test_commit_of_a_bad_queue_id_raises_and_changes_nothing(
+    tmp_path: Path, queue_id: object
+) -> None:
+    table = ConsumerOffsetTable(tmp_path / CONSUMER_OFFSET_FILE_NAME)
+
+    with pytest.raises(InvalidOffsetError, match=r"queue_id must be an int in 0\.\.2147483647"):
+        table.commit_many("cg", "t", {0: 1, queue_id: 2})  # type: ignore[dict-item]
+    with pytest.raises(InvalidOffsetError):
+        table.commit_many("cg", "t", [(0, 1)])  # type: ignore[arg-type]
+
+    assert table.query_all("cg", "t") == {}
+    assert not table.dirty
+
+
+def test_numpy_ints_are_committed_as_plain_ints(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    with ConfigStore(tmp_path) as store:
+        store.consumer_offsets.commit_many("cg", "t", {np.int32(1): np.int64(9)})
+        store.delay_offsets.set(np.int64(2), np.int64(4))
+    store = ConfigStore(tmp_path)
+    assert store.consumer_offsets.query_all("cg", "t") == {1: 9}
+    assert store.delay_offsets.get(2) == 4
+
+
+@pytest.mark.parametrize("queue_offset", BAD_OFFSETS)
+def test_delay_offset_set_refuses_a_bad_offset(tmp_path: Path, queue_offset: object) -> None:
+    store = ConfigStore(tmp_path)
+
+    with pytest.raises(InvalidOffsetError):
+        store.delay_offsets.set(1, queue_offset)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError):
+        store.delay_offsets.set(True, 1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessageError):
+        store.delay_offsets.set(2**31, 1)
+    assert store.persist_all() == 0
+
+
+def test_put_refuses_a_record_of_the_wrong_type_or_with_a_bool_or_float_field(
+    tmp_path: Path,
+) -> None:
+    store = ConfigStore(tmp_path)
+
+    with pytest.raises(ConfigError, match="expected a TopicConfig"):
+        store.topics.put(SubscriptionGroupConfig(group_name="t"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="expected a SubscriptionGroupConfig"):
+        store.subscription_groups.put({"group_name": "g"})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        store.topics.put(TopicConfig(topic_name="t", read_queue_nums=True))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        store.topics.put(TopicConfig(topic_name="t", read_queue_nums=2**40))
+    with pytest.raises(ConfigError):
+        store.subscription_groups.put(SubscriptionGroupConfig(group_name="g", retry_max_times=1.5))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        store.delay_offsets.set_deliver_at(DeliverAtProgress(low_offset=2**63))
+    assert store.persist_all() == 0
 
 
 # --- table semantics -----------------------------------------------------------------------------
@@ -369,28 +592,27 @@ def test_put_rejects_an_illegal_name(tmp_path: Path) -> None:
         store.subscription_groups.put(SubscriptionGroupConfig(group_name="a@b"))
 
 
+@pytest.mark.parametrize("suffix", ["\n", "\r", "\r\n"])
+def test_names_with_a_line_break_are_refused_by_every_table(tmp_path: Path, suffix: str) -> None:
+    """``$`` matches before a final newline; names must match in full."""
+    store = ConfigStore(tmp_path)
+
+    with pytest.raises(InvalidTopicError):
+        store.topics.put(TopicConfig(topic_name="orders" + suffix))
+    with pytest.raises(InvalidGroupError):
+        store.subscription_groups.put(SubscriptionGroupConfig(group_name="cg" + suffix))
+    with pytest.raises(InvalidTopicError):
+        store.consumer_offsets.commit("cg", "orders" + suffix, 0, 1)
+    with pytest.raises(InvalidGroupError):
+        store.consumer_offsets.commit("cg" + suffix, "orders", 0, 1)
+    assert store.persist_all() == 0
+    assert list((tmp_path / "config").iterdir()) == []
+
+
 def test_perm_helpers_follow_rocketmq_perm_bits() -> None:
     assert TopicConfig(topic_name="t").perm == PERM_READ | PERM_WRITE
     assert is_readable(PERM_READ) and not is_writeable(PERM_READ)
     assert is_writeable(PERM_WRITE | PERM_INHERIT) and not is_readable(PERM_WRITE | PERM_INHERIT)
-
-
-def test_compare_and_set_commits_only_when_the_current_offset_is_expected(tmp_path: Path) -> None:
-    table = ConsumerOffsetTable(tmp_path / CONSUMER_OFFSET_FILE_NAME)
-
-    assert table.compare_and_set("g", "t", 0, QUEUE_OFFSET_UNKNOWN, 5) is True
-    assert table.compare_and_set("g", "t", 0, 4, 9) is False
-    assert table.query("g", "t", 0) == 5
-    assert table.compare_and_set("g", "t", 0, 5, 9) is True
-    assert table.query("g", "t", 0) == 9
-
-
-def test_compare_and_set_on_a_known_queue_fails_when_expecting_unknown(tmp_path: Path) -> None:
-    table = ConsumerOffsetTable(tmp_path / CONSUMER_OFFSET_FILE_NAME)
-    table.commit("g", "t", 0, 0)
-
-    assert table.compare_and_set("g", "t", 0, QUEUE_OFFSET_UNKNOWN, 3) is False
-    assert table.query("g", "t", 0) == 0
 
 
 def test_query_of_an_unknown_queue_is_minus_one(tmp_path: Path) -> None:
@@ -448,8 +670,6 @@ def test_delay_offsets_default_to_zero_and_reject_level_zero(tmp_path: Path) -> 
     assert store.delay_offsets.get(3) == 0
     with pytest.raises(InvalidMessageError):
         store.delay_offsets.set(0, 1)
-    assert delay_level_to_queue_id(1) == 0
-    assert queue_id_to_delay_level(17) == 18
 
 
 def test_file_names_match_rocketmq(tmp_path: Path) -> None:

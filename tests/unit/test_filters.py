@@ -55,3 +55,14 @@ def test_expression_naming_no_tag_is_rejected(expression: str) -> None:
     """An expression of separators only raises InvalidMessageError that shows the fix."""
     with pytest.raises(InvalidMessageError, match=r"names no tag"):
         TagFilter.parse(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "type_name"), [(1, "int"), (b"*", "bytes"), (["TagA"], "list"), (1.5, "float")]
+)
+def test_non_str_expression_is_invalid_message_naming_its_type(
+    expression: object, type_name: str
+) -> None:
+    """Not an AttributeError or TypeError from deep inside (push and pull consumers share it)."""
+    with pytest.raises(InvalidMessageError, match=f"must be a str.*got {type_name}"):
+        TagFilter.parse(expression)  # type: ignore[arg-type]

@@ -80,6 +80,10 @@ BAD_TOPICS = [
     (5, "must be a str"),
     (None, "must be a str"),
     (b"bytes", "must be a str"),
+    ("orders\n", "may only contain"),
+    ("orders\r", "may only contain"),
+    ("ord\ners", "may only contain"),
+    ("orders\r\n", "may only contain"),
 ]
 BAD_TOPIC_IDS = [
     "empty",
@@ -94,6 +98,10 @@ BAD_TOPIC_IDS = [
     "int",
     "none",
     "bytes",
+    "trailing-newline",
+    "trailing-cr",
+    "inner-newline",
+    "trailing-crlf",
 ]
 
 
@@ -154,6 +162,20 @@ def test_path_like_topic_creates_nothing_anywhere(
     assert snapshot(root) == before_store
     assert snapshot(parent) == before_parent
     assert sorted(p.name for p in parent.parent.iterdir()) == before_grandparent
+    assert_still_works(store)
+
+
+@pytest.mark.parametrize("topic", ["orders\n", "orders\r", "orders\r\n", "\norders"])
+def test_topic_with_a_line_break_never_becomes_a_directory(
+    store: MessageStore, root: Path, topic: str
+) -> None:
+    """A name that a ``$``-anchored pattern would accept ("orders\\n") is refused everywhere."""
+    assert store.put_messages([msg(topic)]).status is PutStatus.MESSAGE_ILLEGAL
+    with pytest.raises(InvalidTopicError, match="may only contain"):
+        store.get_messages("g", topic, 0, 0)
+    assert store.queue_ids(topic) == []
+    names = [p.name for p in (root / "consumequeue").iterdir()]
+    assert not any("\n" in name or "\r" in name for name in names)
     assert_still_works(store)
 
 
