@@ -18,7 +18,6 @@ flusher under SYNC_FLUSH, and re-registering routes with the coordinator.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -42,6 +41,7 @@ from .protocol import (
     DeleteGroupRequest,
     Done,
     FlushTargets,
+    GroupConfigReply,
     GroupRequest,
     GroupsReply,
     ListGroupsRequest,
@@ -61,6 +61,7 @@ from .protocol import (
     QueueBoundsReply,
     ReadArrowRequest,
     ResetOffsetsRequest,
+    ScheduleStats,
     ScheduleStatsRequest,
     SendBackRequest,
     SendBackResult,
@@ -72,8 +73,7 @@ from .protocol import (
     check,
 )
 from .server.broker_server import BrokerServer
-from .server.schedule import SCHEDULE_TICK_MS, ScheduleStats
-from .server.tables import SubscriptionGroupConfig
+from .server.schedule import SCHEDULE_TICK_MS
 
 R = TypeVar("R")
 
@@ -259,11 +259,11 @@ class BrokerActor:
         return await self._serve(self.server.max_offset, req, MaxOffsetRequest)
 
     @ray.method(concurrency_group="admin")
-    async def get_group(self, req: GroupRequest) -> SubscriptionGroupConfig:
+    async def get_group(self, req: GroupRequest) -> GroupConfigReply:
         return await self._serve(self.server.get_group, req, GroupRequest)
 
     @ray.method(concurrency_group="admin")
-    async def update_group(self, req: UpdateGroupRequest) -> SubscriptionGroupConfig:
+    async def update_group(self, req: UpdateGroupRequest) -> GroupConfigReply:
         return await self._serve(self.server.update_group, req, UpdateGroupRequest)
 
     @ray.method(concurrency_group="admin")
@@ -360,11 +360,16 @@ class BrokerActor:
         return self.server.name
 
     async def shutdown(self) -> None:
+        """Close the store cleanly, then end this actor for good (Ray does not restart
+        it): a broker is never left alive with a closed store."""
         self._closed = True
         for task in [self._startup, *self._tasks]:
             task.cancel()
-        with contextlib.suppress(Exception):
+        try:
             self.server.close()
+        except Exception:
+            logger.exception("broker %s: closing the store failed", self.server.name)
+        ray.actor.exit_actor()
 
 
 def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:

@@ -353,6 +353,19 @@ class MaxOffsetRequest(_Request, frozen=True, kw_only=True):
 # Replies: one Struct each.
 
 
+class ScheduleStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Delayed delivery: per delay level (next offset to deliver, max offset) of its
+    queue in SCHEDULE_TOPIC_XXXX; the deliver-at backlog."""
+
+    levels: dict[int, tuple[int, int]]
+    deliver_at_pending: int
+    deliver_at_max_offset: int
+
+
+class GroupConfigReply(msgspec.Struct, frozen=True, kw_only=True):
+    config: SubscriptionGroupConfig
+
+
 class Done(msgspec.Struct, frozen=True, kw_only=True):
     """A change was applied; ``existed``: the thing was there before (deletes)."""
 

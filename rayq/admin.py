@@ -32,12 +32,12 @@ from rayq.actors.protocol import (
     QueueProgress,
     QueueStats,
     ResetOffsetsRequest,
+    ScheduleStats,
     ScheduleStatsRequest,
     TopicRequest,
     UpdateGroupRequest,
     ViewMessageRequest,
 )
-from rayq.actors.server.schedule import ScheduleStats
 from rayq.actors.server.tables import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
 from rayq.client import ClientContext
 from rayq.store.errors import (
@@ -176,7 +176,7 @@ class Admin:
         req = GroupRequest(group=group, client_id=self.client_id)
         for broker in self._live_brokers():
             try:
-                return self._ctx.broker(broker).get_group(req).result(ADMIN_CALL_TIMEOUT_S)
+                return self._ctx.broker(broker).get_group(req).result(ADMIN_CALL_TIMEOUT_S).config
             except GroupNotFoundError:
                 continue
         raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",

@@ -80,6 +80,8 @@ def _stop(actor_name: str, namespace: str) -> None:
     if actor_name.startswith("rayq-broker-"):
         try:
             ray.get(handle.shutdown.remote(), timeout=30)
+        except ray.exceptions.RayActorError:
+            pass  # closed its store and exited, as it should
         except Exception:
             logger.warning("broker %s did not shut down cleanly", actor_name)
     ray.kill(handle, no_restart=True)

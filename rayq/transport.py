@@ -33,6 +33,7 @@ from rayq.actors.protocol import (
     CreateTopicRequest,
     DeleteGroupRequest,
     Done,
+    GroupConfigReply,
     GroupRequest,
     GroupsReply,
     ListGroupsRequest,
@@ -53,6 +54,7 @@ from rayq.actors.protocol import (
     QueueBoundsReply,
     ReadArrowRequest,
     ResetOffsetsRequest,
+    ScheduleStats,
     ScheduleStatsRequest,
     SendBackRequest,
     SendBackResult,
@@ -62,8 +64,6 @@ from rayq.actors.protocol import (
     UpdateGroupRequest,
     ViewMessageRequest,
 )
-from rayq.actors.server.schedule import ScheduleStats
-from rayq.actors.server.tables import SubscriptionGroupConfig
 from rayq.store import EncodedBatch
 
 T = TypeVar("T")
@@ -131,10 +131,10 @@ class BrokerClient(_Client):
     def max_offset(self, req: MaxOffsetRequest) -> Reply[OffsetReply]:
         return self._invoke("max_offset", req)
 
-    def get_group(self, req: GroupRequest) -> Reply[SubscriptionGroupConfig]:
+    def get_group(self, req: GroupRequest) -> Reply[GroupConfigReply]:
         return self._invoke("get_group", req)
 
-    def update_group(self, req: UpdateGroupRequest) -> Reply[SubscriptionGroupConfig]:
+    def update_group(self, req: UpdateGroupRequest) -> Reply[GroupConfigReply]:
         return self._invoke("update_group", req)
 
     def delete_group(self, req: DeleteGroupRequest) -> Reply[Done]:

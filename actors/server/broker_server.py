@@ -35,6 +35,7 @@ from rayq.actors.protocol import (
     DeleteGroupRequest,
     Done,
     FlushTargets,
+    GroupConfigReply,
     GroupRequest,
     GroupsReply,
     ListGroupsRequest,
@@ -59,6 +60,7 @@ from rayq.actors.protocol import (
     QueueStats,
     ReadArrowRequest,
     ResetOffsetsRequest,
+    ScheduleStats,
     ScheduleStatsRequest,
     SendBackRequest,
     SendBackResult,
@@ -87,7 +89,7 @@ from rayq.store.names import retry_topic, validate_group, validate_topic
 from . import columnar
 from .dedupe import Verdict, open_sequences
 from .queue_locks import QueueLocks
-from .schedule import ScheduleService, ScheduleStats
+from .schedule import ScheduleService
 from .send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
 from .tables import (
     PERM_ALL,
@@ -331,13 +333,13 @@ class BrokerServer:
             )  # fmt: skip
         return self._put_group(SubscriptionGroupConfig(group_name=group))
 
-    def get_group(self, req: GroupRequest) -> SubscriptionGroupConfig:
+    def get_group(self, req: GroupRequest) -> GroupConfigReply:
         """The config of an existing group (GroupNotFoundError if there is none)."""
-        return self.group_config(req.group)
+        return GroupConfigReply(config=self.group_config(req.group))
 
-    def update_group(self, req: UpdateGroupRequest) -> SubscriptionGroupConfig:
+    def update_group(self, req: UpdateGroupRequest) -> GroupConfigReply:
         """Create or replace a subscription group's config."""
-        return self._put_group(req.config)
+        return GroupConfigReply(config=self._put_group(req.config))
 
     def _put_group(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
         validate_group(cfg.group_name)

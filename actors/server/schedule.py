@@ -58,6 +58,7 @@ from typing import Final
 
 import msgspec
 
+from rayq.actors.protocol import ScheduleStats
 from rayq.store import properties as P
 from rayq.store.batch import BatchRejected, EncodedBatch, check_encoded
 from rayq.store.clock import Clock
@@ -79,14 +80,6 @@ CLOCK_SKEW_MS: Final[int] = 60_000  # the broker allows the producer's clock to 
 READ_BATCH: Final[int] = 32
 _GROUP: Final[str] = "SCHEDULE"  # get_messages wants a group; offsets are ours
 QueueTouched = dict[tuple[str, int], int]
-
-
-class ScheduleStats(msgspec.Struct, frozen=True, kw_only=True):
-    """Per level: (next offset to deliver, max offset) of its queue; deliver-at backlog."""
-
-    levels: dict[int, tuple[int, int]]
-    deliver_at_pending: int
-    deliver_at_max_offset: int
 
 
 class ScheduleService:

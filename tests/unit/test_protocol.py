@@ -1,0 +1,105 @@
+"""The broker's protocol: typed methods only, mirrored by the client transport, and the
+boundary check that every request passes before anything is done (no Ray started)."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+import msgspec
+import pytest
+
+from rayq.actors import protocol
+from rayq.actors.broker import BrokerActor
+from rayq.actors.protocol import (
+    CommitOffsetsRequest,
+    CreateTopicRequest,
+    LockQueuesRequest,
+    PullItem,
+    PullManyRequest,
+    PullRequest,
+    QueryMessageRequest,
+    QueueRef,
+    SendBackItem,
+    SendBackRequest,
+    check,
+)
+from rayq.store import EncodedBatch
+from rayq.store.errors import InvalidRequestError
+from rayq.transport import BrokerClient
+
+# Methods for the other rayq actors and rayq.start only: not in the client transport.
+INTERNAL = {"start_services", "broker_info", "flush_targets", "park", "ready", "shutdown"}
+
+
+def _public(cls: type) -> dict[str, object]:
+    return {n: f for n, f in vars(cls).items() if callable(f) and not n.startswith("_")}
+
+
+def test_the_broker_actor_has_no_generic_dispatch() -> None:
+    assert "call" not in _public(BrokerActor)
+    for name, fn in _public(BrokerActor).items():
+        params = list(inspect.signature(fn).parameters)[1:]  # type: ignore[arg-type]
+        assert "args" not in params and "kwargs" not in params, name
+
+
+def test_every_client_method_takes_one_protocol_struct_and_the_transport_mirrors_it() -> None:
+    served = {n: f for n, f in _public(BrokerActor).items() if n not in INTERNAL}
+    assert set(served) == set(_public(BrokerClient))
+    for name, fn in served.items():
+        hints = inspect.get_annotations(fn, eval_str=True)  # type: ignore[arg-type]
+        args = [v for k, v in hints.items() if k != "return"]
+        assert len(args) == 1, name
+        request = args[0]
+        assert request is EncodedBatch or getattr(protocol, request.__name__) is request, name
+        assert issubclass(request, msgspec.Struct), name
+        reply = hints["return"]
+        assert issubclass(reply, msgspec.Struct), f"{name} must reply with a Struct"
+        assert reply.__module__ == protocol.__name__, f"{name}: {reply} is not a protocol Struct"
+
+
+BAD = [
+    ("float offset", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={0: 1.5})),
+    ("bool offset", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={0: True})),
+    ("str queue id", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={"0": 1})),
+    ("negative offset", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={0: -1})),
+    ("offset past 2**63", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={0: 2**63})),
+    ("group not a str", lambda: CommitOffsetsRequest(group=5, topic="t", offsets={})),
+    ("queue count 0", lambda: CreateTopicRequest(topic="t", read_queue_nums=0,
+                                                 write_queue_nums=1, perm=6)),
+    ("perm 8", lambda: CreateTopicRequest(topic="t", read_queue_nums=1, write_queue_nums=1,
+                                          perm=8)),
+    ("pull max_nums 0", lambda: PullRequest(group="g", topic="t", queue_id=0, queue_offset=0,
+                                            max_nums=0)),
+    ("pull negative offset", lambda: PullRequest(group="g", topic="t", queue_id=0,
+                                                 queue_offset=-1)),
+    ("pull_many no items", lambda: PullManyRequest(group="g", items=[])),
+    ("pull item offset str", lambda: PullManyRequest(group="g", items=[PullItem("t", 0, "1")])),
+    ("send-back no items", lambda: SendBackRequest(group="g", items=[])),
+    ("send-back tuple items", lambda: SendBackRequest(group="g", items=[(1, 0)])),
+    ("lock queue id -1", lambda: LockQueuesRequest(group="g", queues=[QueueRef("t", -1)])),
+    ("query max_num 0", lambda: QueryMessageRequest(topic="t", key="k", max_num=0)),
+    ("client id too long", lambda: QueryMessageRequest(topic="t", key="k", client_id="x" * 5000)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "build"), BAD, ids=[c[0] for c in BAD])
+def test_malformed_requests_get_an_invalid_request_error(case: str, build) -> None:  # type: ignore[no-untyped-def]
+    req = build()
+    with pytest.raises(InvalidRequestError) as info:
+        check(req, type(req))
+    assert type(req).__name__ in str(info.value)
+    assert pickle.loads(pickle.dumps(info.value)).message == info.value.message
+
+
+@pytest.mark.parametrize("value", [{"group": "g"}, None, 5, "commit", [1, 2]])
+def test_a_request_of_the_wrong_type_is_named(value: object) -> None:
+    with pytest.raises(InvalidRequestError, match="expected a CommitOffsetsRequest"):
+        check(value, CommitOffsetsRequest)
+
+
+def test_a_good_request_passes_unchanged() -> None:
+    req = CommitOffsetsRequest(group="g", topic="t", offsets={0: 5, 3: 2**63 - 1}, generation=7)
+    assert check(req, CommitOffsetsRequest) == req
+    item = SendBackItem(10, -1)
+    assert check(SendBackRequest(group="g", items=[item]), SendBackRequest).items == [item]
