@@ -98,23 +98,22 @@ class FlusherActor:
         thorough_every = max(1, cfg.flush_thorough_interval_ms // cfg.flush_interval_ms)
         logics_every = max(1, cfg.flush_cq_interval_ms // cfg.flush_interval_ms)
         n = 0
-        while True:
-            await asyncio.sleep(cfg.flush_interval_ms / 1000)
+        while True:  # the first round at once: a restarted flusher catches up now
             n += 1
-            broker = self.broker.get()
-            if broker is None:
-                continue  # not there (yet): look again next round
+            broker = self.broker.get()  # None while not there (yet): next round looks again
             try:
-                targets: FlushTargets = await broker.flush_targets.remote()
-                await self.service.tick(targets.written, targets.dispatched,
-                                        thorough=n % thorough_every == 0,
-                                        logics=n % logics_every == 0)  # fmt: skip
+                if broker is not None:
+                    targets: FlushTargets = await broker.flush_targets.remote()
+                    await self.service.tick(targets.written, targets.dispatched,
+                                            thorough=n % thorough_every == 0,
+                                            logics=n % logics_every == 0)  # fmt: skip
             except PEER_LOST_ERRORS as exc:  # restarting or replaced: look it up again
                 logger.info("flusher %s: broker unreachable (%s); retrying next round",
                             self.broker_name, type(exc).__name__)  # fmt: skip
                 self.broker.forget()
             except Exception:
                 logger.exception("flusher %s: flush round failed", self.broker_name)
+            await asyncio.sleep(cfg.flush_interval_ms / 1000)
 
     async def durable(self) -> int:
         """Commit-log offset below which everything is known durable."""
