@@ -275,7 +275,7 @@ def test_a_restarted_coordinator_serves_routes_and_groups_at_once(admin: rayq.Ad
         topic, group = flow.traffic.topic, flow.push.group
         coordinator = actor(COORDINATOR_NAME)
         owned = ray.get(coordinator.group_members.remote(group), timeout=30)  # type: ignore[attr-defined]
-        assert list(owned) == [flow.push.member_id] and owned[flow.push.member_id]
+        assert list(owned) == [flow.push.client_id] and owned[flow.push.client_id]
         ray.kill(coordinator, no_restart=False)
         killed = time.monotonic()
 
