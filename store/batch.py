@@ -61,6 +61,7 @@ _TAGS_ANYWHERE: Final = re.compile(
 _TAGS_LATER: Final[bytes] = b"\x02" + _TAGS
 _TAG_CODES_MAX: Final[int] = 65536
 _tag_codes: dict[bytes | None, int] = {None: 0}
+_tag_prefixes: dict[int, bytes] = {}  # tag hash -> b"TAGS\x01<tags>\x02" last verified with it
 
 
 class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -345,10 +346,13 @@ def _check_tags_codes(batch: EncodedBatch, records: bytes, props_at: list[int],
                       ends: list[int]) -> None:  # fmt: skip
     """The ``tags_codes`` column equals the Java hash of each record's TAGS (0 without).
 
-    C-level maps only: one anchored regex match per record's properties, its group, and a
-    dict of known tags; only tags not seen before are hashed in Python. A record without
-    TAGS first is searched for a later TAGS property (then the batch takes the full regex).
+    C-level maps only. Fast path (``_tags_plainly_match``, what encode_batch writes); else
+    one anchored regex match per record's properties, its group, and a dict of known tag
+    hashes (only tags not seen before are hashed in Python).
     """
+    claimed = np.frombuffer(batch.tags_codes, dtype="<i8").tolist()
+    if _tags_plainly_match(claimed, records, props_at, ends):
+        return
     matches = map(_TAGS_FIRST.match, repeat(records), props_at, ends)
     values = list(map(re.Match.group, matches, repeat(1)))
     if None in values and _tags_later(records, props_at, ends):
@@ -357,7 +361,6 @@ def _check_tags_codes(batch: EncodedBatch, records: bytes, props_at: list[int],
     codes = list(map(_tag_codes.get, values))
     if None in codes:
         codes = [_tag_code(v) if c is None else c for c, v in zip(codes, values, strict=True)]
-    claimed = np.frombuffer(batch.tags_codes, dtype="<i8").tolist()
     if codes != claimed:
         bad = next(i for i, (c, t) in enumerate(zip(codes, claimed, strict=True)) if c != t)
         raise InvalidMessageError(
@@ -367,6 +370,22 @@ def _check_tags_codes(batch: EncodedBatch, records: bytes, props_at: list[int],
             value=claimed[bad],
             limit=codes[bad],
         )
+    if len(_tag_prefixes) >= _TAG_CODES_MAX:
+        _tag_prefixes.clear()
+    _tag_prefixes.update(
+        (c, _TAGS + v + b"\x02") for c, v in set(zip(codes, values, strict=True)) if v
+    )
+
+
+def _tags_plainly_match(claimed: list[int], records: bytes, props_at: list[int],
+                        ends: list[int]) -> bool:  # fmt: skip
+    """True when no record has a TAGS property and every code is 0, or every record's
+    properties start with the TAGS property its code was last verified with. False proves
+    nothing (a hash collision, a new tag, a mixed batch): the caller checks exactly."""
+    if not any(claimed):
+        return max(map(records.find, repeat(_TAGS), props_at, ends)) < 0
+    prefixes = list(map(_tag_prefixes.get, claimed))
+    return None not in prefixes and all(map(records.startswith, prefixes, props_at, ends))
 
 
 def _tags_later(records: bytes, props_at: list[int], ends: list[int]) -> bool:

@@ -25,6 +25,7 @@ from rayq.store import (
     encode_batch,
     java_string_hash,
 )
+from rayq.store import batch as batch_module
 from rayq.store.batch import _TAGS_ANYWHERE
 from rayq.store.errors import InvalidOffsetError, InvalidTopicError, StoreLockedError
 
@@ -484,18 +485,25 @@ TAMPERED_TAGS = {
 def test_put_encoded_with_tag_codes_that_disagree_with_tags_is_message_illegal(
     store: MessageStore, root: Path, tamper: Callable[[EncodedBatch], bytes]
 ) -> None:
-    """The consume queue's tag hashes must be what recovery computes from TAGS."""
+    """The consume queue's tag hashes must be what recovery computes from TAGS (with the
+    known-tags cache warm from an identical good batch, and cold)."""
+    good = _tagged_batch()
+    assert store.put_encoded(good).ok
     store.flush()
     before = snapshot(root)
-    good = _tagged_batch()
     tampered = msgspec.structs.replace(good, tags_codes=tamper(good))
 
-    result = store.put_encoded(tampered)
+    for cache in ("warm", "cold"):
+        if cache == "cold":
+            batch_module._tag_codes.clear()
+            batch_module._tag_codes[None] = 0
+            batch_module._tag_prefixes.clear()
+        result = store.put_encoded(tampered)
 
-    assert result.status is PutStatus.MESSAGE_ILLEGAL
-    assert "tag hash" in result.error and "TAGS property" in result.error
-    store.flush()
-    assert snapshot(root) == before
+        assert result.status is PutStatus.MESSAGE_ILLEGAL, cache
+        assert "tag hash" in result.error and "TAGS property" in result.error
+        store.flush()
+        assert snapshot(root) == before
     assert store.put_encoded(good).ok
     assert_still_works(store)
 
