@@ -13,16 +13,20 @@ on the store side.
 
 ``scheduled`` marks a batch in which some record carries a ``DELAY`` or
 ``__DELIVER_AT_MS`` property: only such batches take the broker's scheduled path
-(schedule.py), which decodes them; every other batch is appended without a look at
-its properties. Like the hashes, the mark is the producer's word.
+(schedule.py), which decodes them and refuses a batch marked ``scheduled`` with no such
+record; every other batch is appended without a look at those properties.
 
-Tag hashes and key hashes are hints the store trusts: a wrong one only hides the
-sender's own message from a tag filter or a key query (consumers re-check tags
-exactly, queries re-check keys), and recovery recomputes both from the properties.
+Tag hashes are checked: ``check_encoded`` finds each record's ``TAGS`` property with one
+anchored regex match per record (C-level ``map``), looks its Java hash up in a dict of known
+tags and compares with the ``tags_codes`` column, so a batch whose column disagrees is refused
+(the consume queue would otherwise carry a hash that recovery later recomputes differently).
+Key hashes are hints the store trusts: a wrong one only hides the sender's own message from a
+key query (queries re-check keys), and recovery recomputes them from the properties.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Sequence
 from itertools import accumulate, chain, pairwise, repeat
@@ -46,6 +50,18 @@ STORE_BLOCK_DTYPE: Final = np.dtype(
 )  # fmt: skip
 assert STORE_BLOCK_DTYPE.itemsize == codec.STORE_BLOCK_SIZE
 _RESERVED: Final = (P.TAGS, P.KEYS, P.UNIQ_KEY)
+# Matched at the start of a record's properties, both always succeed; group 1 is the TAGS
+# value or None. The encoder writes TAGS first (_TAGS_FIRST, the fast path); _TAGS_ANYWHERE
+# skips whole properties before it, as recovery (commitlog.py) finds TAGS anywhere.
+_TAGS: Final[bytes] = P.TAGS.encode() + b"\x01"
+_TAGS_FIRST: Final = re.compile(b"(?:" + _TAGS + b"([^\x02]*))?")
+_TAGS_ANYWHERE: Final = re.compile(
+    b"(?:(?:(?!" + _TAGS + b")[^\x02]*\x02)*" + _TAGS + b"([^\x02]*))?"
+)
+_TAGS_LATER: Final[bytes] = b"\x02" + _TAGS
+_TAG_CODES_MAX: Final[int] = 65536
+_tag_codes: dict[bytes | None, int] = {None: 0}
+_tag_prefixes: dict[int, bytes] = {}  # tag hash -> b"TAGS\x01<tags>\x02" last verified with it
 
 
 class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -322,7 +338,72 @@ def _check_records(batch: EncodedBatch, starts: list[int], sizes: list[int], end
     crcs = list(map(crc32c, map(mv.__getitem__, map(slice, body_at, ends))))
     if crcs != [h[2] for h in heads]:
         raise BatchRejected("a record fails its CRC: it was damaged on the way or mis-encoded")
+    _check_tags_codes(batch, records, list(map(fixed.__add__, tpos)), ends)
     return crcs
+
+
+def _check_tags_codes(batch: EncodedBatch, records: bytes, props_at: list[int],
+                      ends: list[int]) -> None:  # fmt: skip
+    """The ``tags_codes`` column equals the Java hash of each record's TAGS (0 without).
+
+    C-level maps only. Fast path (``_tags_plainly_match``, what encode_batch writes); else
+    one anchored regex match per record's properties, its group, and a dict of known tag
+    hashes (only tags not seen before are hashed in Python).
+    """
+    claimed = np.frombuffer(batch.tags_codes, dtype="<i8").tolist()
+    if _tags_plainly_match(claimed, records, props_at, ends):
+        return
+    matches = map(_TAGS_FIRST.match, repeat(records), props_at, ends)
+    values = list(map(re.Match.group, matches, repeat(1)))
+    if None in values and _tags_later(records, props_at, ends):
+        matches = map(_TAGS_ANYWHERE.match, repeat(records), props_at, ends)
+        values = list(map(re.Match.group, matches, repeat(1)))
+    codes = list(map(_tag_codes.get, values))
+    if None in codes:
+        codes = [_tag_code(v) if c is None else c for c, v in zip(codes, values, strict=True)]
+    if codes != claimed:
+        bad = next(i for i, (c, t) in enumerate(zip(codes, claimed, strict=True)) if c != t)
+        raise InvalidMessageError(
+            f"record {bad} of the batch has tag hash {claimed[bad]} in its tags_codes column, "
+            f"but its TAGS property {values[bad]!r} hashes to {codes[bad]}; encode batches "
+            "with rayq.store.encode_batch (or fix the column)",
+            value=claimed[bad],
+            limit=codes[bad],
+        )
+    if len(_tag_prefixes) >= _TAG_CODES_MAX:
+        _tag_prefixes.clear()
+    _tag_prefixes.update(
+        (c, _TAGS + v + b"\x02") for c, v in set(zip(codes, values, strict=True)) if v
+    )
+
+
+def _tags_plainly_match(claimed: list[int], records: bytes, props_at: list[int],
+                        ends: list[int]) -> bool:  # fmt: skip
+    """True when no record has a TAGS property and every code is 0, or every record's
+    properties start with the TAGS property its code was last verified with. False proves
+    nothing (a hash collision, a new tag, a mixed batch): the caller checks exactly."""
+    if not any(claimed):
+        return max(map(records.find, repeat(_TAGS), props_at, ends)) < 0
+    prefixes = list(map(_tag_prefixes.get, claimed))
+    return None not in prefixes and all(map(records.startswith, prefixes, props_at, ends))
+
+
+def _tags_later(records: bytes, props_at: list[int], ends: list[int]) -> bool:
+    """Whether some record's properties hold a TAGS property after the first one."""
+    return max(map(records.find, repeat(_TAGS_LATER), props_at, ends)) >= 0
+
+
+def _tag_code(tags: bytes) -> int | None:
+    """Java hash of ``tags`` (cached); None for bytes that are not UTF-8 (never matches)."""
+    try:
+        code = tags_code(tags.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+    if len(_tag_codes) >= _TAG_CODES_MAX:
+        _tag_codes.clear()
+        _tag_codes[None] = 0
+    _tag_codes[tags] = code
+    return code
 
 
 _ARANGE = np.arange(1024)

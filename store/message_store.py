@@ -281,8 +281,17 @@ class MessageStore:
         return result
 
     def put_encoded(self, batch: EncodedBatch) -> PutResult:
-        """Append a batch a producer encoded (batch.py): the broker's hot path."""
+        """Append a batch a producer encoded (batch.py): the broker's hot path.
+
+        A batch marked ``scheduled`` is MESSAGE_ILLEGAL here: the broker's schedule service
+        parks its delayed records (appended as is, they would be delivered at once)."""
         self._check_open()
+        if getattr(batch, "scheduled", False) is not False:
+            return PutResult(
+                status=PutStatus.MESSAGE_ILLEGAL,
+                error="a batch marked scheduled (DELAY or __DELIVER_AT_MS) goes through the "
+                "broker's schedule service, not straight into the store",
+            )
         return self._put_batches([batch])
 
     def _put_batches(self, batches: list[EncodedBatch]) -> PutResult:

@@ -127,18 +127,27 @@ class ScheduleService:
 
     # ------------------------------------------------------------ parking
     def put_batch(self, batch: EncodedBatch) -> PutResult:
-        """Append a producer batch marked ``scheduled``, its scheduled records parked."""
+        """Append a producer batch marked ``scheduled``, its scheduled records parked.
+
+        MESSAGE_ILLEGAL, nothing written, for a batch that fails ``check_encoded`` or is marked
+        ``scheduled`` without any record carrying DELAY or __DELIVER_AT_MS."""
         cfg = self.store.config
         try:
             starts, _ = check_encoded(
                 batch, cfg.max_message_size_bytes, cfg.max_properties_size_bytes
             )
-        except BatchRejected as exc:
+        except (BatchRejected, InvalidMessageError) as exc:
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         records = batch.records
-        return self.put(
-            [decode_record(records, s, decompress=False).to_inner() for s in starts.tolist()]
-        )
+        msgs = [decode_record(records, s, decompress=False).to_inner() for s in starts.tolist()]
+        if not any(P.DELAY in m.properties or P.DELIVER_AT_MS in m.properties for m in msgs):
+            return PutResult(
+                status=PutStatus.MESSAGE_ILLEGAL,
+                error=f"the batch for {batch.topic}/{batch.queue_id} is marked scheduled but none "
+                f"of its {batch.count} records has a {P.DELAY} or {P.DELIVER_AT_MS} property; "
+                "encode it with rayq.store.encode_batch, which sets the mark",
+            )
+        return self.put(msgs)
 
     def put(self, msgs: Sequence[InnerMessage]) -> PutResult:
         """Append messages (any topics), parking the scheduled ones: all or none."""

@@ -310,3 +310,39 @@ def test_delay_offset_files_without_deliver_at_still_load(tmp_path: Path) -> Non
         msgspec.json.decode(b'{"offset_table": {}}', type=DelayOffsetFile).deliver_at.last_offset
         == -1
     )
+
+
+# ------------------------------------------------------- tampered raw batches
+
+
+def test_a_batch_marked_scheduled_without_any_delay_is_refused(broker: Broker) -> None:
+    """put_batch of a batch claiming ``scheduled`` with no DELAY/__DELIVER_AT_MS record."""
+    plain = encode_batch([msg(b"a"), msg(b"b")], **LIMITS)
+    tampered = msgspec.structs.replace(plain, scheduled=True)
+
+    res = broker.svc.put_batch(tampered)
+
+    assert res.status is PutStatus.MESSAGE_ILLEGAL
+    assert "marked scheduled" in res.error and P.DELAY in res.error
+    assert broker.read() == [] and broker.store.topics() == []
+
+
+def test_a_scheduled_batch_with_wrong_tag_codes_is_refused_not_raised(broker: Broker) -> None:
+    batch = encode_batch([msg(b"a", level=1), msg(b"b")], **LIMITS)
+    tampered = msgspec.structs.replace(batch, tags_codes=bytes(len(batch.tags_codes)))
+
+    res = broker.svc.put_batch(tampered)
+
+    assert res.status is PutStatus.MESSAGE_ILLEGAL
+    assert "tag hash" in res.error
+    assert broker.store.topics() == []
+
+
+def test_an_honest_scheduled_batch_still_parks_its_delayed_records(broker: Broker) -> None:
+    batch = encode_batch([msg(b"later", level=1), msg(b"now")], **LIMITS)
+    assert batch.scheduled
+
+    assert broker.svc.put_batch(batch).ok
+    assert [m.body for m in broker.read()] == [b"now"]
+    broker.advance_and_tick(1000)
+    assert [m.body for m in broker.read()] == [b"now", b"later"]

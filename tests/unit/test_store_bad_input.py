@@ -6,10 +6,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import numpy as np
 import pytest
 
 from rayq.store import (
     ClosedError,
+    EncodedBatch,
     FakeClock,
     GetStatus,
     InnerMessage,
@@ -19,7 +22,11 @@ from rayq.store import (
     StoreConfig,
     TagFilter,
     decode_records,
+    encode_batch,
+    java_string_hash,
 )
+from rayq.store import batch as batch_module
+from rayq.store.batch import _TAGS_ANYWHERE
 from rayq.store.errors import InvalidOffsetError, InvalidTopicError, StoreLockedError
 
 KiB = 1024
@@ -450,6 +457,93 @@ def test_batch_with_one_bad_message_appends_nothing(
     assert result.ok, result.error
     assert result.results[0].commitlog_offset == written
     assert result.results[0].queue_offset == offsets[("T", 0)]
+
+
+# --------------------------------------------------------------------------- raw batches
+
+
+def _tags_codes(*codes: int) -> bytes:
+    return np.asarray(codes, dtype="<i8").tobytes()
+
+
+def _tagged_batch() -> EncodedBatch:
+    msgs = [msg("T", 0, b"a", tags="TagA"), msg("T", 0, b"b", tags="TagB"), msg("T", 0, b"c")]
+    return encode_batch(msgs, max_body_bytes=MAX_BODY, max_properties_bytes=MAX_PROPS)
+
+
+TAMPERED_TAGS = {
+    "all-zero": lambda b: _tags_codes(0, 0, 0),
+    "swapped": lambda b: _tags_codes(java_string_hash("TagB"), java_string_hash("TagA"), 0),
+    "code-without-tags": lambda b: _tags_codes(
+        java_string_hash("TagA"), java_string_hash("TagB"), java_string_hash("TagA")
+    ),
+    "off-by-one": lambda b: _tags_codes(java_string_hash("TagA") + 1, java_string_hash("TagB"), 0),
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERED_TAGS.values(), ids=TAMPERED_TAGS.keys())
+def test_put_encoded_with_tag_codes_that_disagree_with_tags_is_message_illegal(
+    store: MessageStore, root: Path, tamper: Callable[[EncodedBatch], bytes]
+) -> None:
+    """The consume queue's tag hashes must be what recovery computes from TAGS (with the
+    known-tags cache warm from an identical good batch, and cold)."""
+    good = _tagged_batch()
+    assert store.put_encoded(good).ok
+    store.flush()
+    before = snapshot(root)
+    tampered = msgspec.structs.replace(good, tags_codes=tamper(good))
+
+    for cache in ("warm", "cold"):
+        if cache == "cold":
+            batch_module._tag_codes.clear()
+            batch_module._tag_codes[None] = 0
+            batch_module._tag_prefixes.clear()
+        result = store.put_encoded(tampered)
+
+        assert result.status is PutStatus.MESSAGE_ILLEGAL, cache
+        assert "tag hash" in result.error and "TAGS property" in result.error
+        store.flush()
+        assert snapshot(root) == before
+    assert store.put_encoded(good).ok
+    assert_still_works(store)
+
+
+def test_put_encoded_accepts_non_ascii_and_repeated_tags(store: MessageStore) -> None:
+    msgs = [msg("T", 1, b"x", tags=t) for t in ("标签", "Tag A", "TagA", "TagA", "é" * 40)]
+    batch = encode_batch(msgs, max_body_bytes=MAX_BODY, max_properties_bytes=MAX_PROPS)
+
+    assert store.put_encoded(batch).ok
+
+
+def test_put_encoded_of_a_batch_marked_scheduled_is_message_illegal(
+    store: MessageStore, root: Path
+) -> None:
+    """Appended as is, a delayed record would be delivered at once: the broker parks them."""
+    store.flush()
+    before = snapshot(root)
+    tampered = msgspec.structs.replace(_tagged_batch(), scheduled=True)
+
+    result = store.put_encoded(tampered)
+
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+    assert "scheduled" in result.error
+    store.flush()
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("properties", "tags"),
+    [
+        (b"TAGS\x01A\x02KEYS\x01k\x02", b"A"),
+        (b"KEYS\x01k\x02TAGS\x01B\x02", b"B"),
+        (b"KEYS\x01k\x02XTAGS\x01C\x02", None),
+        (b"", None),
+    ],
+)
+def test_tags_are_found_where_recovery_finds_them(properties: bytes, tags: bytes | None) -> None:
+    """TAGS first (the encoder's order) or after other properties; not inside another name."""
+    data = b"hdr" + properties
+    assert _TAGS_ANYWHERE.match(data, 3, len(data)).group(1) == tags
 
 
 def test_rejected_batch_does_not_survive_a_crash(store: MessageStore, root: Path) -> None:
