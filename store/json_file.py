@@ -27,11 +27,12 @@ When ``<name>`` AND ``<name>.bak`` both fail, a file never silently becomes empt
    ``<name>.damaged-<ms since epoch>`` (``<name>.bak.damaged-<ms>``); the originals stay in place,
    so a crash now cannot turn them into "no file" (= a fresh, empty start) on the next load.
 2. Salvage, if the ``JsonFile`` was given a ``salvage`` function (the broker's config tables):
-   decode the JSON leniently (a truncated document is cut back to its last complete entry and
-   its brackets closed), then let ``salvage`` keep every valid entry and drop only the bad ones.
-   Each dropped entry is logged at ERROR with the file name. ``<name>`` is tried before
-   ``.bak``; the first one that yields at least one entry wins, and ``needs_rewrite`` is set so the
-   owner writes the salvaged value back soon.
+   decode the JSON leniently (a document truncated or broken at some byte is cut back to its
+   last complete entry before the damage and its brackets closed; entries after the damage
+   are lost, the kept copy still has them), then let ``salvage`` keep every valid entry and
+   drop only the bad ones. Each dropped entry is logged at ERROR with the file name.
+   ``<name>`` is tried before ``.bak``; the first one that yields at least one entry wins, and
+   ``needs_rewrite`` is set so the owner writes the salvaged value back soon.
 3. Refuse: if no entry could be salvaged from a file that exists, raise ``StoreError``
    naming both files and the kept copies, and saying how to fix it: restore a good copy as
    ``<name>``, or delete ``<name>`` and ``<name>.bak`` to start empty on purpose.
@@ -50,7 +51,8 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
@@ -232,23 +234,29 @@ class JsonFile(Generic[T]):
             return None
         try:
             return self._decoder.decode(data)
-        except msgspec.DecodeError as exc:  # ValidationError included
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError included
             logger.warning("config file %s is damaged: %s", path, exc)
             return None
 
 
 def lenient_json(data: bytes) -> Any:
-    """Decode ``data`` as plain JSON; a truncated document is cut back to its last complete
-    value and its open brackets closed. None when no prefix decodes (pure: no I/O)."""
+    """Decode ``data`` as plain JSON. A damaged document (truncated, or broken at some byte)
+    is cut back to the last complete value before the damage and its open brackets closed;
+    what followed the damage is lost (the caller keeps a copy). None when nothing decodes.
+    Pure: no I/O."""
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         pass
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    for prefix in _repair_candidates(text):
+    except UnicodeDecodeError as exc:
+        text = data[: exc.start].decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        damaged_at = getattr(exc, "pos", len(text))
+    for prefix in islice(_repair_candidates(text[:damaged_at]), REPAIR_ATTEMPTS_MAX):
         try:
             return json.loads(prefix)
         except ValueError:
@@ -256,8 +264,8 @@ def lenient_json(data: bytes) -> Any:
     return None
 
 
-def _repair_candidates(text: str) -> list[str]:
-    """Prefixes of ``text`` ending after a complete value, brackets closed; longest first."""
+def _repair_candidates(text: str) -> Iterator[str]:
+    """Prefixes of ``text`` that end after a complete value, brackets closed; longest first."""
     cuts: list[tuple[int, str]] = []
     stack: list[str] = []
     in_string = escaped = False
@@ -281,4 +289,4 @@ def _repair_candidates(text: str) -> list[str]:
             cuts.append((i + 1, "".join(reversed(stack))))
         elif char == "," and stack:
             cuts.append((i, "".join(reversed(stack))))
-    return [text[:end] + closing for end, closing in reversed(cuts[-REPAIR_ATTEMPTS_MAX:])]
+    return (text[:end] + closing for end, closing in reversed(cuts))

@@ -65,7 +65,7 @@ from typing import Annotated, Any, Final, Generic, TypeVar
 import msgspec
 from msgspec import Meta
 
-from rayq.store.config import NonNegative
+from rayq.store.config import NonNegative, check_fields
 from rayq.store.errors import (
     ClosedError,
     ConfigError,
@@ -256,17 +256,15 @@ class _Table(ABC, Generic[T]):
     def _restore(self, value: T | None) -> None: ...
 
 
-def _validated(record: C, record_type: type[C] | None = None) -> C:
-    """Check the Meta constraints (only checked by msgspec on decode) of a record built in code."""
-    expected = record_type or type(record)
-    if not isinstance(record, expected):
+def _validated(record: C, record_type: type[C]) -> C:
+    """``record`` if it is a ``record_type`` meeting its Meta constraints (msgspec checks them
+    only on decode, not for a record built in code), else ConfigError naming the field."""
+    if not isinstance(record, record_type):
         raise ConfigError(
-            f"expected a {expected.__name__}, got {type(record).__name__}", value=repr(record)
+            f"expected a {record_type.__name__}, got {type(record).__name__}", value=repr(record)
         )
-    try:
-        return msgspec.convert(msgspec.to_builtins(record), type(record))
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid {type(record).__name__}: {exc}", value=repr(record)) from None
+    check_fields(record)
+    return record
 
 
 class _NamedConfigTable(_Table[T], Generic[T, C]):

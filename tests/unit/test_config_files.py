@@ -466,10 +466,35 @@ def test_after_a_fallback_to_bak_the_next_save_keeps_the_good_bak(tmp_path: Path
     assert ConfigStore(tmp_path).topics.topics() == ["a", "c"]
 
 
+def test_a_byte_broken_in_the_middle_keeps_the_entries_before_it(tmp_path: Path) -> None:
+    """Syntactic damage mid-file (here an invalid UTF-8 byte, which once made load raise
+    UnicodeDecodeError): what precedes it is salvaged."""
+    _fill_all_tables(tmp_path)
+    main = tmp_path / "config" / CONSUMER_OFFSET_FILE_NAME
+    data = main.read_bytes()
+    cut = data.index(b'"other@cg2"')
+    main.write_bytes(data[:cut] + b"\xff" + data[cut + 1 :])
+    main.with_name(CONSUMER_OFFSET_FILE_NAME + ".bak").write_bytes(data[:cut] + b"\xff")
+
+    store = ConfigStore(tmp_path)
+
+    assert store.consumer_offsets.query_all("cg", "good") == {0: 20, 1: 40}
+    assert store.consumer_offsets.query_all("cg2", "other") == {}
+
+
+def test_an_invalid_utf8_main_file_falls_back_to_bak(tmp_path: Path) -> None:
+    save_two_generations(tmp_path)
+    topics_path(tmp_path).write_bytes(b'{"data_version": 1, "topic_config_table": {"\xff": 1}}')
+
+    assert ConfigStore(tmp_path).topics.topics() == ["a"]
+
+
 def test_lenient_json_closes_a_truncated_document_at_its_last_complete_value() -> None:
     assert lenient_json(b'{"t": {"a": 1, "b": 2, "c": 3') == {"t": {"a": 1, "b": 2}}
     assert lenient_json(b'{"t": {"a": "x,}", "b": [1, 2') == {"t": {"a": "x,}", "b": [1]}}
     assert lenient_json(b"\xff garbage") is None
+    assert lenient_json(b'{"t": {"a": 1, "b": 2x, "c": 3}}') == {"t": {"a": 1}}
+    assert lenient_json(b'{"t": {"a": 1, "b\xff": 2, "c": 3}}') == {"t": {"a": 1}}
     assert lenient_json(b"") is None
 
 
