@@ -16,7 +16,7 @@ import msgspec
 from msgspec import Meta
 
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
-from rayq.actors.server.tables import SubscriptionGroupConfig, is_readable, is_writeable
+from rayq.actors.server.table_files import SubscriptionGroupConfig, is_readable, is_writeable
 from rayq.store.errors import InvalidRequestError
 from rayq.store.message import MessageExt
 

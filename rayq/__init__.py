@@ -13,7 +13,7 @@ The vocabulary the store needs (message records, statuses, errors, StoreConfig)
 lives in ``rayq.store`` and is re-exported here, so nothing imports upwards.
 """
 
-from rayq.actors.server.tables import SubscriptionGroupConfig
+from rayq.actors.server.table_files import SubscriptionGroupConfig
 from rayq.errors import (
     BrokenError,
     BrokerBusyError,

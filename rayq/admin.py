@@ -38,7 +38,7 @@ from rayq.actors.protocol import (
     UpdateGroupRequest,
     ViewMessageRequest,
 )
-from rayq.actors.server.tables import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
+from rayq.actors.server.table_files import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
 from rayq.client import ClientContext
 from rayq.store.errors import (
     BrokerUnavailableError,

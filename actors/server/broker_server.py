@@ -91,17 +91,17 @@ from .dedupe import Verdict, open_sequences
 from .queue_locks import QueueLocks
 from .schedule import ScheduleService
 from .send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
-from .tables import (
+from .table_files import (
     PERM_ALL,
     PERM_READ,
     PERM_WRITE,
     SCHEDULE_TOPIC,
-    ConfigStore,
     SubscriptionGroupConfig,
     TopicConfig,
     is_readable,
     is_writeable,
 )
+from .tables import ConfigStore
 
 logger = logging.getLogger(__name__)
 

@@ -68,7 +68,8 @@ from rayq.store.message import GetStatus, InnerMessage, MessageExt, PutResult, P
 from rayq.store.message_store import MessageStore
 
 from .delay_levels import DELIVER_AT_QUEUE_ID, DelayLevels
-from .tables import SCHEDULE_TOPIC, DelayOffsetTable, DeliverAtProgress
+from .table_files import SCHEDULE_TOPIC, DeliverAtProgress
+from .tables import DelayOffsetTable
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from rayq.store.message import InnerMessage, MessageExt
 from rayq.store.message_store import MessageStore
 from rayq.store.names import dlq_topic, retry_topic, validate_group
 
-from .tables import SCHEDULE_TOPIC
+from .table_files import SCHEDULE_TOPIC
 
 RETRY_DELAY_LEVEL_BASE: Final[int] = 3  # RocketMQ: first retry after level 3 (10 s)
 # Retry and dead-letter topics have one queue (RocketMQ retryQueueNums, DLQ_NUMS_PER_GROUP).

@@ -25,7 +25,7 @@ from rayq.actors.protocol import (
     SendBackResult,
     broker_actor_name,
 )
-from rayq.actors.server.tables import SCHEDULE_TOPIC
+from rayq.actors.server.table_files import SCHEDULE_TOPIC
 from rayq.admin import Admin
 from rayq.client import ClientContext
 from rayq.pull_consumer import ConsumeFromWhere, PullConsumer

@@ -33,7 +33,7 @@ from rayq.actors.protocol import (
     TopicRequest,
     broker_actor_name,
 )
-from rayq.actors.server.tables import PERM_ALL
+from rayq.actors.server.table_files import PERM_ALL
 from rayq.client import ClientContext
 from rayq.errors import (
     BrokerUnavailableError,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rayq.actors.server.tables import (
+from rayq.actors.server.table_files import (
     CONSUMER_OFFSET_FILE_NAME,
     DELAY_OFFSET_FILE_NAME,
     PERM_INHERIT,
@@ -20,17 +20,15 @@ from rayq.actors.server.tables import (
     PERM_WRITE,
     SUBSCRIPTION_GROUP_FILE_NAME,
     TOPICS_FILE_NAME,
-    ConfigStore,
     ConsumerOffsetFile,
-    ConsumerOffsetTable,
     DeliverAtProgress,
     SubscriptionGroupConfig,
     TopicConfig,
-    TopicConfigTable,
     TopicsFile,
     is_readable,
     is_writeable,
 )
+from rayq.actors.server.tables import ConfigStore, ConsumerOffsetTable, TopicConfigTable
 from rayq.store.errors import (
     ClosedError,
     ConfigError,

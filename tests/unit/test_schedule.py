@@ -17,7 +17,8 @@ from rayq.actors.server.delay_levels import (
     DelayLevels,
 )
 from rayq.actors.server.schedule import SCHEDULE_TICK_MS, ScheduleService
-from rayq.actors.server.tables import SCHEDULE_TOPIC, ConfigStore, DelayOffsetFile
+from rayq.actors.server.table_files import SCHEDULE_TOPIC, DelayOffsetFile
+from rayq.actors.server.tables import ConfigStore
 from rayq.store import FakeClock, InnerMessage, MessageStore, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch

@@ -21,7 +21,7 @@ from rayq.actors.protocol import (
     check,
 )
 from rayq.actors.server.broker_server import BrokerServer
-from rayq.actors.server.tables import SCHEDULE_TOPIC
+from rayq.actors.server.table_files import SCHEDULE_TOPIC
 from rayq.store import FakeClock, InnerMessage, StoreConfig, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
