@@ -58,6 +58,7 @@ from rayq.store.errors import (
     StoreError,
 )
 from rayq.store.json_file import JsonFile
+from rayq.store.names import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported
 from rayq.store.names import validate_group, validate_topic
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,8 @@ PERM_WRITE: Final[int] = 2
 PERM_INHERIT: Final[int] = 1
 PERM_ALL: Final[int] = PERM_READ | PERM_WRITE | PERM_INHERIT
 
-# Delayed messages wait in queue (level - 1) of this topic; delayOffset.json tracks each queue.
-SCHEDULE_TOPIC: Final[str] = "SCHEDULE_TOPIC_XXXX"
+# Delayed messages wait in queue (level - 1) of SCHEDULE_TOPIC (defined with the other
+# system topic names in store/names.py); delayOffset.json tracks each queue.
 DELAY_LEVEL_MIN: Final[int] = 1
 
 # Consumer offset keys are "<topic>@<group>"; legal names (names.py) never contain the separator.
