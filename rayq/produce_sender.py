@@ -1,0 +1,401 @@
+"""Sends batches (``Put``s) to brokers: the one retry policy and the one broker call.
+
+Every produce path ends here: ``send`` (sync, idempotent, ordered), ``pipeline``
+(Arrow writes: several puts in flight to one queue) and the background thread that
+sends the accumulator's batches (``submit``, for ``send_async``/``send_oneway``).
+
+Retry policy (``_after_failure``, the only one): a failure is retried when the error
+is ``retriable`` (broker unreachable or timed out, busy, disk full) or, for a batch
+that may move, when the queue no longer exists (``InvalidOffsetError``: stale route).
+A movable batch (not ordered, not idempotent) goes to another queue at once,
+preferably of another broker; an ordered or idempotent batch is sent again to the
+same queue after a backoff (``backoff_s`` doubling up to ``backoff_max_s``), and the
+batches in flight behind it are sent again after it, in order. At most ``attempts``
+attempts in all. A retriable failure also marks the broker in the fault table and
+drops its cached handle and routes; ``TopicNotFoundError`` drops the topic's routes
+and is not retried.
+
+The broker call: ``_start_put`` (returns a ``PutCall`` at once, for pipelining) and
+``_call_put`` (waits) are the only code of the produce path that reaches a broker;
+``PutCall`` is the only code that waits on Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from typing import Any, Protocol
+
+import msgspec
+
+from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
+from rayq.client import call, unwrap
+from rayq.store import EncodedBatch, InnerMessage
+from rayq.store.batch import encode_batch
+from rayq.store.errors import (
+    BrokerUnavailableError,
+    InvalidOffsetError,
+    RayqError,
+    TopicNotFoundError,
+)
+
+from .produce_accumulator import Accumulator, Put
+from .produce_routes import QueueSelector
+from .produce_validation import too_large
+
+logger = logging.getLogger(__name__)
+
+MAX_INFLIGHT_PUTS = 4  # send_async: puts outstanding at once
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    attempts: int  # in all, the first included
+    timeout_s: float  # per attempt
+    backoff_s: float = 0.2  # before the first same-queue retry; doubles each time
+    backoff_max_s: float = 2.0
+
+
+class BrokerDirectory(Protocol):
+    """Broker handles by name (a ClientContext, or arrow_io's named lookup)."""
+
+    def broker(self, broker_name: str) -> Any: ...
+
+    def forget(self, broker_name: str) -> None: ...
+
+
+def results(queue: MessageQueue, res: BatchSendResult) -> list[SendResult]:
+    st = res.status
+    return [
+        SendResult(status=st, msg_id=m, queue=queue, queue_offset=o, offset_msg_id=om)
+        for m, om, o in zip(res.msg_ids, res.offset_msg_ids, res.queue_offsets, strict=True)
+    ]
+
+
+# --------------------------------------------- broker calls (Ray lives here)
+class PutCall:
+    """One ``Broker.put`` on its way: ``result`` waits for it, raising rayq errors."""
+
+    __slots__ = ("_future", "_ref")
+
+    def __init__(self, ref: Any) -> None:
+        self._ref = ref
+        self._future: Future | None = None
+
+    def result(self, timeout_s: float | None) -> BatchSendResult:
+        fut = self._future
+        if fut is not None and fut.done():
+            try:
+                return fut.result()
+            except Exception as exc:
+                raise unwrap(exc) from None
+        return call(self._ref, timeout_s)
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """``fn()`` once the answer is in (in a Ray thread)."""
+        self._future = self._ref.future()
+        self._future.add_done_callback(lambda _: fn())
+
+
+class _FailedCall:
+    """A put that could not start (no handle, bad batch): fails when waited on."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: RayqError) -> None:
+        self._error = error
+
+    def result(self, timeout_s: float | None) -> BatchSendResult:
+        raise self._error
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        fn()
+
+
+class Sender:
+    """Sends ``Put``s under one ``RetryPolicy``; ``selector`` None: no batch may move."""
+
+    def __init__(
+        self,
+        name: str,
+        policy: RetryPolicy,
+        directory: Callable[[], BrokerDirectory],
+        selector: QueueSelector | None = None,
+        *,
+        max_body_bytes: int = 0,
+        max_properties_bytes: int = 0,
+        batch_max_bytes: int = 0,
+        accumulator: Accumulator | None = None,
+    ) -> None:
+        self.name, self.policy, self._directory, self.selector = name, policy, directory, selector
+        self._limits = (max_body_bytes, max_properties_bytes, batch_max_bytes)
+        self.acc = accumulator
+        self._inflight: set[Put] = set()  # the thread's puts (under acc.lock)
+        self._done: list[Put] = []
+        self._thread: threading.Thread | None = None
+
+    def _start_put(self, broker_name: str, batch: EncodedBatch) -> PutCall:
+        """THE broker call of the produce path: one ``Broker.put``, not waited for."""
+        return PutCall(self._directory().broker(broker_name).put.remote(batch))
+
+    def _call_put(self, broker_name: str, batch: EncodedBatch, timeout_s: float) -> BatchSendResult:
+        """``_start_put`` and wait for the answer."""
+        return self._start_put(broker_name, batch).result(timeout_s)
+
+    # ------------------------------------------------------------ encode
+    def _encoded(self, put: Put) -> EncodedBatch:
+        """The put's batch for its current queue (encoded again after a move)."""
+        queue_id = put.queue.queue_id
+        if put.batch is not None and put.batch.queue_id == queue_id:
+            return put.batch
+        assert put.msgs is not None, "a put without messages cannot move"
+        msgs = put.msgs
+        if msgs[0].queue_id != queue_id:
+            msgs = put.msgs = [msgspec.structs.replace(m, queue_id=queue_id) for m in msgs]
+        body_limit, props_limit, batch_limit = self._limits
+        batch = encode_batch(msgs, max_body_bytes=body_limit, max_properties_bytes=props_limit)
+        if put.producer_id:
+            batch = msgspec.structs.replace(
+                batch, producer_id=put.producer_id, first_sequence=put.first_sequence
+            )
+        # send_batch's records must fit (the accumulator cuts async batches itself)
+        if len(msgs) > 1 and not put.futures and len(batch.records) > batch_limit:
+            raise too_large("batch", len(batch.records), batch_limit, "batch_max_bytes")
+        put.batch = batch
+        return batch
+
+    def _launch(self, put: Put) -> None:
+        """Start one attempt of ``put`` (its failure to start shows when waited on)."""
+        try:
+            batch = self._encoded(put)
+            put.started = time.monotonic()
+            put.call = self._start_put(put.queue.broker_name, batch)
+        except RayqError as exc:
+            put.call = _FailedCall(exc)
+        put.deadline = put.started + self.policy.timeout_s
+
+    def _succeeded(self, put: Put) -> None:
+        if self.selector is not None:
+            self.selector.faults.record(put.queue.broker_name, time.monotonic() - put.started)
+
+    # ---------------------------------------------------- the retry policy
+    def _after_failure(self, put: Put, err: BaseException) -> BaseException | None:
+        """None if ``put`` goes again (re-targeted, ``not_before`` set), else what to raise."""
+        queue = put.queue
+        stale = isinstance(err, TopicNotFoundError | InvalidOffsetError)
+        if stale and self.selector is not None:
+            self.selector.forget(queue.topic)  # routes are stale: fetch them next time
+        if stale:
+            retriable = put.movable and isinstance(err, InvalidOffsetError)
+        else:
+            retriable = isinstance(err, RayqError) and err.retriable
+            if retriable:
+                self._note_fault(queue)
+        if not retriable:
+            return err
+        put.attempt += 1
+        if put.attempt >= self.policy.attempts:
+            return self._final_error(put, err)
+        if not put.movable:
+            logger.info("put to %s failed (%s); retrying it there", queue, err)
+            backoff = self.policy.backoff_s * 2 ** (put.attempt - 1)
+            put.not_before = time.monotonic() + min(backoff, self.policy.backoff_max_s)
+            return None
+        put.avoid.add(queue.broker_name)
+        assert self.selector is not None
+        try:
+            put.queue = self.selector.pick(queue.topic, put.avoid)
+        except RayqError as pick_err:  # no route now: try the same queue once more
+            if not pick_err.retriable:
+                return pick_err
+            logger.info("send to %s failed (%s), no other queue now: %s", queue, err, pick_err)
+            return None
+        logger.info("send to %s failed, trying %s: %s", queue, put.queue, err)
+        return None
+
+    def _note_fault(self, queue: MessageQueue) -> None:
+        if self.selector is not None:
+            self.selector.faults.fail(queue.broker_name)
+            self.selector.forget(queue.topic)
+        with contextlib.suppress(RayqError):  # no deployment: nothing to forget
+            self._directory().forget(queue.broker_name)
+
+    def _final_error(self, put: Put, err: BaseException) -> BaseException:
+        """What a send raises once its attempts are spent."""
+        attempts = put.attempt
+        if put.fixed:
+            return BrokerUnavailableError(
+                f"could not send to {put.queue} after {attempts} attempt(s) on that queue "
+                f"({put.fixed}): {err}",
+                topic=put.topic,
+                queue_id=put.queue.queue_id,
+            )
+        if isinstance(err, BrokerUnavailableError) or not isinstance(err, RayqError):
+            return BrokerUnavailableError(
+                f"could not send to topic {put.topic!r} after {attempts} attempt(s): {err}",
+                topic=put.topic,
+                attempts=attempts,
+            )
+        return err
+
+    # ------------------------------------------------------------- sync
+    def send(self, put: Put) -> BatchSendResult:
+        """Send one batch and wait for it, retrying per the policy."""
+        for _, res in self.pipeline((put,), 1):
+            return res
+        raise AssertionError("unreachable")
+
+    def pipeline(self, puts: Iterable[Put], depth: int) -> Iterator[tuple[Put, BatchSendResult]]:
+        """Send ``puts`` in order with up to ``depth`` in flight; yields each with its
+        answer, in order. After a same-queue retry the puts behind it go again too."""
+        inflight: deque[Put] = deque()
+        source = iter(puts)
+        while True:
+            while len(inflight) < depth and (put := next(source, None)) is not None:
+                self._launch(put)
+                inflight.append(put)
+            if not inflight:
+                return
+            put = inflight[0]
+            try:
+                res = put.call.result(self.policy.timeout_s)
+            except RayqError as exc:
+                final = self._after_failure(put, exc)
+                if final is not None:
+                    raise final from None
+                time.sleep(max(0.0, put.not_before - time.monotonic()))
+                for again in inflight if not put.movable else (put,):
+                    self._launch(again)
+                continue
+            inflight.popleft()
+            self._succeeded(put)
+            yield put, res
+
+    # ------------------------------------------ async: the accumulator's batches
+    def submit(self, msg: InnerMessage, queue: MessageQueue) -> Future:
+        """Queue one message for ``queue`` (``send_async``); starts the thread once."""
+        acc = self.acc
+        assert acc is not None, "this sender has no accumulator"
+        if self._thread is None:
+            with acc.lock:
+                if self._thread is None and not acc.closing:
+                    self._thread = threading.Thread(
+                        target=self._run, daemon=True, name=f"rayq-producer-{self.name}"
+                    )
+                    self._thread.start()
+        return acc.append(msg, queue)
+
+    def close(self, timeout_s: float) -> None:
+        """Send what is pending, wait for the answers, stop the thread."""
+        if self.acc is None:
+            return
+        self.acc.close()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                logger.warning(
+                    "producer %s: pending sends still running after %.0f s", self.name, timeout_s
+                )
+
+    def _run(self) -> None:
+        acc = self.acc
+        assert acc is not None
+        while True:
+            with acc.lock:
+                work = self._collect(acc)
+                while work is None:
+                    if acc.closing and acc.idle() and not self._inflight:
+                        return
+                    acc.wake.wait(self._wait_s(acc))
+                    work = self._collect(acc)
+            done, expired, ready = work
+            for put in done:
+                self._guard(put, self._complete)
+            for put in expired:
+                self._guard(put, self._expired)
+            for put in ready:
+                self._guard(put, self._launch_async)
+
+    def _collect(self, acc: Accumulator) -> tuple[list[Put], list[Put], list[Put]] | None:
+        """(answered puts, timed-out puts, puts to launch now), or None; lock held."""
+        now = time.monotonic()
+        done, self._done = self._done, []
+        self._inflight.difference_update(done)
+        expired = [p for p in self._inflight if p.deadline <= now]
+        self._inflight.difference_update(expired)
+        ready = acc.drain(now, MAX_INFLIGHT_PUTS - len(self._inflight))
+        self._inflight.update(ready)
+        return (done, expired, ready) if done or expired or ready else None
+
+    def _wait_s(self, acc: Accumulator) -> float | None:
+        times = [p.deadline for p in self._inflight]
+        if len(self._inflight) < MAX_INFLIGHT_PUTS and (ready := acc.next_ready_s()) is not None:
+            times.append(ready)
+        return max(0.0, min(times) - time.monotonic()) if times else None
+
+    def _guard(self, put: Put, step: Callable[[Put], None]) -> None:
+        try:
+            step(put)
+        except Exception as exc:  # one bad batch must not stop the thread
+            logger.exception("producer %s: a batch for %s failed", self.name, put.queue)
+            self._fail(put, exc)
+
+    def _launch_async(self, put: Put) -> None:
+        self._launch(put)
+        put.call.add_done_callback(functools.partial(self._on_done, put, put.call))
+
+    def _on_done(self, put: Put, put_call: Any) -> None:
+        """Runs in a Ray thread: hand the answer over to the sender thread."""
+        acc = self.acc
+        assert acc is not None
+        with acc.lock:
+            if put.call is put_call and put in self._inflight:
+                self._done.append(put)
+                acc.wake.notify()
+
+    def _complete(self, put: Put) -> None:
+        try:
+            res = put.call.result(0)
+        except Exception as exc:
+            self._failed(put, exc)
+            return
+        self._succeeded(put)
+        for fut, result in zip(put.futures, results(put.queue, res), strict=True):
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(result)
+
+    def _expired(self, put: Put) -> None:
+        self._failed(
+            put,
+            BrokerUnavailableError(
+                f"broker {put.queue.broker_name} did not answer within "
+                f"send_timeout_ms={round(self.policy.timeout_s * 1000)}"
+            ),
+        )
+
+    def _failed(self, put: Put, exc: BaseException) -> None:
+        final = self._after_failure(put, exc)
+        if final is not None:
+            self._fail(put, final)
+            return
+        acc = self.acc
+        assert acc is not None
+        with acc.lock:
+            put.call = None
+            self._inflight.discard(put)
+            acc.reenqueue(put)
+
+    def _fail(self, put: Put, err: BaseException) -> None:
+        acc = self.acc
+        assert acc is not None
+        with acc.lock:
+            self._inflight.discard(put)
+        for fut in put.futures:
+            if not fut.done() and fut.set_running_or_notify_cancel():
+                fut.set_exception(err)
