@@ -15,9 +15,10 @@ attempts in all. A retriable failure also marks the broker in the fault table an
 drops its cached handle and routes; ``TopicNotFoundError`` drops the topic's routes
 and is not retried.
 
-The broker call: ``_start_put`` (returns a ``PutCall`` at once, for pipelining) and
-``_call_put`` (waits) are the only code of the produce path that reaches a broker;
-``PutCall`` is the only code that waits on Ray.
+The broker call: ``Sender._start_put(broker_name, batch)`` is the only code of the
+produce path that reaches a broker (one ``Broker.put``); it returns a ``PutCall`` at
+once (pipelining), whose ``result(timeout_s)`` waits and ``add_done_callback`` is
+for the async thread. ``PutCall`` is the only code that waits on Ray.
 """
 
 from __future__ import annotations
@@ -142,10 +143,6 @@ class Sender:
     def _start_put(self, broker_name: str, batch: EncodedBatch) -> PutCall:
         """THE broker call of the produce path: one ``Broker.put``, not waited for."""
         return PutCall(self._directory().broker(broker_name).put.remote(batch))
-
-    def _call_put(self, broker_name: str, batch: EncodedBatch, timeout_s: float) -> BatchSendResult:
-        """``_start_put`` and wait for the answer."""
-        return self._start_put(broker_name, batch).result(timeout_s)
 
     # ------------------------------------------------------------ encode
     def _encoded(self, put: Put) -> EncodedBatch:
