@@ -203,7 +203,8 @@ class Sender:
             backoff = self.policy.backoff_s * 2 ** (put.attempt - 1)
             put.not_before = time.monotonic() + min(backoff, self.policy.backoff_max_s)
             return None
-        put.avoid.add(queue.broker_name)
+        if not stale:  # a stale route is no fault of the broker's
+            put.avoid.add(queue.broker_name)
         assert self.selector is not None
         try:
             put.queue = self.selector.pick(queue.topic, put.avoid)
