@@ -28,6 +28,8 @@ import time
 import zlib
 from typing import Any, Final
 
+import msgspec
+
 from rayq.actors.config import ClientConfig
 from rayq.actors.server.dedupe import PRODUCER_ID, PRODUCER_SEQ
 from rayq.actors.server.schedule import DELIVER_AT_MAX_AHEAD_MS
@@ -95,6 +97,23 @@ def int_at_least(name: str, value: Any, minimum: int) -> int:
     if value.__class__ is not int or value < minimum:
         raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
+
+
+def producer_config(
+    config: object, send_timeout_ms: object, retries: object, namespace: object, idempotent: object
+) -> ClientConfig:
+    """The producer's ClientConfig with its keyword options applied (ConfigErrors)."""
+    if not isinstance(idempotent, bool):
+        raise ConfigError(f"idempotent must be a bool, got {idempotent!r}")
+    if config is not None and not isinstance(config, ClientConfig):
+        raise ConfigError(f"config must be a rayq.ClientConfig, got {type(config).__name__}")
+    if namespace is not None and not isinstance(namespace, str):
+        raise ConfigError(f"namespace must be a str or None, got {namespace!r}")
+    return msgspec.structs.replace(
+        config or ClientConfig(),
+        send_timeout_ms=int_at_least("send_timeout_ms", send_timeout_ms, 1),
+        retries=int_at_least("retries", retries, 0),
+    )
 
 
 # ------------------------------------------------------------ fields

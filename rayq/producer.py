@@ -40,7 +40,7 @@ from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
 from rayq.client import ClientContext, call
 from rayq.store import InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
-from rayq.store.errors import BrokerUnavailableError, ClosedError, ConfigError
+from rayq.store.errors import BrokerUnavailableError, ClosedError
 from rayq.store.names import validate_group
 
 from . import produce_validation as V
@@ -80,16 +80,8 @@ class Producer:
         idempotent: bool = False,
     ) -> None:
         self.group = validate_group(group)
-        if not isinstance(idempotent, bool):
-            raise ConfigError(f"idempotent must be a bool, got {idempotent!r}")
-        if config is not None and not isinstance(config, ClientConfig):
-            raise ConfigError(f"config must be a rayq.ClientConfig, got {type(config).__name__}")
-        if namespace is not None and not isinstance(namespace, str):
-            raise ConfigError(f"namespace must be a str or None, got {namespace!r}")
-        cfg = self.config = msgspec.structs.replace(
-            config or ClientConfig(),
-            send_timeout_ms=V.int_at_least("send_timeout_ms", send_timeout_ms, 1),
-            retries=V.int_at_least("retries", retries, 0),
+        cfg = self.config = V.producer_config(
+            config, send_timeout_ms, retries, namespace, idempotent
         )
         self.namespace = namespace
         self.idempotent = idempotent
