@@ -1,10 +1,10 @@
 """Sends batches (``Put``s) to brokers: the one retry policy and the one broker call.
 
 Every produce path ends here: ``send`` (sync, idempotent, ordered), ``pipeline``
-(Arrow writes: several puts in flight to one queue) and the background thread that
-sends the accumulator's batches (``submit``, for ``send_async``/``send_oneway``).
+(Arrow writes: several puts in flight to one queue) and the ``send_async`` thread
+(produce_async.py), which calls ``launch`` and ``after_failure`` itself.
 
-Retry policy (``_after_failure``, the only one): a failure is retried when the error
+Retry policy (``after_failure``, the only one): a failure is retried when the error
 is ``retriable`` (broker unreachable or timed out, busy, disk full) or, for a batch
 that may move, when the queue no longer exists (``InvalidOffsetError``: stale route).
 A movable batch (not ordered, not idempotent) goes to another queue at once,
@@ -24,9 +24,7 @@ for the async thread. ``PutCall`` is the only code that waits on Ray.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -37,7 +35,7 @@ import msgspec
 
 from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
 from rayq.client import call, unwrap
-from rayq.store import EncodedBatch, InnerMessage
+from rayq.store import EncodedBatch
 from rayq.store.batch import encode_batch
 from rayq.store.errors import (
     BrokerUnavailableError,
@@ -46,13 +44,11 @@ from rayq.store.errors import (
     TopicNotFoundError,
 )
 
-from .produce_accumulator import Accumulator, Put
+from .produce_accumulator import Put
 from .produce_routes import QueueSelector
 from .produce_validation import too_large
 
 logger = logging.getLogger(__name__)
-
-MAX_INFLIGHT_PUTS = 4  # send_async: puts outstanding at once
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,14 +127,9 @@ class Sender:
         max_body_bytes: int = 0,
         max_properties_bytes: int = 0,
         batch_max_bytes: int = 0,
-        accumulator: Accumulator | None = None,
     ) -> None:
         self.name, self.policy, self._directory, self.selector = name, policy, directory, selector
         self._limits = (max_body_bytes, max_properties_bytes, batch_max_bytes)
-        self.acc = accumulator
-        self._inflight: set[Put] = set()  # the thread's puts (under acc.lock)
-        self._done: list[Put] = []
-        self._thread: threading.Thread | None = None
 
     def _start_put(self, broker_name: str, batch: EncodedBatch) -> PutCall:
         """THE broker call of the produce path: one ``Broker.put``, not waited for."""
@@ -166,7 +157,7 @@ class Sender:
         put.batch = batch
         return batch
 
-    def _launch(self, put: Put) -> None:
+    def launch(self, put: Put) -> None:
         """Start one attempt of ``put`` (its failure to start shows when waited on)."""
         try:
             batch = self._encoded(put)
@@ -176,12 +167,12 @@ class Sender:
             put.call = _FailedCall(exc)
         put.deadline = put.started + self.policy.timeout_s
 
-    def _succeeded(self, put: Put) -> None:
+    def succeeded(self, put: Put) -> None:
         if self.selector is not None:
             self.selector.faults.record(put.queue.broker_name, time.monotonic() - put.started)
 
     # ---------------------------------------------------- the retry policy
-    def _after_failure(self, put: Put, err: BaseException) -> BaseException | None:
+    def after_failure(self, put: Put, err: BaseException) -> BaseException | None:
         """None if ``put`` goes again (re-targeted, ``not_before`` set), else what to raise."""
         queue = put.queue
         stale = isinstance(err, TopicNotFoundError | InvalidOffsetError)
@@ -255,7 +246,7 @@ class Sender:
         source = iter(puts)
         while True:
             while len(inflight) < depth and (put := next(source, None)) is not None:
-                self._launch(put)
+                self.launch(put)
                 inflight.append(put)
             if not inflight:
                 return
@@ -263,137 +254,13 @@ class Sender:
             try:
                 res = put.call.result(self.policy.timeout_s)
             except RayqError as exc:
-                final = self._after_failure(put, exc)
+                final = self.after_failure(put, exc)
                 if final is not None:
                     raise final from None
                 time.sleep(max(0.0, put.not_before - time.monotonic()))
                 for again in inflight if not put.movable else (put,):
-                    self._launch(again)
+                    self.launch(again)
                 continue
             inflight.popleft()
-            self._succeeded(put)
+            self.succeeded(put)
             yield put, res
-
-    # ------------------------------------------ async: the accumulator's batches
-    def submit(self, msg: InnerMessage, queue: MessageQueue) -> Future:
-        """Queue one message for ``queue`` (``send_async``); starts the thread once."""
-        acc = self.acc
-        assert acc is not None, "this sender has no accumulator"
-        if self._thread is None:
-            with acc.lock:
-                if self._thread is None and not acc.closing:
-                    self._thread = threading.Thread(
-                        target=self._run, daemon=True, name=f"rayq-producer-{self.name}"
-                    )
-                    self._thread.start()
-        return acc.append(msg, queue)
-
-    def close(self, timeout_s: float) -> None:
-        """Send what is pending, wait for the answers, stop the thread."""
-        if self.acc is None:
-            return
-        self.acc.close()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_s)
-            if thread.is_alive():
-                logger.warning(
-                    "producer %s: pending sends still running after %.0f s", self.name, timeout_s
-                )
-
-    def _run(self) -> None:
-        acc = self.acc
-        assert acc is not None
-        while True:
-            with acc.lock:
-                work = self._collect(acc)
-                while work is None:
-                    if acc.closing and acc.idle() and not self._inflight:
-                        return
-                    acc.wake.wait(self._wait_s(acc))
-                    work = self._collect(acc)
-            done, expired, ready = work
-            for put in done:
-                self._guard(put, self._complete)
-            for put in expired:
-                self._guard(put, self._expired)
-            for put in ready:
-                self._guard(put, self._launch_async)
-
-    def _collect(self, acc: Accumulator) -> tuple[list[Put], list[Put], list[Put]] | None:
-        """(answered puts, timed-out puts, puts to launch now), or None; lock held."""
-        now = time.monotonic()
-        done, self._done = self._done, []
-        self._inflight.difference_update(done)
-        expired = [p for p in self._inflight if p.deadline <= now]
-        self._inflight.difference_update(expired)
-        ready = acc.drain(now, MAX_INFLIGHT_PUTS - len(self._inflight))
-        self._inflight.update(ready)
-        return (done, expired, ready) if done or expired or ready else None
-
-    def _wait_s(self, acc: Accumulator) -> float | None:
-        times = [p.deadline for p in self._inflight]
-        if len(self._inflight) < MAX_INFLIGHT_PUTS and (ready := acc.next_ready_s()) is not None:
-            times.append(ready)
-        return max(0.0, min(times) - time.monotonic()) if times else None
-
-    def _guard(self, put: Put, step: Callable[[Put], None]) -> None:
-        try:
-            step(put)
-        except Exception as exc:  # one bad batch must not stop the thread
-            logger.exception("producer %s: a batch for %s failed", self.name, put.queue)
-            self._fail(put, exc)
-
-    def _launch_async(self, put: Put) -> None:
-        self._launch(put)
-        put.call.add_done_callback(functools.partial(self._on_done, put, put.call))
-
-    def _on_done(self, put: Put, put_call: Any) -> None:
-        """Runs in a Ray thread: hand the answer over to the sender thread."""
-        acc = self.acc
-        assert acc is not None
-        with acc.lock:
-            if put.call is put_call and put in self._inflight:
-                self._done.append(put)
-                acc.wake.notify()
-
-    def _complete(self, put: Put) -> None:
-        try:
-            res = put.call.result(0)
-        except Exception as exc:
-            self._failed(put, exc)
-            return
-        self._succeeded(put)
-        for fut, result in zip(put.futures, results(put.queue, res), strict=True):
-            if fut.set_running_or_notify_cancel():
-                fut.set_result(result)
-
-    def _expired(self, put: Put) -> None:
-        self._failed(
-            put,
-            BrokerUnavailableError(
-                f"broker {put.queue.broker_name} did not answer within "
-                f"send_timeout_ms={round(self.policy.timeout_s * 1000)}"
-            ),
-        )
-
-    def _failed(self, put: Put, exc: BaseException) -> None:
-        final = self._after_failure(put, exc)
-        if final is not None:
-            self._fail(put, final)
-            return
-        acc = self.acc
-        assert acc is not None
-        with acc.lock:
-            put.call = None
-            self._inflight.discard(put)
-            acc.reenqueue(put)
-
-    def _fail(self, put: Put, err: BaseException) -> None:
-        acc = self.acc
-        assert acc is not None
-        with acc.lock:
-            self._inflight.discard(put)
-        for fut in put.futures:
-            if not fut.done() and fut.set_running_or_notify_cancel():
-                fut.set_exception(err)

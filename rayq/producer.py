@@ -8,8 +8,9 @@ split as aiokafka splits its producer:
 * produce_routes.py: write queues per topic, round robin, fault avoidance;
 * produce_accumulator.py: ``send_async``/``send_oneway`` coalescing per queue (after
   ``linger_ms``, up to ``ASYNC_BATCH_MAX_MESSAGES`` or ``batch_max_bytes``);
-* produce_sender.py: the one retry policy and the one broker call; sync sends and
-  the thread that sends the accumulator's batches (``MAX_INFLIGHT_PUTS`` in flight);
+* produce_sender.py: the one retry policy and the one broker call; sync sends;
+* produce_async.py: the thread that sends the accumulator's batches
+  (``MAX_INFLIGHT_PUTS`` in flight) through the sender;
 * produce_idempotence.py: producer id and sequence numbers of ``idempotent=True``.
 
 ``send``, ``send_batch`` and ``send_orderly`` encode in the caller's thread and wait
@@ -45,6 +46,7 @@ from rayq.store.names import validate_group
 
 from . import produce_validation as V
 from .produce_accumulator import Accumulator, Put
+from .produce_async import AsyncSends
 from .produce_idempotence import Idempotence
 from .produce_routes import QueueSelector
 from .produce_sender import RetryPolicy, Sender, results
@@ -102,8 +104,9 @@ class Producer:
             max_body_bytes=cfg.max_message_size_bytes,
             max_properties_bytes=V.MAX_PROPERTIES_BYTES,
             batch_max_bytes=cfg.batch_max_bytes,
-            accumulator=Accumulator(self.group, cfg.linger_ms, cfg.batch_max_bytes),
         )
+        accumulator = Accumulator(self.group, cfg.linger_ms, cfg.batch_max_bytes)
+        self._async = AsyncSends(self.group, self._sender, accumulator)
         self._idempotence = Idempotence(self.client_id) if idempotent else None
         self._serial: ThreadPoolExecutor | None = None
 
@@ -123,7 +126,7 @@ class Producer:
                 return
             self._closed = True
         cfg = self.config
-        self._sender.close((cfg.retries + 1) * cfg.send_timeout_ms / 1000 + 5)
+        self._async.close((cfg.retries + 1) * cfg.send_timeout_ms / 1000 + 5)
         if self._serial is not None:
             self._serial.shutdown(wait=True)
         if self._ctx is not None:
@@ -194,7 +197,7 @@ class Producer:
                 if self._serial is None:
                     self._serial = ThreadPoolExecutor(1, f"rayq-producer-{self.group}")
             return self._serial.submit(self.send, msg)
-        sticky = self._sender.acc.sticky  # type: ignore[union-attr]
+        sticky = self._async.acc.sticky
         try:
             queue = sticky.get(inner.topic) or self._routes.pick(inner.topic)
         except BrokerUnavailableError as exc:  # no route now: report it through the Future
@@ -204,7 +207,7 @@ class Producer:
         if queue.queue_id:
             inner = msgspec.structs.replace(inner, queue_id=queue.queue_id)
         sticky[inner.topic] = queue
-        return self._sender.submit(inner, queue)
+        return self._async.submit(inner, queue)
 
     def send_oneway(self, msg: Message) -> None:
         """Send without waiting for the result (failures are logged)."""
