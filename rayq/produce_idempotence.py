@@ -59,9 +59,6 @@ class Idempotence:
         """After a failed batch: later batches go under a new producer id."""
         self._sequences[queue] = (f"{self.client_id}#{uuid.uuid4().hex[:8]}", 0)
 
-    def producer_id(self, queue: MessageQueue) -> str:
-        return self._sequences.get(queue, (self.client_id, 0))[0]
-
 
 def _stamp(
     msgs: list[InnerMessage], queue: MessageQueue, pid: str, first: int

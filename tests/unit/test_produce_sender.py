@@ -171,3 +171,26 @@ def test_a_pipelined_retry_resends_the_batches_behind_it_in_order() -> None:
     done = [put.first_sequence for put, _ in sender.pipeline(puts, 3)]
     assert done == [0, 2, 4]
     assert [seq for _, _, seq in brokers.puts] == [0, 2, 4, 0, 2, 4]
+
+
+def test_an_idempotent_queue_numbers_batches_and_restarts_after_a_failed_one() -> None:
+    """Sequences count per queue without gaps; a batch that failed for good (perhaps
+    stored) makes the queue go on under a new producer id from sequence 0."""
+    from rayq.produce_idempotence import Idempotence
+
+    idem = Idempotence("me")
+    with idem.sequenced(QUEUES[1], msgs(3)) as first:
+        pass
+    with idem.sequenced(QUEUES[1], msgs(2)) as second:
+        pass
+    assert (first.producer_id, first.first_sequence, second.first_sequence) == ("me", 0, 3)
+    assert {m.queue_id for m in second.msgs} == {1}
+    assert {m.properties["__PSEQ"] for m in second.msgs} == {"3-4"}
+    with pytest.raises(BrokerUnavailableError), idem.sequenced(QUEUES[1], msgs()):
+        raise unavailable()
+    with idem.sequenced(QUEUES[1], msgs()) as after:
+        pass
+    assert after.producer_id.startswith("me#") and after.first_sequence == 0
+    with idem.sequenced(QUEUES[0], msgs()) as other:  # other queues are not affected
+        pass
+    assert (other.producer_id, other.first_sequence) == ("me", 0)
