@@ -11,7 +11,16 @@ the current one. ``write_batches`` sends a task's rows to one queue as idempoten
 puts: producer id fixed per (write, partition), sequence numbers counted over the
 partition's rows, batches cut by a deterministic rule, so a re-run task re-sends
 exactly the same (producer id, sequence) batches and the broker drops the ones it
-has; failed puts are re-sent, in order, to the same queue.
+has. The producer's sender (produce_sender.py) sends them, ``MAX_PUTS_IN_FLIGHT`` at
+a time, under its retry policy with ``PUT_ATTEMPTS`` attempts: a failed put is sent
+again to the same queue, with the puts behind it, in order.
+
+A row's properties (a ``properties_col``) may not set the names the producer or the
+broker set (produce_validation.py): those a read returns (TAGS, KEYS, UNIQ_KEY,
+PGROUP, __PID, __PSEQ, __SHARDINGKEY, WAIT, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
+DLQ_ORIGIN_*, RECONSUME_TIME, MAX_RECONSUME_TIMES) are dropped, so that rows read from
+rayq can be written back; the others (DELAY, __DELIVER_AT_MS, REAL_TOPIC, REAL_QID)
+raise InvalidMessageError.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
-from rayq.actors.protocol import ArrowPage, ReadArrowRequest
+from rayq.actors.protocol import ArrowPage, MessageQueue, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.actors.server.dedupe import sequence_properties
 from rayq.ranges import OffsetRange
@@ -35,8 +44,12 @@ from rayq.ray_transport import RayTransport
 from rayq.store import InnerMessage
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
-from rayq.store.errors import BrokerUnavailableError, InvalidMessageError, RayqError
+from rayq.store.errors import BrokerUnavailableError, InvalidMessageError
 from rayq.transport import BrokerClient, Reply
+
+from .produce_accumulator import Put
+from .produce_sender import RetryPolicy, Sender
+from .produce_validation import check_topic, check_written_properties
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +192,17 @@ def _messages(batch: pa.RecordBatch, cols: Columns) -> list[tuple[bytes, str | N
 def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, queue_id: int,
                   producer_id: str, cols: Columns, namespace: str, group: str) -> int:  # fmt: skip
     """Send every row to ``broker``/``queue_id`` idempotently; returns the rows sent."""
-    sender = _IdempotentSender(topic, broker, queue_id, producer_id, namespace)
+    check_topic(topic)
+    policy = RetryPolicy(attempts=PUT_ATTEMPTS, timeout_s=CALL_TIMEOUT_S, backoff_s=0.5)
+    sender = Sender(f"write-{producer_id}", policy, lambda: _NamedBrokers(namespace))
+    queue = MessageQueue(topic, broker, queue_id)
+    puts = _puts(batches, queue, producer_id, cols, group)
+    return sum(put.batch.count for put, _ in sender.pipeline(puts, MAX_PUTS_IN_FLIGHT))  # type: ignore[union-attr]
+
+
+def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
+          cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
+    """The rows as idempotent puts of at most WRITE_BATCH_ROWS rows / WRITE_BATCH_BYTES."""
     seq = 0
     for batch in batches:
         if batch.num_rows == 0:
@@ -192,11 +215,10 @@ def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, qu
             while j < stop and (j == i or size < WRITE_BATCH_BYTES):
                 size += len(rows[j][0])
                 j += 1
-            sender.send(_encode(rows[i:j], topic, queue_id, producer_id, seq, group))
+            encoded = _encode(rows[i:j], queue.topic, queue.queue_id, producer_id, seq, group)
+            yield Put(queue, batch=encoded, fixed="idempotent writes never move to another queue")
             seq += j - i
             i = j
-    sender.flush()
-    return seq
 
 
 def _encode(rows: list[tuple], topic: str, queue_id: int, producer_id: str, first: int,
@@ -217,54 +239,27 @@ def _encode(rows: list[tuple], topic: str, queue_id: int, producer_id: str, firs
     return msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
 
 
-# System properties a read returns (tags and keys have their own columns): a row's
-# properties map may carry them back; they are dropped, not written.
-_RESERVED = frozenset({P.TAGS, P.KEYS, P.UNIQ_KEY, P.PRODUCER_GROUP, "__PID", "__PSEQ"})
-
-
 def _merged(props: dict[str, str], shared: dict[str, str]) -> dict[str, str]:
+    """A row's own properties (reserved ones dropped or refused) and the batch's."""
     if not props:
         return shared
-    return {**{k: v for k, v in props.items() if k not in _RESERVED}, **shared}
+    return {**check_written_properties(props), **shared}
 
 
-class _IdempotentSender:
-    """Up to ``MAX_PUTS_IN_FLIGHT`` puts to one queue; failures re-sent in order."""
+class _NamedBrokers:
+    """Broker handles looked up by name in ``namespace`` (no coordinator needed)."""
 
-    def __init__(self, topic: str, broker: str, queue_id: int, producer_id: str,
-                 namespace: str) -> None:  # fmt: skip
-        self.topic, self.broker, self.queue_id = topic, broker, queue_id
-        self.producer_id, self.namespace = producer_id, namespace
-        self.inflight: list[tuple[Any, Any]] = []  # (batch, ref)
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
 
-    def send(self, batch: Any) -> None:
-        if len(self.inflight) >= MAX_PUTS_IN_FLIGHT:
-            self._settle(1)
-        handle = broker_handle(self.namespace, self.broker)
-        self.inflight.append((batch, handle.put(batch)))
+    def broker(self, broker_name: str) -> BrokerClient:
+        return broker_handle(self.namespace, broker_name)
 
-    def flush(self) -> None:
-        self._settle(len(self.inflight))
-
-    def _settle(self, n: int) -> None:
-        """Wait for the oldest ``n`` puts; on a retriable failure re-send all pending."""
-        done = 0
-        for attempt in range(PUT_ATTEMPTS):
-            try:
-                while done < n:
-                    _get(self.inflight[0][1], self.broker)
-                    self.inflight.pop(0)
-                    done += 1
-                return
-            except RayqError as exc:
-                if not exc.retriable or attempt == PUT_ATTEMPTS - 1:
-                    raise
-                logger.warning("put to %s/%d on %s failed (%s); re-sending %d batch(es)",
-                               self.topic, self.queue_id, self.broker, exc,
-                               len(self.inflight))  # fmt: skip
-                time.sleep(0.5 * (attempt + 1))
-                handle = broker_handle(self.namespace, self.broker, refresh=True)
-                self.inflight = [(b, handle.put(b)) for b, _ in self.inflight]
+    def forget(self, broker_name: str) -> None:
+        with _lock:
+            transport = _transports.get(self.namespace)
+        if transport is not None:
+            transport.forget(broker_name)
 
 
 __all__ = ["SCHEMA", "Columns", "check_columns", "ensure_ray", "read_range", "write_batches"]

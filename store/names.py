@@ -6,7 +6,15 @@ so ``../x`` must never reach the file system.
 System topics use RocketMQ's names, which the pattern accepts: ``%RETRY%<group>``
 (messages a consumer group failed and sent back, redelivered after a delay),
 ``%DLQ%<group>`` (messages that failed ``max_reconsume_times``) and
-``SCHEDULE_TOPIC_XXXX`` (delayed messages waiting for their time; rayq.actors.server.tables).
+``SCHEDULE_TOPIC_XXXX`` (delayed messages waiting for their time; rayq.actors.server.schedule).
+
+Which topics a client may write (RocketMQ's ``TopicValidator``): none of
+``SYSTEM_TOPICS`` or a ``rmq_sys_`` name (the broker's own topics; RocketMQ's producer
+says "The topic[...] is conflict with system topic"), and no ``%RETRY%``/``%DLQ%``
+topic (only the broker's send-back writes those). ``check_client_write_topic`` is the
+one check, made by the producer, the Arrow writer and ``Broker.put``; the broker's
+send-back and delayed delivery append through other paths and are not affected.
+Consumers may still read retry and dead-letter topics.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from .errors import ConfigError, InvalidGroupError, InvalidTopicError
+from .errors import ConfigError, InvalidGroupError, InvalidTopicError, PermissionDeniedError
 
 # Use with ``fullmatch``: ``$`` would also match before a final newline ("orders\n").
 NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -26,6 +34,20 @@ INSTANCE_NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"[%|a-zA-Z0-9_.@:-]+
 INSTANCE_NAME_MAX_LENGTH: Final[int] = 255
 RETRY_GROUP_TOPIC_PREFIX: Final[str] = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX: Final[str] = "%DLQ%"
+SCHEDULE_TOPIC: Final[str] = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here
+SYSTEM_TOPIC_PREFIX: Final[str] = "rmq_sys_"
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_SET: topics of the broker itself.
+SYSTEM_TOPICS: Final[frozenset[str]] = frozenset({
+    "TBW102",  # the auto-create template topic
+    SCHEDULE_TOPIC,
+    "BenchmarkTest",
+    "OFFSET_MOVED_EVENT",
+    "SELF_TEST_TOPIC",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+})  # fmt: skip
 
 _valid_topics: set[str] = set()
 
@@ -115,6 +137,35 @@ def is_retry_topic(topic: str) -> bool:
 
 def is_dlq_topic(topic: str) -> bool:
     return topic.startswith(DLQ_GROUP_TOPIC_PREFIX)
+
+
+def is_system_topic(topic: str) -> bool:
+    """One of the broker's own topics (``SYSTEM_TOPICS`` or a ``rmq_sys_`` name)."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def is_internal_topic(topic: str) -> bool:
+    """A topic only the broker writes: a system, retry or dead-letter topic."""
+    return is_system_topic(topic) or is_retry_topic(topic) or is_dlq_topic(topic)
+
+
+def check_client_write_topic(topic: str) -> str:
+    """Return ``topic`` if a client may send to it, else raise PermissionDeniedError."""
+    if is_retry_topic(topic) or is_dlq_topic(topic):
+        raise PermissionDeniedError(
+            f"topic {topic!r} is a retry or dead-letter topic: only the broker writes it, "
+            "when a consumer sends a message back; send to a topic of your own",
+            topic=topic,
+        )
+    if is_system_topic(topic):
+        raise PermissionDeniedError(
+            f"the topic {topic!r} is conflict with system topic (RocketMQ's words): the "
+            f"broker uses it (system topics are {sorted(SYSTEM_TOPICS)} and "
+            f"{SYSTEM_TOPIC_PREFIX}*); send to a topic of your own, and for delayed delivery "
+            "set Message.delay_level or Message.deliver_at_ms",
+            topic=topic,
+        )
+    return topic
 
 
 def _group_topic(prefix: str, group: str) -> str:

@@ -84,7 +84,13 @@ from rayq.store.errors import (
     TopicNotFoundError,
 )
 from rayq.store.message import GetStatus, PutResult
-from rayq.store.names import retry_topic, validate_group, validate_topic
+from rayq.store.names import (
+    check_client_write_topic,
+    is_system_topic,
+    retry_topic,
+    validate_group,
+    validate_topic,
+)
 
 from . import columnar
 from .dedupe import Verdict, open_sequences
@@ -95,7 +101,6 @@ from .table_files import (
     PERM_ALL,
     PERM_READ,
     PERM_WRITE,
-    SCHEDULE_TOPIC,
     SubscriptionGroupConfig,
     TopicConfig,
     is_readable,
@@ -208,6 +213,7 @@ class BrokerServer:
         """Append one producer batch; raises RayqErrors for what the sender must fix."""
         if not isinstance(batch, EncodedBatch):
             raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}")
+        check_client_write_topic(validate_topic(batch.topic))  # send-back and delays: not here
         cfg = self.topic_config(batch.topic, create=True)
         if not is_writeable(cfg.perm):
             raise PermissionDeniedError(f"topic {batch.topic!r} is not writeable (perm={cfg.perm})")
@@ -521,12 +527,12 @@ class BrokerServer:
 
 
 def _check_not_system(topic: str) -> None:
+    """Topic admin, routes and pulls: refuse the broker's own topics (store/names.py).
+    Retry and dead-letter topics pass: consumers read them and send-back creates them;
+    ``put`` refuses them for clients with ``check_client_write_topic``."""
     validate_topic(topic)
-    if topic == SCHEDULE_TOPIC:
-        raise PermissionDeniedError(
-            f"{SCHEDULE_TOPIC} is a system topic: delayed messages wait there; send with "
-            "Message(delay_level=...) or Message(deliver_at_ms=...) instead", topic=topic,
-        )  # fmt: skip
+    if is_system_topic(topic):
+        check_client_write_topic(topic)  # raises PermissionDeniedError saying why
 
 
 def _check_client(client_id: str) -> None:

@@ -60,6 +60,7 @@ from rayq.store.errors import (
     RayqError,
 )
 from rayq.store.json_file import Salvaged
+from rayq.store.names import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported
 from rayq.store.names import validate_group, validate_topic
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,6 @@ PERM_INHERIT: Final[int] = 1
 PERM_ALL: Final[int] = PERM_READ | PERM_WRITE | PERM_INHERIT
 
 # Delayed messages wait in queue (level - 1) of this topic; delayOffset.json tracks each queue.
-SCHEDULE_TOPIC: Final[str] = "SCHEDULE_TOPIC_XXXX"
 DELAY_LEVEL_MIN: Final[int] = 1
 DELAY_LEVEL_MAX: Final[int] = 2**31 - 1
 QUEUE_ID_MAX: Final[int] = 2**31 - 1

@@ -43,6 +43,7 @@ from rayq.errors import (
     InvalidMessageError,
     InvalidTopicError,
     MessageTooLargeError,
+    PermissionDeniedError,
     RayqError,
     TopicNotFoundError,
 )
@@ -290,15 +291,15 @@ def test_puts_that_time_out_are_retried_then_fail_with_broker_unavailable(
 
 def test_queue_selection_round_robins_and_avoids_faulty_brokers() -> None:
     """White box, no Ray: slow or failed brokers are skipped while another one is left."""
-    p = Producer("pg-pick")
+    routes = Producer("pg-pick")._routes  # the producer's QueueSelector (produce_routes.py)
     queues = [MessageQueue("t", b, q) for b in ("a", "b") for q in range(2)]
-    p._queues["t"] = (queues, float("inf"))
-    assert Counter(p._pick("t") for _ in range(8)) == {q: 2 for q in queues}
-    p._faults.record("a", latency_s=1.5)  # slower than 1 s: avoided for a while
-    assert {p._pick("t").broker_name for _ in range(8)} == {"b"}
-    assert p._pick("t", avoid={"b"}).broker_name == "a"  # a is all that is left
-    p._faults.fail("b")  # every broker avoided: still picks one rather than fail
-    assert {p._pick("t").broker_name for _ in range(8)} <= {"a", "b"}
+    routes.queues["t"] = (queues, float("inf"))
+    assert Counter(routes.pick("t") for _ in range(8)) == {q: 2 for q in queues}
+    routes.faults.record("a", latency_s=1.5)  # slower than 1 s: avoided for a while
+    assert {routes.pick("t").broker_name for _ in range(8)} == {"b"}
+    assert routes.pick("t", avoid={"b"}).broker_name == "a"  # a is all that is left
+    routes.faults.fail("b")  # every broker avoided: still picks one rather than fail
+    assert {routes.pick("t").broker_name for _ in range(8)} <= {"a", "b"}
 
 
 # -------------------------------------------------------------- bad input
@@ -340,6 +341,14 @@ BAD_MESSAGES: list[tuple[str, Any, type[RayqError]]] = [
                                         deliver_at_ms=int(time.time() * 1000)),
      InvalidMessageError),
     ("flag over 32 bits", Message(T, b"x", flag=2**31), InvalidMessageError),
+    ("system topic TBW102", Message("TBW102", b"x"), PermissionDeniedError),
+    ("schedule topic", Message("SCHEDULE_TOPIC_XXXX", b"x"), PermissionDeniedError),
+    ("rmq_sys_ topic", Message("rmq_sys_x", b"x"), PermissionDeniedError),
+    ("retry topic", Message("%RETRY%pg-test", b"x"), PermissionDeniedError),
+    ("dead-letter topic", Message("%DLQ%pg-test", b"x"), PermissionDeniedError),
+    *[(f"reserved {name}", Message(T, b"x", properties={name: "forged"}), InvalidMessageError)
+      for name in ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+                   "REAL_TOPIC", "REAL_QID", "WAIT", "MAX_RECONSUME_TIMES", "RECONSUME_TIME")],
 ]  # fmt: skip
 
 

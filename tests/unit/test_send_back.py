@@ -205,6 +205,23 @@ def test_the_schedule_topic_is_not_a_client_topic(server: BrokerServer) -> None:
         server.topic_config("bad topic")
 
 
+@pytest.mark.parametrize(
+    "topic",
+    ["%RETRY%cg", "%DLQ%cg", "TBW102", "RMQ_SYS_TRACE_TOPIC", "OFFSET_MOVED_EVENT", "rmq_sys_x"],
+)
+def test_client_puts_to_system_retry_and_dead_letter_topics_are_refused(
+    server: BrokerServer, topic: str
+) -> None:
+    """A client's Broker.put may not write the broker's own topics; send-back still does."""
+    with pytest.raises(PermissionDeniedError, match=r"system topic|retry or dead-letter"):
+        send(server, b"x", topic=topic)
+    assert topic not in server.tables.topics.topics()  # not auto-created either
+    [m] = send(server, b"fine")
+    assert back(server, (m.commitlog_offset, -1)).topics == ["%DLQ%cg"]  # send-back writes it
+    assert [d.body for d in read(server, "%DLQ%cg")] == [b"fine"]
+    assert server.topic_config("%DLQ%cg").read_queue_nums == 1  # and it can be read
+
+
 def test_a_scheduled_batch_through_the_broker_put(server: BrokerServer) -> None:
     msgs = [
         InnerMessage(topic="orders", queue_id=1, body=b, uniq_key=IDS.next_id(), properties=p)
