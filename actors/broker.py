@@ -18,6 +18,7 @@ flusher under SYNC_FLUSH, and re-registering routes with the coordinator.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 import ray
 
 from rayq.store import EncodedBatch
-from rayq.store.errors import InvalidRequestError
+from rayq.store.errors import ClosedError, InvalidRequestError
 
 from .config import BrokerConfig
 from .peers import PEER_LOST_ERRORS, Peer
@@ -103,6 +104,7 @@ class BrokerActor:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._watched: set[tuple[str, int]] = set()  # queues a held pull may wait on
+        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         # An async actor's __init__ runs on its event loop: start serving now.
         self._startup = asyncio.get_running_loop().create_task(self.start_services())
 
@@ -351,10 +353,12 @@ class BrokerActor:
         """For the flusher: how far the files are written."""
         return self.server.flush_targets()
 
-    @ray.method(concurrency_group="admin")
+    @ray.method(concurrency_group="watch")
     async def park(self) -> None:
-        """Never returns while the broker lives: the coordinator watches it for death."""
-        await asyncio.Event().wait()
+        """Never returns while the broker lives: the coordinator watches it for death.
+        Raises ClosedError at ``shutdown`` (a parked call would hold the actor's exit)."""
+        await asyncio.wrap_future(self._stopped)
+        raise ClosedError(f"broker {self.server.name} was shut down")
 
     async def ready(self) -> str:
         return self.server.name
@@ -363,6 +367,8 @@ class BrokerActor:
         """Close the store cleanly, then end this actor for good (Ray does not restart
         it): a broker is never left alive with a closed store."""
         self._closed = True
+        if not self._stopped.done():
+            self._stopped.set_result(None)  # parked calls end (in their own event loops)
         for task in [self._startup, *self._tasks]:
             task.cancel()
         try:
@@ -379,7 +385,10 @@ def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: 
     from .protocol import broker_actor_name
 
     os.makedirs(store_dir, exist_ok=True)
-    cls = ray.remote(concurrency_groups={"send": 64, "pull": 256, "admin": 16})(BrokerActor)
+    # "watch": the coordinator's never-returning park calls; one per coordinator life, so
+    # they get a group of their own and cannot use up the admin slots.
+    groups = {"send": 64, "pull": 256, "admin": 16, "watch": 1024}
+    cls = ray.remote(concurrency_groups=groups)(BrokerActor)
     return cls.options(
         name=broker_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,

@@ -29,12 +29,12 @@ from .protocol import (
     CONSUMER_ACTOR_PREFIX,
     BrokerInfo,
     MessageQueue,
-    QueueData,
     TopicRoute,
     broker_actor_name,
 )
 from .server.allocation import allocate_averagely
 from .server.rebalance import MemberSpec, Plan, Rebalancer
+from .server.routes import GroupTable, RouteTable
 from .server.stream_plans import StreamPlans
 
 logger = logging.getLogger(__name__)
@@ -46,56 +46,6 @@ SAFETY_REBALANCE_MS = 20_000  # every push-consumer group, in case an event was 
 MEMBER_CALL_TIMEOUT_S = 30.0  # a revoke waits for in-flight work; a member slower is dropped
 REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
 REBUILD_WAIT_S = 10.0  # how long a query waits for the rebuild before answering anyway
-
-
-class RouteTable:
-    """Brokers and their topics (no Ray): the data behind routing."""
-
-    def __init__(self) -> None:
-        self.brokers: dict[str, BrokerInfo] = {}
-        self.last_seen_ms: dict[str, int] = {}
-
-    def register(self, info: BrokerInfo, now_ms: int) -> bool:
-        """Record a registration; True if the broker is new."""
-        new = info.broker_name not in self.brokers
-        self.brokers[info.broker_name] = info
-        self.last_seen_ms[info.broker_name] = now_ms
-        return new
-
-    def remove(self, broker_name: str) -> None:
-        self.brokers.pop(broker_name, None)
-        self.last_seen_ms.pop(broker_name, None)
-
-    def route(self, topic: str) -> TopicRoute | None:
-        queues: list[QueueData] = [
-            info.topics[topic] for info in self.brokers.values() if topic in info.topics
-        ]
-        if not queues:
-            return None
-        return TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name))
-
-    def topics(self) -> list[str]:
-        return sorted({t for info in self.brokers.values() for t in info.topics})
-
-
-class GroupTable:
-    """Members of each consumer group per topic, with when each was last heard from."""
-
-    def __init__(self) -> None:
-        self.seen: dict[tuple[str, str], dict[str, int]] = {}
-
-    def touch(self, group: str, topic: str, client_id: str, now_ms: int,
-              expiry_ms: int) -> list[str]:  # fmt: skip
-        """Record ``client_id`` as alive; the sorted live members of group/topic."""
-        members = self.seen.setdefault((group, topic), {})
-        members[client_id] = now_ms
-        for cid in [c for c, t in members.items() if now_ms - t > expiry_ms]:
-            del members[cid]
-        return sorted(members)
-
-    def leave(self, client_id: str) -> None:
-        for members in self.seen.values():
-            members.pop(client_id, None)
 
 
 class CoordinatorActor:

@@ -43,7 +43,6 @@ import msgspec
 
 from rayq.actors import protocol
 from rayq.actors.config import BrokerConfig
-from rayq.actors.coordinator import GroupTable, RouteTable
 from rayq.actors.protocol import (
     MessageQueue,
     PullManyRequest,
@@ -54,6 +53,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.allocation import allocate_averagely
 from rayq.actors.server.broker_server import BrokerServer
+from rayq.actors.server.routes import GroupTable, RouteTable
 from rayq.actors.server.stream_plans import StreamPlans
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.clock import SYSTEM_CLOCK

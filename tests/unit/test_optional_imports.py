@@ -20,3 +20,24 @@ def test_import_rayq_does_not_import_spark() -> None:
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
                          timeout=120, check=True).stdout  # fmt: skip
     assert out.strip() == "none"
+
+
+RAY_FREE = [
+    "rayq.testing",
+    "rayq.transport",
+    "rayq.actors.protocol",
+    "rayq.actors.server.broker_server",
+    "rayq.actors.server.routes",
+    "rayq.actors.server.tables",
+    "rayq.actors.server.schedule",
+    "rayq.produce_validation",
+    "rayq.produce_sender",
+]
+
+
+def test_the_server_objects_the_protocol_and_the_fake_transport_do_not_import_ray() -> None:
+    """Client tests run on rayq.testing without Ray; the actor shells wrap Ray-free objects."""
+    code = f"import sys\nfor m in {RAY_FREE!r}: __import__(m)\nprint('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout  # fmt: skip
+    assert out.strip() == "False"
