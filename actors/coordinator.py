@@ -23,17 +23,37 @@ from typing import Any
 import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
+from rayq.store.errors import InvalidRequestError
 
 from .protocol import (
     BROKER_ACTOR_PREFIX,
     CONSUMER_ACTOR_PREFIX,
     BrokerInfo,
+    ClientRequest,
+    CountReply,
+    Done,
+    FinishStreamPlanRequest,
+    GroupShareRequest,
+    JoinGroupRequest,
+    LostBrokersRequest,
+    MemberRequest,
+    MembersReply,
     MessageQueue,
-    TopicRoute,
+    NamesReply,
+    RecordStreamPlanRequest,
+    RouteReply,
+    RouteRequest,
+    RoutesReply,
+    RoutesRequest,
+    ShareReply,
+    StreamPlanReply,
+    StreamPlanRequest,
     broker_actor_name,
+    check,
+    consumer_actor_name,
 )
 from .server.allocation import allocate_averagely
-from .server.rebalance import MemberSpec, Plan, Rebalancer
+from .server.rebalance import Plan, Rebalancer
 from .server.routes import GroupTable, RouteTable
 from .server.stream_plans import StreamPlans
 
@@ -192,46 +212,69 @@ class CoordinatorActor:
     async def unregister_broker(self, broker_name: str) -> None:
         self._remove_broker(broker_name, lost=False)
 
-    async def route(self, topic: str) -> TopicRoute | None:
-        await self._ready(self._routes_ready)
-        return self.table.route(topic)
+    # ------------------------------------------ the client protocol: routes
+    # One typed method per operation (actors/protocol.py), each checking its request.
 
-    async def routes(self, topics: list[str]) -> dict[str, TopicRoute | None]:
+    async def route(self, req: RouteRequest) -> RouteReply:
+        req = check(req, RouteRequest)
         await self._ready(self._routes_ready)
-        return {t: self.table.route(t) for t in topics}
+        return RouteReply(route=self.table.route(req.topic))
 
-    async def topics(self) -> list[str]:
+    async def routes(self, req: RoutesRequest) -> RoutesReply:
+        req = check(req, RoutesRequest)
         await self._ready(self._routes_ready)
-        return self.table.topics()
+        return RoutesReply(routes={t: self.table.route(t) for t in req.topics})
 
-    async def brokers(self) -> list[str]:
+    async def topics(self, req: ClientRequest) -> NamesReply:
+        check(req, ClientRequest)
         await self._ready(self._routes_ready)
-        return sorted(self.table.brokers)
+        return NamesReply(names=self.table.topics())
+
+    async def brokers(self, req: ClientRequest) -> NamesReply:
+        check(req, ClientRequest)
+        await self._ready(self._routes_ready)
+        return NamesReply(names=sorted(self.table.brokers))
 
     # ----------------------------------------------- pull-consumer shares
-    async def group_share(self, group: str, client_id: str, topic: str,
-                          expiry_ms: int) -> list[MessageQueue] | None:  # fmt: skip
-        """``client_id``'s share of ``topic``'s queues among the group's live members
+    async def group_share(self, req: GroupShareRequest) -> ShareReply:
+        """The caller's share of the topic's queues among the group's live members
         (averagely); members not heard from for ``expiry_ms`` no longer count."""
+        req = check(req, GroupShareRequest)
+        if not req.client_id:
+            raise InvalidRequestError("group_share needs the caller's client_id")
         await self._ready(self._routes_ready)
-        route = self.table.route(topic)
+        route = self.table.route(req.topic)
         if route is None:
-            return None
-        members = self.groups.touch(group, topic, client_id, _now_ms(), expiry_ms)
-        return allocate_averagely(route.read_queues(), members)[client_id]
+            return ShareReply(queues=None)
+        members = self.groups.touch(req.group, req.topic, req.client_id, _now_ms(),
+                                    req.expiry_ms)  # fmt: skip
+        return ShareReply(queues=allocate_averagely(route.read_queues(), members)[req.client_id])
 
-    async def leave_shares(self, client_id: str) -> None:
+    async def leave_shares(self, req: ClientRequest) -> Done:
         """A pull consumer shut down: its shares go to the other members at once."""
-        self.groups.leave(client_id)
+        req = check(req, ClientRequest)
+        self.groups.leave(req.client_id)
+        return Done()
 
     async def ready(self) -> bool:
         return True
 
     # ------------------------------------------------ push-consumer groups
-    async def join_group(self, group: str, client_id: str, handle: Any, spec: MemberSpec) -> int:
+    async def join_group(self, req: JoinGroupRequest) -> CountReply:
         """A push consumer joins (ConfigError if it subscribes unlike the group); the group
-        is rebalanced before this returns."""
-        self.rebalancer.join(group, client_id, spec)
+        is rebalanced before this returns. Its Consumer actor is found by name."""
+        req = check(req, JoinGroupRequest)
+        group, client_id = req.group, req.client_id
+        try:
+            handle = await asyncio.to_thread(
+                ray.get_actor, consumer_actor_name(client_id), namespace=self.namespace
+            )
+        except ValueError:
+            raise InvalidRequestError(
+                f"no Consumer actor {consumer_actor_name(client_id)!r} in namespace "
+                f"{self.namespace!r}: only a running push consumer can join a group"
+            ) from None
+        self.rebalancer.join(group, client_id, req.spec)
         key = (group, client_id)
         self._members[key] = handle
         watch = self._member_watches.get(key)
@@ -240,25 +283,33 @@ class CoordinatorActor:
         if self._safety is None:
             self._safety = asyncio.create_task(self._safety_loop())
         await self._rebalance(group)
-        return len(self.rebalancer.members(group))
+        return CountReply(count=len(self.rebalancer.members(group)))
 
-    async def leave_group(self, group: str, client_id: str) -> None:
+    async def leave_group(self, req: MemberRequest) -> Done:
         """A member leaves (shut down): its queues go to the others at once."""
+        req = check(req, MemberRequest)
+        group, client_id = req.group, req.client_id
         watch = self._member_watches.pop((group, client_id), None)
         if watch is not None:
             watch.cancel()
-        if self._forget_member(group, client_id):
+        existed = self._forget_member(group, client_id)
+        if existed:
             await self._rebalance(group)
+        return Done(existed=existed)
 
-    async def member_alive(self, group: str, client_id: str) -> bool:
+    async def member_alive(self, req: MemberRequest) -> Done:
+        """``existed``: the caller is a member of the group now."""
+        req = check(req, MemberRequest)
         await self._ready(self._groups_ready)
-        return client_id in self.rebalancer.members(group)
+        return Done(existed=req.client_id in self.rebalancer.members(req.group))
 
-    async def group_members(self, group: str) -> dict[str, list[MessageQueue]]:
+    async def group_members(self, req: MemberRequest) -> MembersReply:
         """Each member of a push-consumer group and the queues it owns now."""
+        req = check(req, MemberRequest)
         await self._ready(self._groups_ready)
-        owned = self.rebalancer.owned(group)
-        return {m: sorted(owned.get(m, frozenset())) for m in self.rebalancer.members(group)}
+        owned = self.rebalancer.owned(req.group)
+        return MembersReply(members={m: sorted(owned.get(m, frozenset()))
+                                     for m in self.rebalancer.members(req.group)})  # fmt: skip
 
     def _forget_member(self, group: str, client_id: str) -> bool:
         self._members.pop((group, client_id), None)
@@ -342,22 +393,30 @@ class CoordinatorActor:
         got = await asyncio.gather(*(one(m, queues[m]) for m in members))
         return dict(zip(members, got, strict=True))
 
-    async def lost_brokers(self, topic: str | None = None) -> list[str]:
+    async def lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
         """Brokers that died or went silent and are not back (holding ``topic``, if given):
         their queues are unavailable, not gone."""
+        topic = check(req, LostBrokersRequest).topic
         await self._ready(self._routes_ready)
-        return sorted(b for b, info in self.lost.items()
-                      if topic is None or topic in info.topics or not info.topics)  # fmt: skip
+        return NamesReply(names=sorted(b for b, info in self.lost.items()
+                          if topic is None or topic in info.topics or not info.topics))  # fmt: skip
 
     # Streaming batches in flight (stream_plans.py), for rayq/streaming.py.
-    async def stream_plan(self, group: str, topic: str) -> tuple[int, Any] | None:
-        return self.stream_plans.get(group, topic)
+    async def stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:
+        req = check(req, StreamPlanRequest)
+        found = self.stream_plans.get(req.group, req.topic)
+        if found is None:
+            return StreamPlanReply()
+        return StreamPlanReply(batch_id=found[0], ranges=list(found[1]))
 
-    async def record_stream_plan(self, group: str, topic: str, ranges: Any) -> int:
-        return self.stream_plans.record(group, topic, ranges)
+    async def record_stream_plan(self, req: RecordStreamPlanRequest) -> StreamPlanReply:
+        req = check(req, RecordStreamPlanRequest)
+        batch_id = self.stream_plans.record(req.group, req.topic, req.ranges)
+        return StreamPlanReply(batch_id=batch_id, ranges=req.ranges)
 
-    async def finish_stream_plan(self, group: str, topic: str, batch_id: int) -> bool:
-        return self.stream_plans.finish(group, topic, batch_id)
+    async def finish_stream_plan(self, req: FinishStreamPlanRequest) -> Done:
+        req = check(req, FinishStreamPlanRequest)
+        return Done(existed=self.stream_plans.finish(req.group, req.topic, req.batch_id))
 
 
 def _now_ms() -> int:

@@ -69,6 +69,15 @@ def consumer_actor_name(client_id: str) -> str:
     return f"{CONSUMER_ACTOR_PREFIX}{client_id}"
 
 
+class AllocateStrategy(enum.Enum):
+    """How a push-consumer group's queues are split among its members (allocation.py)."""
+
+    AVERAGELY = "AVERAGELY"
+    AVERAGELY_BY_CIRCLE = "AVERAGELY_BY_CIRCLE"
+    CONSISTENT_HASH = "CONSISTENT_HASH"
+    CONFIG = "CONFIG"
+
+
 class SendStatus(enum.Enum):
     SEND_OK = "SEND_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
@@ -451,3 +460,121 @@ def check(request: object, cls: type[R]) -> R:
         raise InvalidRequestError(
             f"malformed {cls.__name__}: {exc}", request=cls.__name__
         ) from None
+
+
+# ---------------------------------------------------------------------------------------
+# The coordinator's client protocol.
+
+
+class MemberSpec(msgspec.Struct, frozen=True):
+    """What a push consumer declares when it joins its group."""
+
+    subscriptions: tuple[tuple[Text, Text], ...]  # sorted (topic, expression)
+    model: MessageModel = MessageModel.CLUSTERING
+    strategy: AllocateStrategy = AllocateStrategy.AVERAGELY
+    allocation: tuple[MessageQueue, ...] = ()  # this member's queues, for CONFIG
+
+    @property
+    def topics(self) -> list[str]:
+        return [t for t, _ in self.subscriptions]
+
+    def same_group_settings(self, other: MemberSpec) -> bool:
+        return (self.subscriptions, self.model, self.strategy) == (
+            other.subscriptions, other.model, other.strategy)  # fmt: skip
+
+
+class ClientRequest(_Request, frozen=True, kw_only=True):
+    """Just the caller: ``topics``, ``brokers``, ``leave_shares``."""
+
+
+class RouteRequest(_Request, frozen=True, kw_only=True):
+    topic: Text
+
+
+class RoutesRequest(_Request, frozen=True, kw_only=True):
+    topics: Annotated[list[Text], Meta(max_length=1 << 20)]
+
+
+class LostBrokersRequest(_Request, frozen=True, kw_only=True):
+    """Brokers that died or went silent (holding ``topic``, if given)."""
+
+    topic: Text | None = None
+
+
+class GroupShareRequest(_Request, frozen=True, kw_only=True):
+    """A pull consumer's share of ``topic`` among its group's live members."""
+
+    group: Text
+    topic: Text
+    expiry_ms: Annotated[int, Meta(ge=1, le=2**31 - 1)]
+
+
+class JoinGroupRequest(_Request, frozen=True, kw_only=True):
+    """A push consumer (the Consumer actor named after ``client_id``) joins ``group``."""
+
+    group: Text
+    spec: MemberSpec
+
+
+class MemberRequest(_Request, frozen=True, kw_only=True):
+    """The caller as a member of ``group``: ``leave_group``, ``member_alive``,
+    ``group_members``."""
+
+    group: Text
+
+
+class StreamPlanRequest(_Request, frozen=True, kw_only=True):
+    group: Text
+    topic: Text
+
+
+class RecordStreamPlanRequest(_Request, frozen=True, kw_only=True):
+    """A streaming batch's offset ranges, recorded before it runs (opaque to the
+    coordinator: ``rayq.ranges.OffsetRange`` fields)."""
+
+    group: Text
+    topic: Text
+    ranges: Annotated[list[Any], Meta(max_length=1 << 20)]
+
+
+class FinishStreamPlanRequest(_Request, frozen=True, kw_only=True):
+    group: Text
+    topic: Text
+    batch_id: Annotated[int, Meta(ge=0)]
+
+
+class RouteReply(msgspec.Struct, frozen=True, kw_only=True):
+    route: TopicRoute | None
+
+
+class RoutesReply(msgspec.Struct, frozen=True, kw_only=True):
+    routes: dict[str, TopicRoute | None]
+
+
+class NamesReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Topic or broker names, sorted."""
+
+    names: list[str]
+
+
+class ShareReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The caller's queues (None: no such topic)."""
+
+    queues: list[MessageQueue] | None
+
+
+class MembersReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Each member of a push-consumer group and the queues it owns now."""
+
+    members: dict[str, list[MessageQueue]]
+
+
+class CountReply(msgspec.Struct, frozen=True, kw_only=True):
+    count: int
+
+
+class StreamPlanReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The unfinished plan of (group, topic): its batch id and ranges (-1: none)."""
+
+    batch_id: int = -1
+    ranges: list[Any] = []

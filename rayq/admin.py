@@ -22,6 +22,7 @@ import msgspec
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
+    ClientRequest,
     CreateTopicRequest,
     DeleteGroupRequest,
     GroupRequest,
@@ -32,6 +33,7 @@ from rayq.actors.protocol import (
     QueueProgress,
     QueueStats,
     ResetOffsetsRequest,
+    RoutesRequest,
     ScheduleStats,
     ScheduleStatsRequest,
     TopicRequest,
@@ -119,7 +121,8 @@ class Admin:
 
     def topics(self) -> list[str]:
         """Every topic some live broker serves, sorted."""
-        return self._ctx.coordinator.topics().result(ADMIN_CALL_TIMEOUT_S)
+        req = ClientRequest(client_id=self.client_id)
+        return self._ctx.coordinator.topics(req).result(ADMIN_CALL_TIMEOUT_S).names
 
     def topic_stats(self, topic: str) -> list[QueueStats]:
         """Min/max offset and last store time of each queue of ``topic`` on every broker."""
@@ -286,7 +289,8 @@ class Admin:
 
     def _routes(self) -> dict[str, Any]:
         topics = self.topics()
-        routes = self._ctx.coordinator.routes(topics).result(ADMIN_CALL_TIMEOUT_S)
+        req = RoutesRequest(topics=topics, client_id=self.client_id)
+        routes = self._ctx.coordinator.routes(req).result(ADMIN_CALL_TIMEOUT_S).routes
         return {t: r for t, r in routes.items() if r is not None}
 
     def delay_progress(self) -> dict[str, ScheduleStats]:

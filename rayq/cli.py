@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     import ray
 
+    from rayq.actors.protocol import ClientRequest
     from rayq.client import CALL_TIMEOUT_S
     from rayq.cluster import Cluster, connect, start
     from rayq.ray_transport import RayTransport
@@ -68,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         connect(args.namespace, address=args.address)
         coordinator = RayTransport(args.namespace).coordinator()
-        brokers = coordinator.brokers().result(CALL_TIMEOUT_S)
+        brokers = coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names
         if args.command == "status":
             print(f"brokers: {brokers}")
-            print(f"topics: {coordinator.topics().result(CALL_TIMEOUT_S)}")
+            print(f"topics: {coordinator.topics(ClientRequest()).result(CALL_TIMEOUT_S).names}")
             return 0
         Cluster(args.namespace, brokers, None, owns_ray=False).shutdown()  # type: ignore[arg-type]
         print(f"rayq stopped in namespace {args.namespace!r}")

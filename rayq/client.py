@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import MessageQueue, TopicRoute
+from rayq.actors.protocol import ClientRequest, MessageQueue, RouteRequest, TopicRoute
 from rayq.cluster import current_namespace
 from rayq.store.errors import BrokerUnavailableError, RayqError, TopicNotFoundError
 from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply, Transport
@@ -59,13 +59,15 @@ class ClientContext:
         cached = self._routes.get(topic)
         max_age = self.config.route_refresh_interval_ms / 1000
         if refresh or cached is None or time.monotonic() - cached[1] > max_age:
-            route = self.coordinator.route(topic).result(self.timeout_s)
+            req = RouteRequest(topic=topic, client_id=self.client_id)
+            route = self.coordinator.route(req).result(self.timeout_s).route
             self._routes[topic] = (route, time.monotonic())
             return route
         return cached[0]
 
     def brokers(self) -> list[str]:
-        return self.coordinator.brokers().result(self.timeout_s)
+        req = ClientRequest(client_id=self.client_id)
+        return self.coordinator.brokers(req).result(self.timeout_s).names
 
     def write_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         """Queues a producer may send to; for an unknown topic, the queues that sending

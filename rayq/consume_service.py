@@ -33,8 +33,11 @@ from typing import Any
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
+    ClientRequest,
     ConsumeFromWhere,
     GroupRequest,
+    JoinGroupRequest,
+    MemberRequest,
     MessageModel,
     MessageQueue,
     PullItem,
@@ -122,18 +125,21 @@ class ConsumeService(OrderlyConsumption):
         await self.join()
 
     async def join(self) -> None:
-        await self.ctx.coordinator.join_group(self.group, self.client_id, self.handle, self.spec)
+        req = JoinGroupRequest(group=self.group, spec=self.spec, client_id=self.client_id)
+        await self.ctx.coordinator.join_group(req)
 
     async def heartbeat(self) -> None:
         """Join again if the coordinator forgot this member (it was restarted)."""
-        if not self.closed and not await self.ctx.coordinator.member_alive(
-                self.group, self.client_id):  # fmt: skip
+        req = MemberRequest(group=self.group, client_id=self.client_id)
+        if not self.closed and not (await self.ctx.coordinator.member_alive(req)).existed:
             logger.warning("consumer %s: the coordinator forgot group %s; joining again",
                            self.client_id, self.group)  # fmt: skip
             await self.join()
 
     async def _ensure_retry_topic(self) -> None:
-        brokers = await self.ctx.coordinator.brokers()
+        brokers = (
+            await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
+        ).names
         req = GroupRequest(group=self.group, client_id=self.client_id)
         await self.ctx.broker_calls_async({b: lambda c: c.ensure_retry_topic(req) for b in brokers})
 
@@ -404,7 +410,9 @@ class ConsumeService(OrderlyConsumption):
             await self.revoke(self.generation, list(self.queues))
             await self.commit()
             with contextlib.suppress(Exception):
-                await self.ctx.coordinator.leave_group(self.group, self.client_id)
+                await self.ctx.coordinator.leave_group(
+                    MemberRequest(group=self.group, client_id=self.client_id)
+                )
         for task in [*self.background, *self.broker_loops.values()]:
             task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)

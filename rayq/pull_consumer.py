@@ -48,8 +48,10 @@ from typing import Any
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
+    ClientRequest,
     CommitOffsetsRequest,
     ConsumeFromWhere,
+    GroupShareRequest,
     MessageQueue,
     PullRequest,
     PullResponse,
@@ -202,7 +204,7 @@ class PullConsumer:
             self._closed = True
             if self._started:
                 with suppress(RayqError):
-                    self._ctx.coordinator.leave_shares(self.client_id)
+                    self._ctx.coordinator.leave_shares(ClientRequest(client_id=self.client_id))
 
     def __enter__(self) -> PullConsumer:
         return self
@@ -467,9 +469,9 @@ class PullConsumer:
 
     def _share(self, topic: str) -> list[MessageQueue]:
         """This member's queues of ``topic`` (the coordinator splits them among the group)."""
-        share = self._ctx.coordinator.group_share(
-            self.group, self.client_id, topic, self._config.member_expiry_ms
-        ).result(OFFSET_CALL_TIMEOUT_S)
+        req = GroupShareRequest(group=self.group, topic=topic, client_id=self.client_id,
+                                expiry_ms=self._config.member_expiry_ms)  # fmt: skip
+        share = self._ctx.coordinator.group_share(req).result(OFFSET_CALL_TIMEOUT_S).queues
         if share is None:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
         return list(share)

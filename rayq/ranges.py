@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from rayq.actors.protocol import (
+    LostBrokersRequest,
     MessageQueue,
     OffsetByTimeRequest,
     QueryOffsetsRequest,
@@ -64,7 +65,8 @@ def queue_bounds(ctx: ClientContext, topic: str,
 
     Raises BrokerUnavailableError when a broker holding ``topic`` died or went silent
     (its queues are unavailable, not gone), unless ``skip_unavailable``."""
-    lost = ctx.coordinator.lost_brokers(topic).result(CALL_TIMEOUT_S)
+    req = LostBrokersRequest(topic=topic, client_id=ctx.client_id)
+    lost = ctx.coordinator.lost_brokers(req).result(CALL_TIMEOUT_S).names
     if lost and not skip_unavailable:
         raise BrokerUnavailableError(
             f"topic {topic!r}: the queues on broker(s) {lost} are unavailable (the broker died "

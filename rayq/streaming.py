@@ -32,7 +32,12 @@ from typing import Any
 import msgspec
 
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import CompareAndSetOffsetsRequest
+from rayq.actors.protocol import (
+    CompareAndSetOffsetsRequest,
+    FinishStreamPlanRequest,
+    RecordStreamPlanRequest,
+    StreamPlanRequest,
+)
 from rayq.client import ClientContext
 from rayq.ranges import OffsetRange, check_max, committed_offsets, queue_bounds
 from rayq.ranges import resolve as resolve_spec
@@ -168,10 +173,10 @@ class StreamingQuery:
         bounds = queue_bounds(self.ctx, self.topic)
         brokers = {b for b, _ in bounds}
         committed = committed_offsets(self.ctx, self.topic, self.group, brokers)
-        found = self.ctx.coordinator.stream_plan(self.group, self.topic).result(self.ctx.timeout_s)
-        if found is not None:
-            batch_id, ranges = found
-            ranges = [msgspec.convert(r, OffsetRange) for r in ranges]
+        found = self.ctx.coordinator.stream_plan(self._plan_request()).result(self.ctx.timeout_s)
+        if found.batch_id >= 0:
+            batch_id = found.batch_id
+            ranges = [msgspec.convert(r, OffsetRange) for r in found.ranges]
             state = {committed.get((r.broker, r.queue_id), -1) == r.committed for r in ranges}
             if state == {True}:
                 logger.warning("streaming %s/%s: re-running batch %d with its planned ranges",
@@ -182,9 +187,7 @@ class StreamingQuery:
             if any(committed.get((r.broker, r.queue_id), -1) != r.end for r in ranges):
                 logger.warning("streaming %s/%s: offsets moved since batch %d was planned; "
                                "planning anew", self.group, self.topic, batch_id)  # fmt: skip
-            self.ctx.coordinator.finish_stream_plan(self.group, self.topic, batch_id).result(
-                self.ctx.timeout_s
-            )
+            self._finish(batch_id)
         # Where the group has no offsets, ``starting`` is resolved once and kept (else
         # "latest" would move ahead at every trigger until a batch commits).
         new = {k: v for k, v in bounds.items() if k not in self._initial}
@@ -202,10 +205,18 @@ class StreamingQuery:
                   for k in sorted(bounds) if take[k] > 0]  # fmt: skip
         if not ranges:
             return None
-        batch_id = self.ctx.coordinator.record_stream_plan(self.group, self.topic, ranges).result(
-            self.ctx.timeout_s
-        )
+        req = RecordStreamPlanRequest(group=self.group, topic=self.topic, ranges=ranges,
+                                      client_id=self.ctx.client_id)  # fmt: skip
+        batch_id = self.ctx.coordinator.record_stream_plan(req).result(self.ctx.timeout_s).batch_id
         return Plan(batch_id, ranges, lag=sum(backlog.values()) - sum(take.values()))
+
+    def _plan_request(self) -> StreamPlanRequest:
+        return StreamPlanRequest(group=self.group, topic=self.topic, client_id=self.ctx.client_id)
+
+    def _finish(self, batch_id: int) -> None:
+        req = FinishStreamPlanRequest(group=self.group, topic=self.topic, batch_id=batch_id,
+                                      client_id=self.ctx.client_id)  # fmt: skip
+        self.ctx.coordinator.finish_stream_plan(req).result(self.ctx.timeout_s)
 
     def commit(self, plan: Plan) -> None:
         """Compare-and-set the group's offsets to the batch's ends; drop the plan."""
@@ -226,9 +237,7 @@ class StreamingQuery:
                 group=self.group, topic=self.topic,
             )  # fmt: skip
         try:
-            self.ctx.coordinator.finish_stream_plan(self.group, self.topic, plan.batch_id).result(
-                self.ctx.timeout_s
-            )
+            self._finish(plan.batch_id)
         except RayqError as exc:  # committed: the next plan sees the batch is done
             logger.warning("could not drop the plan of batch %d: %s", plan.batch_id, exc)
 

@@ -44,12 +44,24 @@ import msgspec
 from rayq.actors import protocol
 from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
-    MessageQueue,
+    ClientRequest,
+    Done,
+    FinishStreamPlanRequest,
+    GroupShareRequest,
+    LostBrokersRequest,
+    NamesReply,
     PullManyRequest,
     PullRequest,
     PullResponse,
     PullStatus,
-    TopicRoute,
+    RecordStreamPlanRequest,
+    RouteReply,
+    RouteRequest,
+    RoutesReply,
+    RoutesRequest,
+    ShareReply,
+    StreamPlanReply,
+    StreamPlanRequest,
 )
 from rayq.actors.server.allocation import allocate_averagely
 from rayq.actors.server.broker_server import BrokerServer
@@ -413,53 +425,68 @@ class FakeCluster:
                     table.register(srv.info(), now)
         return table
 
-    def call_coordinator(self, method: str, *args: Any) -> FakeReply[Any]:
+    def call_coordinator(self, method: str, req: Any) -> FakeReply[Any]:
         fn = getattr(self, f"_coordinator_{method}", None)
         if fn is None:
             raise NotImplementedError(f"the fake coordinator does not do {method!r}")
         with self._lock:
             try:
-                value = fn(*args)
+                value = fn(protocol.check(req, _COORDINATOR_REQUESTS[method]))
             except Exception as exc:
                 return FakeReply.failed(exc)
         return FakeReply.of(value)
 
-    def _coordinator_route(self, topic: str) -> TopicRoute | None:
-        return self.route_table().route(topic)
+    def _coordinator_route(self, req: RouteRequest) -> RouteReply:
+        return RouteReply(route=self.route_table().route(req.topic))
 
-    def _coordinator_routes(self, topics: list[str]) -> dict[str, TopicRoute | None]:
+    def _coordinator_routes(self, req: RoutesRequest) -> RoutesReply:
         table = self.route_table()
-        return {t: table.route(t) for t in topics}
+        return RoutesReply(routes={t: table.route(t) for t in req.topics})
 
-    def _coordinator_topics(self) -> list[str]:
-        return self.route_table().topics()
+    def _coordinator_topics(self, req: ClientRequest) -> NamesReply:
+        return NamesReply(names=self.route_table().topics())
 
-    def _coordinator_brokers(self) -> list[str]:
-        return sorted(self.route_table().brokers)
+    def _coordinator_brokers(self, req: ClientRequest) -> NamesReply:
+        return NamesReply(names=sorted(self.route_table().brokers))
 
-    def _coordinator_lost_brokers(self, topic: str | None = None) -> list[str]:
-        return sorted(b for b, kept in self.stopped.items() if not kept and (
-            topic is None or topic in self.servers[b].tables.topics))  # fmt: skip
+    def _coordinator_lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
+        topic = req.topic
+        return NamesReply(names=sorted(b for b, kept in self.stopped.items() if not kept and (
+            topic is None or topic in self.servers[b].tables.topics)))  # fmt: skip
 
-    def _coordinator_group_share(self, group: str, client_id: str, topic: str,
-                                 expiry_ms: int) -> list[MessageQueue] | None:  # fmt: skip
-        route = self.route_table().route(topic)
+    def _coordinator_group_share(self, req: GroupShareRequest) -> ShareReply:
+        route = self.route_table().route(req.topic)
         if route is None:
-            return None
-        members = self.groups.touch(group, topic, client_id, SYSTEM_CLOCK.now_ms(), expiry_ms)
-        return allocate_averagely(route.read_queues(), members)[client_id]
+            return ShareReply(queues=None)
+        members = self.groups.touch(req.group, req.topic, req.client_id, SYSTEM_CLOCK.now_ms(),
+                                    req.expiry_ms)  # fmt: skip
+        return ShareReply(queues=allocate_averagely(route.read_queues(), members)[req.client_id])
 
-    def _coordinator_leave_shares(self, client_id: str) -> None:
-        self.groups.leave(client_id)
+    def _coordinator_leave_shares(self, req: ClientRequest) -> Done:
+        self.groups.leave(req.client_id)
+        return Done()
 
-    def _coordinator_stream_plan(self, group: str, topic: str) -> tuple[int, Any] | None:
-        return self.stream_plans.get(group, topic)
+    def _coordinator_stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:
+        found = self.stream_plans.get(req.group, req.topic)
+        if found is None:
+            return StreamPlanReply()
+        return StreamPlanReply(batch_id=found[0], ranges=list(found[1]))
 
-    def _coordinator_record_stream_plan(self, group: str, topic: str, ranges: Any) -> int:
-        return self.stream_plans.record(group, topic, ranges)
+    def _coordinator_record_stream_plan(self, req: RecordStreamPlanRequest) -> StreamPlanReply:
+        batch_id = self.stream_plans.record(req.group, req.topic, req.ranges)
+        return StreamPlanReply(batch_id=batch_id, ranges=req.ranges)
 
-    def _coordinator_finish_stream_plan(self, group: str, topic: str, batch_id: int) -> bool:
-        return self.stream_plans.finish(group, topic, batch_id)
+    def _coordinator_finish_stream_plan(self, req: FinishStreamPlanRequest) -> Done:
+        return Done(existed=self.stream_plans.finish(req.group, req.topic, req.batch_id))
+
+
+_COORDINATOR_REQUESTS: dict[str, type] = {
+    "route": RouteRequest, "routes": RoutesRequest, "topics": ClientRequest,
+    "brokers": ClientRequest, "lost_brokers": LostBrokersRequest,
+    "group_share": GroupShareRequest, "leave_shares": ClientRequest,
+    "stream_plan": StreamPlanRequest, "record_stream_plan": RecordStreamPlanRequest,
+    "finish_stream_plan": FinishStreamPlanRequest,
+}  # fmt: skip
 
 
 class FakeTransport:

@@ -27,21 +27,29 @@ from typing import Any, Generic, Protocol, TypeVar
 from rayq.actors.protocol import (
     ArrowPage,
     BatchSendResult,
+    ClientRequest,
     CommitOffsetsReply,
     CommitOffsetsRequest,
     CompareAndSetOffsetsRequest,
+    CountReply,
     CreateTopicRequest,
     DeleteGroupRequest,
     Done,
+    FinishStreamPlanRequest,
     GroupConfigReply,
     GroupRequest,
+    GroupShareRequest,
     GroupsReply,
+    JoinGroupRequest,
     ListGroupsRequest,
     LockQueuesReply,
     LockQueuesRequest,
+    LostBrokersRequest,
     MaxOffsetRequest,
-    MessageQueue,
+    MemberRequest,
+    MembersReply,
     MessagesReply,
+    NamesReply,
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
@@ -53,13 +61,20 @@ from rayq.actors.protocol import (
     QueryOffsetsRequest,
     QueueBoundsReply,
     ReadArrowRequest,
+    RecordStreamPlanRequest,
     ResetOffsetsRequest,
+    RouteReply,
+    RouteRequest,
+    RoutesReply,
+    RoutesRequest,
     ScheduleStats,
     ScheduleStatsRequest,
     SendBackRequest,
     SendBackResult,
+    ShareReply,
+    StreamPlanReply,
+    StreamPlanRequest,
     TopicRequest,
-    TopicRoute,
     TopicStatsReply,
     UpdateGroupRequest,
     ViewMessageRequest,
@@ -194,51 +209,50 @@ class HoldClient(_Client):
 
 
 class CoordinatorClient(_Client):
-    """Routes, live brokers and consumer-group membership."""
+    """The coordinator's client protocol: routes, live brokers, group membership and
+    streaming plans (``CoordinatorActor``)."""
 
-    def route(self, topic: str) -> Reply[TopicRoute | None]:
-        return self._invoke("route", topic)
+    def route(self, req: RouteRequest) -> Reply[RouteReply]:
+        return self._invoke("route", req)
 
-    def routes(self, topics: list[str]) -> Reply[dict[str, TopicRoute | None]]:
-        return self._invoke("routes", topics)
+    def routes(self, req: RoutesRequest) -> Reply[RoutesReply]:
+        return self._invoke("routes", req)
 
-    def topics(self) -> Reply[list[str]]:
-        return self._invoke("topics")
+    def topics(self, req: ClientRequest) -> Reply[NamesReply]:
+        return self._invoke("topics", req)
 
-    def brokers(self) -> Reply[list[str]]:
-        return self._invoke("brokers")
+    def brokers(self, req: ClientRequest) -> Reply[NamesReply]:
+        return self._invoke("brokers", req)
 
-    def lost_brokers(self, topic: str | None) -> Reply[list[str]]:
-        return self._invoke("lost_brokers", topic)
+    def lost_brokers(self, req: LostBrokersRequest) -> Reply[NamesReply]:
+        return self._invoke("lost_brokers", req)
 
-    def group_share(
-        self, group: str, client_id: str, topic: str, expiry_ms: int
-    ) -> Reply[list[MessageQueue] | None]:
-        return self._invoke("group_share", group, client_id, topic, expiry_ms)
+    def group_share(self, req: GroupShareRequest) -> Reply[ShareReply]:
+        return self._invoke("group_share", req)
 
-    def leave_shares(self, client_id: str) -> Reply[None]:
-        return self._invoke("leave_shares", client_id)
+    def leave_shares(self, req: ClientRequest) -> Reply[Done]:
+        return self._invoke("leave_shares", req)
 
-    def join_group(self, group: str, client_id: str, member: Any, spec: Any) -> Reply[int]:
-        return self._invoke("join_group", group, client_id, member, spec)
+    def join_group(self, req: JoinGroupRequest) -> Reply[CountReply]:
+        return self._invoke("join_group", req)
 
-    def leave_group(self, group: str, client_id: str) -> Reply[None]:
-        return self._invoke("leave_group", group, client_id)
+    def leave_group(self, req: MemberRequest) -> Reply[Done]:
+        return self._invoke("leave_group", req)
 
-    def member_alive(self, group: str, client_id: str) -> Reply[bool]:
-        return self._invoke("member_alive", group, client_id)
+    def member_alive(self, req: MemberRequest) -> Reply[Done]:
+        return self._invoke("member_alive", req)
 
-    def group_members(self, group: str) -> Reply[dict[str, list[MessageQueue]]]:
-        return self._invoke("group_members", group)
+    def group_members(self, req: MemberRequest) -> Reply[MembersReply]:
+        return self._invoke("group_members", req)
 
-    def stream_plan(self, group: str, topic: str) -> Reply[tuple[int, Any] | None]:
-        return self._invoke("stream_plan", group, topic)
+    def stream_plan(self, req: StreamPlanRequest) -> Reply[StreamPlanReply]:
+        return self._invoke("stream_plan", req)
 
-    def record_stream_plan(self, group: str, topic: str, ranges: Any) -> Reply[int]:
-        return self._invoke("record_stream_plan", group, topic, ranges)
+    def record_stream_plan(self, req: RecordStreamPlanRequest) -> Reply[StreamPlanReply]:
+        return self._invoke("record_stream_plan", req)
 
-    def finish_stream_plan(self, group: str, topic: str, batch_id: int) -> Reply[bool]:
-        return self._invoke("finish_stream_plan", group, topic, batch_id)
+    def finish_stream_plan(self, req: FinishStreamPlanRequest) -> Reply[Done]:
+        return self._invoke("finish_stream_plan", req)
 
 
 class Transport(Protocol):

@@ -23,22 +23,15 @@ change moves only the queues next to the points that came or went.
 from __future__ import annotations
 
 import bisect
-import enum
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from crc32c import crc32c
 
+from rayq.actors.protocol import AllocateStrategy as AllocateStrategy  # re-exported
 from rayq.store.errors import ConfigError
 
 Q = TypeVar("Q")
-
-
-class AllocateStrategy(enum.Enum):
-    AVERAGELY = "AVERAGELY"
-    AVERAGELY_BY_CIRCLE = "AVERAGELY_BY_CIRCLE"
-    CONSISTENT_HASH = "CONSISTENT_HASH"
-    CONFIG = "CONFIG"
 
 
 def allocate_averagely(queues: Sequence[Q], consumers: Sequence[str]) -> dict[str, list[Q]]:

@@ -23,28 +23,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from rayq.actors.protocol import MemberSpec as MemberSpec  # re-exported
 from rayq.actors.protocol import MessageModel, MessageQueue
 from rayq.store.errors import ConfigError
 
 from .allocation import STRATEGIES, AllocateStrategy, allocate_by_config
-
-
-@dataclass(frozen=True)
-class MemberSpec:
-    """What a push consumer declares when it joins its group."""
-
-    subscriptions: tuple[tuple[str, str], ...]  # sorted (topic, expression)
-    model: MessageModel = MessageModel.CLUSTERING
-    strategy: AllocateStrategy = AllocateStrategy.AVERAGELY
-    allocation: tuple[MessageQueue, ...] = ()  # this member's queues, for CONFIG
-
-    @property
-    def topics(self) -> list[str]:
-        return [t for t, _ in self.subscriptions]
-
-    def same_group_settings(self, other: MemberSpec) -> bool:
-        return (self.subscriptions, self.model, self.strategy) == (
-            other.subscriptions, other.model, other.strategy)  # fmt: skip
 
 
 @dataclass

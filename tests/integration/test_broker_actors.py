@@ -9,7 +9,7 @@ from typing import TypeVar
 import pytest
 import ray
 
-from rayq.actors.protocol import PullRequest, PullStatus, broker_actor_name
+from rayq.actors.protocol import ClientRequest, PullRequest, PullStatus, broker_actor_name
 from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch
@@ -81,6 +81,6 @@ def test_a_killed_broker_restarts_recovers_and_serves_again(
     assert [m.queue_offset for m in decode_records(resp.buffer)] == acked
     assert retried(lambda: put(ctx, "survive", 1, 5)) == list(range(50, 55))
     deadline = time.monotonic() + 30
-    while "survive" not in ctx.coordinator.topics().result(10):  # re-registered
+    while "survive" not in ctx.coordinator.topics(ClientRequest()).result(10).names:  # back
         assert time.monotonic() < deadline, "the restarted broker never re-registered"
         time.sleep(0.2)

@@ -27,6 +27,7 @@ import rayq
 from rayq import ConsumeFromWhere, ConsumeStatus
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
+    MemberRequest,
     broker_actor_name,
     flusher_actor_name,
     hold_actor_name,
@@ -274,7 +275,8 @@ def test_a_restarted_coordinator_serves_routes_and_groups_at_once(admin: rayq.Ad
     with flowing(admin) as flow:
         topic, group = flow.traffic.topic, flow.push.group
         coordinator = actor(COORDINATOR_NAME)
-        owned = ray.get(coordinator.group_members.remote(group), timeout=30)  # type: ignore[attr-defined]
+        members_of = MemberRequest(group=group)
+        owned = ray.get(coordinator.group_members.remote(members_of), timeout=30).members
         assert list(owned) == [flow.push.client_id] and owned[flow.push.client_id]
         ray.kill(coordinator, no_restart=False)
         killed = time.monotonic()
@@ -290,7 +292,7 @@ def test_a_restarted_coordinator_serves_routes_and_groups_at_once(admin: rayq.Ad
         wait_for(routes_served, RECOVER_S, "a new producer to send and a new Admin to see topics")
 
         def group_served() -> bool:
-            members = ray.get(coordinator.group_members.remote(group), timeout=30)  # type: ignore[attr-defined]
+            members = ray.get(coordinator.group_members.remote(members_of), timeout=30).members
             return members == owned
 
         wait_for(group_served, max(1.0, RECOVER_S - (time.monotonic() - killed)),

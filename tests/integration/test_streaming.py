@@ -14,6 +14,7 @@ from rayq.actors.protocol import (
     CommitOffsetsRequest,
     CompareAndSetOffsetsRequest,
     QueryOffsetsRequest,
+    StreamPlanRequest,
 )
 from rayq.client import ClientContext
 from rayq.cluster import Cluster
@@ -145,7 +146,8 @@ def test_a_crash_after_the_commit_does_not_rerun(ctx: ClientContext) -> None:
     runs: list[int] = []
     q2 = query("s3", lambda ranges, batch_id: runs.append(batch_id))
     assert q2.run_once() is None and runs == []
-    assert q2.ctx.coordinator.stream_plan("etl", "s3").result(30) is None
+    req = StreamPlanRequest(group="etl", topic="s3")
+    assert q2.ctx.coordinator.stream_plan(req).result(30).batch_id == -1  # none left
 
 
 def test_offsets_moved_by_someone_else_stop_the_query(ctx: ClientContext) -> None:

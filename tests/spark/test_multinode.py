@@ -18,6 +18,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import rayq
+from rayq.actors.protocol import LostBrokersRequest
 from rayq.arrow_io import read_range
 from rayq.client import ClientContext
 from rayq.ranges import OffsetRange, plan_ranges
@@ -113,7 +114,8 @@ def test_a_removed_broker_node_reports_unavailable_and_the_other_serves(nodes: d
     b1_before = sum(r.count for r in plan_ranges(ctx, "spread") if r.broker == "broker-b1")
     nodes["cluster"].remove_node(nodes["b2"])
     deadline = time.monotonic() + 60
-    while ctx.coordinator.lost_brokers("spread").result(10) != ["broker-b2"]:
+    lost = LostBrokersRequest(topic="spread")
+    while ctx.coordinator.lost_brokers(lost).result(10).names != ["broker-b2"]:
         assert time.monotonic() < deadline, "the coordinator never noticed the lost broker"
         time.sleep(0.5)
     with pytest.raises(rayq.BrokerUnavailableError, match="broker-b2"):

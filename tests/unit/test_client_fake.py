@@ -17,9 +17,11 @@ import pytest
 import rayq
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
+    ClientRequest,
     CommitOffsetsRequest,
     ConsumeFromWhere,
     CreateTopicRequest,
+    LostBrokersRequest,
     MessageQueue,
     PullItem,
     PullManyRequest,
@@ -248,9 +250,11 @@ def test_send_orderly_to_a_stopped_broker_raises_without_moving(two: FakeCluster
 def test_started_broker_takes_sends_again(two: FakeCluster) -> None:
     create(two)
     two.stop("broker-b")
-    assert FakeTransport(two).coordinator().lost_brokers(TOPIC).result() == ["broker-b"]
+    lost = FakeTransport(two).coordinator().lost_brokers(LostBrokersRequest(topic=TOPIC))
+    assert lost.result().names == ["broker-b"]
     two.start("broker-b")
-    assert FakeTransport(two).coordinator().brokers().result() == ["broker-a", "broker-b"]
+    brokers = FakeTransport(two).coordinator().brokers(ClientRequest()).result().names
+    assert brokers == ["broker-a", "broker-b"]
     with producer(two) as p:
         sent = {p.send(rayq.Message(TOPIC, b"x")).queue.broker_name for _ in range(8)}
     assert sent == {"broker-a", "broker-b"}

@@ -11,6 +11,7 @@ import pytest
 
 from rayq.actors import protocol
 from rayq.actors.broker import BrokerActor
+from rayq.actors.coordinator import CoordinatorActor
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     CreateTopicRequest,
@@ -26,26 +27,36 @@ from rayq.actors.protocol import (
 )
 from rayq.store import EncodedBatch
 from rayq.store.errors import InvalidRequestError
-from rayq.transport import BrokerClient
+from rayq.transport import BrokerClient, CoordinatorClient
 
 # Methods for the other rayq actors and rayq.start only: not in the client transport.
 INTERNAL = {"start_services", "broker_info", "flush_targets", "park", "ready", "shutdown"}
+COORDINATOR_INTERNAL = {"register_broker", "unregister_broker", "ready"}  # brokers, rayq.start
 
 
 def _public(cls: type) -> dict[str, object]:
     return {n: f for n, f in vars(cls).items() if callable(f) and not n.startswith("_")}
 
 
-def test_the_broker_actor_has_no_generic_dispatch() -> None:
-    assert "call" not in _public(BrokerActor)
-    for name, fn in _public(BrokerActor).items():
+@pytest.mark.parametrize("actor", [BrokerActor, CoordinatorActor])
+def test_no_actor_has_a_generic_dispatch(actor: type) -> None:
+    assert "call" not in _public(actor)
+    for name, fn in _public(actor).items():
         params = list(inspect.signature(fn).parameters)[1:]  # type: ignore[arg-type]
         assert "args" not in params and "kwargs" not in params, name
 
 
-def test_every_client_method_takes_one_protocol_struct_and_the_transport_mirrors_it() -> None:
-    served = {n: f for n, f in _public(BrokerActor).items() if n not in INTERNAL}
-    assert set(served) == set(_public(BrokerClient))
+@pytest.mark.parametrize(
+    ("actor", "client", "internal"),
+    [(BrokerActor, BrokerClient, INTERNAL),
+     (CoordinatorActor, CoordinatorClient, COORDINATOR_INTERNAL)],
+    ids=["broker", "coordinator"],
+)  # fmt: skip
+def test_every_client_method_takes_one_protocol_struct_and_the_transport_mirrors_it(
+    actor: type, client: type, internal: set[str]
+) -> None:
+    served = {n: f for n, f in _public(actor).items() if n not in internal}
+    assert set(served) == set(_public(client))
     for name, fn in served.items():
         hints = inspect.get_annotations(fn, eval_str=True)  # type: ignore[arg-type]
         args = [v for k, v in hints.items() if k != "return"]
