@@ -14,7 +14,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ClientRequest, MessageQueue, RouteRequest, TopicRoute
@@ -119,8 +119,10 @@ class ClientContext:
         return out
 
     async def broker_calls_async(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
-                                 timeout_s: float = CALL_TIMEOUT_S) -> dict[K, T]:  # fmt: skip
-        """``broker_calls`` for async code (the push consumer's service)."""
+                                 timeout_s: float = CALL_TIMEOUT_S, *,
+                                 return_exceptions: bool = False) -> dict[K, Any]:  # fmt: skip
+        """``broker_calls`` for async code (the push consumer's service); with
+        ``return_exceptions`` a broker's error is its answer instead of being raised."""
         import asyncio
 
         keys = list(calls)
@@ -132,10 +134,10 @@ class ClientContext:
         for name, value in zip(names, got, strict=True):
             if isinstance(value, BrokerUnavailableError):
                 self.forget(name)
-                raise _unavailable(name, value)
-            if isinstance(value, BaseException):
-                raise value
-        return dict(zip(keys, got, strict=True))  # type: ignore[arg-type]
+            if isinstance(value, BaseException) and not return_exceptions:
+                raise _unavailable(name, value) if isinstance(
+                    value, BrokerUnavailableError) else value  # fmt: skip
+        return dict(zip(keys, got, strict=True))
 
 
 def new_client_id() -> str:

@@ -70,11 +70,13 @@ class RemoteOffsetStore:
                 todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = off
         if not todo:
             return
-        replies = [self._ctx.broker(b).commit_offsets(CommitOffsetsRequest(
-            group=self.group, topic=t, offsets=offs, generation=generation,
-            client_id=self._ctx.client_id)) for (b, t), offs in todo.items()]  # fmt: skip
-        results = await asyncio.gather(*(r.wait() for r in replies), return_exceptions=True)
-        for ((broker, topic), offs), result in zip(todo.items(), results, strict=True):
+        results = await self._ctx.broker_calls_async({
+            (b, t): lambda c, t=t, offs=offs: c.commit_offsets(CommitOffsetsRequest(
+                group=self.group, topic=t, offsets=offs, generation=generation,
+                client_id=self._ctx.client_id))
+            for (b, t), offs in todo.items()
+        }, return_exceptions=True)  # fmt: skip
+        for ((broker, topic), offs), result in zip(todo.items(), results.values(), strict=True):
             if isinstance(result, BaseException):
                 logger.warning("group %s: committing %s on %s failed: %s", self.group, topic,
                                broker, result)  # fmt: skip
