@@ -39,6 +39,7 @@ demo-spark: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/store_bench.py
+	$(BIN)/python benchmarks/codec_bench.py
 	$(BIN)/python benchmarks/broker_bench.py
 	$(BIN)/python benchmarks/push_bench.py
 

@@ -1,0 +1,98 @@
+"""Client work per message, without Ray: what a producer does to send a batch and what a
+consumer does to hand out a pulled one.
+
+Run: ``.venv/bin/python benchmarks/codec_bench.py [--rounds N]``.
+
+Prints µs per message (median of ``--rounds`` rounds, each timing many batches):
+
+- ``encode``: a batch of 100 ``rayq.Message`` of 1 KiB (tags, one key) made ready to
+  send: ``produce_validation.prepare`` per message (checks, properties, id) and one
+  ``encode_batch`` (the bytes one ``Broker.put`` carries);
+- ``decode``: a pulled batch of 100 (the raw commit-log records a ``PullResponse``
+  carries, read from a real store) turned into the ``MessageExt`` a consumer hands
+  out: ``decode_records`` and the exact tag check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rayq.actors.config import ClientConfig
+from rayq.produce_validation import MAX_PROPERTIES_BYTES, prepare
+from rayq.store import InnerMessage, Message, MessageStore, StoreConfig, UniqIdGenerator
+from rayq.store.batch import encode_batch
+from rayq.store.codec import decode_records
+from rayq.store.filters import TagFilter
+
+BATCH = 100
+BODY = 1024
+BATCHES_PER_ROUND = 200
+
+
+def encode_round(config: ClientConfig, ids: UniqIdGenerator) -> float:
+    """µs per message to prepare and encode ``BATCHES_PER_ROUND`` batches."""
+    msgs = [Message("bench", bytes([i % 251]) * BODY, tags="TagA", keys=[f"k{i}"])
+            for i in range(BATCH)]  # fmt: skip
+    started = time.perf_counter()
+    for _ in range(BATCHES_PER_ROUND):
+        inners = [prepare(m, "pg", config, ids) for m in msgs]
+        encode_batch(inners, max_body_bytes=config.max_message_size_bytes,
+                     max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
+    return (time.perf_counter() - started) * 1e6 / (BATCHES_PER_ROUND * BATCH)
+
+
+def pulled_buffer(root: Path, ids: UniqIdGenerator) -> bytes:
+    """The records of one pull of 100 messages, as a broker returns them."""
+    store = MessageStore(root, StoreConfig.for_tests(), store_host="127.0.0.1:10911")
+    try:
+        inners = [InnerMessage(topic="bench", queue_id=0, body=bytes([i % 251]) * BODY,
+                               tags="TagA", keys=f"k{i}", uniq_key=ids.next_id(),
+                               properties={"PGROUP": "pg"}) for i in range(BATCH)]  # fmt: skip
+        batch = encode_batch(inners, max_body_bytes=4 << 20, max_properties_bytes=32767)
+        store.put_encoded(batch)
+        parts, offset = [], 0
+        while offset < BATCH:  # the store hands out at most 32 per read, as the broker loops
+            got = store.get_messages("cg", "bench", 0, offset, BATCH - offset)
+            parts.append(got.buffer)
+            offset = got.next_begin_offset
+        return b"".join(parts)
+    finally:
+        store.close()
+
+
+def decode_round(buffer: bytes, tag_filter: TagFilter) -> float:
+    """µs per message to decode ``BATCHES_PER_ROUND`` pulled batches and check tags."""
+    started = time.perf_counter()
+    for _ in range(BATCHES_PER_ROUND):
+        msgs = decode_records(buffer, broker_name="broker-a")
+        [m for m in msgs if tag_filter.matches_tags(m.tags)]
+    return (time.perf_counter() - started) * 1e6 / (BATCHES_PER_ROUND * BATCH)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    ids = UniqIdGenerator()
+    config = ClientConfig()
+    encode = [encode_round(config, ids) for _ in range(args.rounds)]
+    with tempfile.TemporaryDirectory() as tmp:
+        buffer = pulled_buffer(Path(tmp), ids)
+    tag_filter = TagFilter.parse("TagA || TagB")
+    decode = [decode_round(buffer, tag_filter) for _ in range(args.rounds)]
+    print(
+        f"encode {BATCH} x {BODY} B (prepare + encode_batch): "
+        f"{statistics.median(encode):.2f} us/msg (min {min(encode):.2f})   target <= 8"
+    )
+    print(
+        f"decode a pulled batch of {BATCH} (decode_records + tag check): "
+        f"{statistics.median(decode):.2f} us/msg (min {min(decode):.2f})   target <= 2"
+    )
+
+
+if __name__ == "__main__":
+    main()
