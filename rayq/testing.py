@@ -77,33 +77,9 @@ T = TypeVar("T")
 # Notified whenever any FakeReply completes: ``FakeTransport.wait`` sleeps on it.
 _completed = threading.Condition()
 
-# The request Struct each broker method takes (put: an EncodedBatch, checked apart).
-_REQUESTS: dict[str, type[msgspec.Struct]] = {
-    "pull": protocol.PullRequest,
-    "pull_many": protocol.PullManyRequest,
-    "create_topic": protocol.CreateTopicRequest,
-    "delete_topic": protocol.TopicRequest,
-    "topic_stats": protocol.TopicRequest,
-    "queue_bounds": protocol.TopicRequest,
-    "max_offset": protocol.MaxOffsetRequest,
-    "get_group": protocol.GroupRequest,
-    "update_group": protocol.UpdateGroupRequest,
-    "delete_group": protocol.DeleteGroupRequest,
-    "groups": protocol.ListGroupsRequest,
-    "ensure_retry_topic": protocol.GroupRequest,
-    "query_offsets": protocol.QueryOffsetsRequest,
-    "commit_offsets": protocol.CommitOffsetsRequest,
-    "compare_and_set_offsets": protocol.CompareAndSetOffsetsRequest,
-    "reset_offsets": protocol.ResetOffsetsRequest,
-    "offset_by_time": protocol.OffsetByTimeRequest,
-    "lock_queues": protocol.LockQueuesRequest,
-    "unlock_queues": protocol.LockQueuesRequest,
-    "query_message": protocol.QueryMessageRequest,
-    "view_message": protocol.ViewMessageRequest,
-    "schedule_stats": protocol.ScheduleStatsRequest,
-    "read_arrow": protocol.ReadArrowRequest,
-    "send_back": protocol.SendBackRequest,
-}
+# The request type each broker and coordinator method takes, from the typed clients.
+_REQUESTS: dict[str, type] = BrokerClient.request_types()
+_COORDINATOR_REQUESTS: dict[str, type] = CoordinatorClient.request_types()
 _WRITES = frozenset({"put", "send_back"})  # calls after which held pulls are re-checked
 
 
@@ -478,15 +454,6 @@ class FakeCluster:
 
     def _coordinator_finish_stream_plan(self, req: FinishStreamPlanRequest) -> Done:
         return Done(existed=self.stream_plans.finish(req.group, req.topic, req.batch_id))
-
-
-_COORDINATOR_REQUESTS: dict[str, type] = {
-    "route": RouteRequest, "routes": RoutesRequest, "topics": ClientRequest,
-    "brokers": ClientRequest, "lost_brokers": LostBrokersRequest,
-    "group_share": GroupShareRequest, "leave_shares": ClientRequest,
-    "stream_plan": StreamPlanRequest, "record_stream_plan": RecordStreamPlanRequest,
-    "finish_stream_plan": FinishStreamPlanRequest,
-}  # fmt: skip
 
 
 class FakeTransport:

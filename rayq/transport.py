@@ -21,6 +21,7 @@ without Ray.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -117,6 +118,18 @@ class _Client:
 
     def __init__(self, invoke: Invoke) -> None:
         self._invoke = invoke
+
+    @classmethod
+    def request_types(cls) -> dict[str, type]:
+        """Each method's name and the request type it takes, read from its annotation
+        (an in-process server checks what it serves against this one list)."""
+        out = {}
+        for name, fn in vars(cls).items():
+            if callable(fn) and not name.startswith("_"):
+                hints = typing.get_type_hints(fn)
+                [arg] = [t for k, t in hints.items() if k != "return"]
+                out[name] = arg
+        return out
 
 
 class BrokerClient(_Client):
