@@ -15,17 +15,10 @@ Every ``<name>`` may have two siblings: ``<name>.tmp`` (a save in progress, neve
 ``<name>.bak`` (the previous good version). JSON object keys are strings, so queue ids and delay
 levels are written as ``"0"``, ``"1"``...; the msgspec schemas turn them back into ints on load.
 
-Write protocol (``JsonFile.save``)::
-
-    1. serialize the value (a msgspec Struct) to bytes
-    2. write <name>.tmp, fsync it
-    3. if <name> exists (and load did not find it damaged): os.replace(<name>, <name>.bak)
-    4. os.replace(<name>.tmp, <name>)
-    5. fsync the directory
-
-A crash before step 4 leaves ``<name>`` (or, between steps 3 and 4, only ``<name>.bak``)
-holding the previous version, which load finds. An ``OSError`` on any step raises ``StoreError``;
-the table stays dirty so the next ``persist()`` tries again.
+Writes go through ``rayq.store.json_file.JsonFile.save`` (``.tmp``, fsync, rotate to
+``.bak``, rename, fsync the directory; its module docstring has the steps and what a crash
+at each leaves). An ``OSError`` raises ``StoreError``; the table stays dirty so the next
+``persist()`` tries again.
 
 Load protocol (``JsonFile.load``, policy in ``rayq.store.json_file``): read ``<name>``; if it
 is missing, empty, not valid JSON or fails schema validation, log a warning, copy it aside as
@@ -33,7 +26,7 @@ is missing, empty, not valid JSON or fails schema validation, log a warning, cop
 starts empty** (one bad commit once erased every group's offsets this way). Instead:
 
 - both damaged files are copied aside (``<name>.damaged-<ms>``, ``<name>.bak.damaged-<ms>``);
-- each table salvages entry by entry (``_salvage_*`` below: a topic, a group, one queue's
+- each table salvages entry by entry (``salvage_*`` below: a topic, a group, one queue's
   offset, one delay level), from ``<name>`` first, else ``.bak``: valid entries are kept, each
   bad one is dropped and logged at ERROR with the file name, and the table is marked dirty so
   the salvaged content is written back on the next persist;
