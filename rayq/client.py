@@ -34,10 +34,11 @@ class ClientContext:
     """Routes and the transport for one client, in one namespace."""
 
     def __init__(self, config: ClientConfig | None = None, namespace: str | None = None,
-                 transport: Transport | None = None) -> None:  # fmt: skip
+                 transport: Transport | None = None,
+                 client_id: str | None = None) -> None:  # fmt: skip
         self.config = config or ClientConfig()
-        # The caller's identity in every request (logs now, ACL later), and its group id.
-        self.client_id = new_client_id()
+        # The caller's identity in every request (logs now, ACL later).
+        self.client_id = client_id or new_client_id()
         if transport is None:
             from rayq.ray_transport import RayTransport
 

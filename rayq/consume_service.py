@@ -114,8 +114,7 @@ class ConsumeService(OrderlyConsumption):
     # ------------------------------------------------------------ members
     async def start(self, handle: Any) -> None:
         self.handle = handle
-        self.ctx = ClientContext(self.config, self.namespace, self.transport)
-        self.ctx.client_id = self.client_id
+        self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
         if self.broadcasting:
             self.offsets = LocalOffsetStore(self.config.offset_store_dir,
                                             self.config.instance_name, self.group)  # fmt: skip

@@ -153,9 +153,8 @@ class Producer:
         with self._lock:
             self._check_open()
             if self._ctx is None:
-                ctx = ClientContext(self.config, self.namespace, self._transport)
-                ctx.client_id = self.client_id
-                self._ctx = ctx
+                self._ctx = ClientContext(self.config, self.namespace, self._transport,
+                                          self.client_id)  # fmt: skip
             return self._ctx
 
     def _live_context(self) -> ClientContext:
