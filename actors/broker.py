@@ -21,9 +21,10 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import msgspec
 import ray
 
 from rayq.store import EncodedBatch
@@ -53,6 +54,7 @@ from .protocol import (
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
+    Park,
     PullManyRequest,
     PullManyResponse,
     PullRequest,
@@ -72,8 +74,10 @@ from .protocol import (
     UpdateGroupRequest,
     ViewMessageRequest,
     check,
+    nothing_new,
 )
 from .server.broker_server import BrokerServer
+from .server.parked_pulls import ParkedPulls
 from .server.schedule import SCHEDULE_TICK_MS
 
 R = TypeVar("R")
@@ -103,7 +107,7 @@ class BrokerActor:
         self._coordinator = Peer(COORDINATOR_NAME, namespace)
         self._tasks: list[asyncio.Task] = []
         self._closed = False
-        self._watched: set[tuple[str, int]] = set()  # queues a held pull may wait on
+        self._parked = ParkedPulls()  # the hold service's pulls waiting for appends
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         # An async actor's __init__ runs on its event loop: start serving now.
         self._startup = asyncio.get_running_loop().create_task(self.start_services())
@@ -168,19 +172,41 @@ class BrokerActor:
         while not self._closed:
             wait_ms = SCHEDULE_TICK_MS
             try:
-                self._notify(self.server.schedule_tick())
+                self._wake(self.server.schedule_tick())
                 wait_ms = self.server.schedule.next_wait_ms()
             except Exception:  # logged; the next tick tries again
                 logger.exception("broker %s: delayed delivery tick failed", self.server.name)
             await asyncio.sleep(wait_ms / 1000)
 
-    def _notify(self, touched: dict[tuple[str, int], int]) -> None:
-        """Tell the hold service (fire and forget: a hold service that is restarting has
-        no held pulls to answer; its callers pull again)."""
-        hold = self._hold.get() if touched else None
-        if hold is not None:
-            for (topic, queue_id), max_offset in touched.items():
-                hold.notify.remote(topic, queue_id, max_offset)
+    def _wake(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Answer the pulls parked on ``keys`` (just appended to) with a fresh read each,
+        sent straight to the hold service (fire and forget: a hold service that is
+        restarting has no callers waiting for these tokens; its callers pull again). A
+        pull that still finds nothing (another tag, a delayed message) stays parked."""
+        taken = self._parked.take(tuple(keys))
+        if not taken:
+            return
+        hold = self._hold.get()
+        for token, req in taken:
+            try:
+                if isinstance(req, PullManyRequest):
+                    reply: PullResponse | PullManyResponse = self.server.pull_many(req)
+                    empty = nothing_new(reply.results)
+                else:
+                    reply = self.server.pull(req)
+                    empty = nothing_new([reply])
+            except Exception:  # the waiting pull times out and is sent again
+                logger.exception("broker %s: answering a parked pull failed", self.server.name)
+                continue
+            if empty:
+                self._parked.park(token, req, _keys_of(req), self._hold_s(req))
+            elif hold is not None:
+                hold.deliver.remote(token, reply)
+
+    def _hold_s(self, req: PullRequest | PullManyRequest) -> float:
+        cfg = self.server.config
+        cap = cfg.broker_suspend_max_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
+        return min(req.suspend_ms, cap) / 1000
 
     async def _sync_flush(self, result: BatchSendResult) -> BatchSendResult:
         """SYNC_FLUSH: acknowledge only once the flusher reports the append durable;
@@ -203,39 +229,58 @@ class BrokerActor:
                                queue_offsets=result.queue_offsets)  # fmt: skip
 
     @ray.method(concurrency_group="send")
-    async def put(self, batch: EncodedBatch) -> BatchSendResult:
+    async def put(self, batch: EncodedBatch, *chunks: bytes) -> BatchSendResult:
+        """Append one batch. Its records may come as ``chunks`` after it (each under
+        Ray's inline limit, rayq/ray_transport.py ``inline_args``), joined here: one
+        call, so the batch is appended whole or not at all."""
         if type(batch) is not EncodedBatch:
             raise InvalidRequestError(f"put takes an EncodedBatch, got {type(batch).__name__}")
+        if chunks:
+            if batch.records or any(type(c) is not bytes for c in chunks):
+                raise InvalidRequestError(
+                    "put takes the records either in the batch or as bytes chunks after a "
+                    "batch whose records are empty, not both"
+                )
+            batch = msgspec.structs.replace(batch, records=b"".join(chunks))
         known = batch.topic in self.server.tables.topics
         result = self.server.put(batch)
         if not known:  # auto-created: routes must show it now, not at the next heartbeat
             await self._register()
         key = (batch.topic, batch.queue_id)
-        if key in self._watched and not batch.scheduled:
-            self._watched.discard(key)
-            self._notify({key: result.queue_offsets[-1] + 1})
+        if not batch.scheduled and self._parked.watched(key):
+            asyncio.get_running_loop().call_soon(self._wake, (key,))  # after the reply
         if self.server.config.flush_disk_type.value == "SYNC_FLUSH":
             return await self._sync_flush(result)
         return result
 
     @ray.method(concurrency_group="pull")
-    async def pull(self, req: PullRequest) -> PullResponse:
-        """A pull that may wait (``suspend_ms`` > 0: the hold service's) marks its queue
-        as watched before reading, so the next put to it notifies the hold service; puts
-        to queues nobody waits on send no notification. (Mark, then read; append, then
-        check: a put either is seen by the read or sees the mark.)"""
+    async def pull(self, req: PullRequest, park: Park | None = None) -> PullResponse:
+        """Read without waiting. With ``park`` (the hold service's waiting pull), a read
+        that finds nothing new leaves the pull parked: the next append to its queue
+        answers it through ``PullHoldActor.deliver``."""
         req = check(req, PullRequest)
-        if req.suspend_ms > 0:
-            self._watched.add((req.topic, req.queue_id))
-        return self.server.pull(req)
+        if park is None:
+            return self.server.pull(req)
+        park = check(park, Park)
+        self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
+        resp = self.server.pull(req)
+        if not nothing_new([resp]):
+            self._parked.drop(park.token)
+        return resp
 
     @ray.method(concurrency_group="pull")
-    async def pull_many(self, req: PullManyRequest) -> PullManyResponse:
-        """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's."""
+    async def pull_many(self, req: PullManyRequest, park: Park | None = None) -> PullManyResponse:
+        """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
+        With ``park``: parked (on all its queues) if none of them has anything new."""
         req = check(req, PullManyRequest)
-        if req.suspend_ms > 0:
-            self._watched.update((item.topic, item.queue_id) for item in req.items)
-        return self.server.pull_many(req)
+        if park is None:
+            return self.server.pull_many(req)
+        park = check(park, Park)
+        self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
+        reply = self.server.pull_many(req)
+        if not nothing_new(reply.results):
+            self._parked.drop(park.token)
+        return reply
 
     # ------------------------------------------------ admin, offsets, locks
     # One typed method per operation (actors/protocol.py); each checks its request.
@@ -329,7 +374,7 @@ class BrokerActor:
     @ray.method(concurrency_group="admin")
     async def send_back(self, req: SendBackRequest) -> SendBackResult:
         result = await self._serve(self.server.send_back, req, SendBackRequest)
-        self._notify({(t, 0): self.server.store.max_offset(t, 0) for t in set(result.topics)})
+        self._wake((t, 0) for t in set(result.topics))
         return result
 
     async def _serve(self, method: Callable[[Any], R], req: object, cls: type) -> R:
@@ -376,6 +421,12 @@ class BrokerActor:
         except Exception:
             logger.exception("broker %s: closing the store failed", self.server.name)
         ray.actor.exit_actor()
+
+
+def _keys_of(req: PullRequest | PullManyRequest) -> tuple[tuple[str, int], ...]:
+    if isinstance(req, PullManyRequest):
+        return tuple((item.topic, item.queue_id) for item in req.items)
+    return ((req.topic, req.queue_id),)
 
 
 def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:

@@ -151,6 +151,16 @@ class PullManyRequest(_Request, frozen=True, kw_only=True):
                            client_id=self.client_id)  # fmt: skip
 
 
+class Park(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The hold service's mark on a pull that may wait (internal, hold -> broker): if the
+    pull finds nothing new, the broker keeps it under ``token`` for ``hold_ms`` and, when
+    it appends to one of its queues, sends the answer to the hold service
+    (``PullHoldActor.deliver``) instead of waiting to be asked again."""
+
+    token: Annotated[str, Meta(min_length=1, max_length=128)]
+    hold_ms: Annotated[int, Meta(ge=0, le=3_600_000)]
+
+
 class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
     status: PullStatus
     next_offset: int
@@ -158,6 +168,12 @@ class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
     max_offset: int
     buffer: bytes = b""
     count: int = 0
+
+
+def nothing_new(results: list[Any]) -> bool:
+    """No queue of a pull has news: every answer is NO_NEW_MSG (no records, no moved
+    offset, no error) -- the pulls the hold service waits on."""
+    return all(type(r) is PullResponse and r.status is PullStatus.NO_NEW_MSG for r in results)
 
 
 class QueueData(msgspec.Struct, frozen=True, kw_only=True):

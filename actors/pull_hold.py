@@ -1,16 +1,22 @@
 """The PullHold actor: long polling (RocketMQ ``PullRequestHoldService``).
 
-A pull that finds nothing new is parked per ``topic@queue`` until the broker
-reports a larger max offset for that queue (``notify``, once per appended batch)
-or the request's suspend time runs out, then pulled once more. No sleep-and-retry
-loop: waiting is an ``asyncio.Event`` that ``notify`` sets. With long polling
-off, the wait is ``short_polling_time_mills``.
+A waiting pull goes to the broker once, with a ``Park`` token. If it finds nothing
+new, the broker keeps it parked (actors/server/parked_pulls.py) and, when it appends
+to one of its queues, reads for it and sends the answer here (``deliver``): the hold
+service answers its caller with those records, two actor hops after the put
+(broker -> hold -> consumer), without asking the broker again. Else the caller gets
+"nothing new" when the request's suspend time (capped by ``broker_suspend_max_ms``;
+``short_polling_time_mills`` with long polling off) runs out. Waiting is a future per
+token: a waiting consumer costs no CPU anywhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -20,56 +26,58 @@ from rayq.store.errors import BrokerUnavailableError
 from .config import BrokerConfig
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
+    Park,
     PullManyRequest,
     PullManyResponse,
     PullRequest,
     PullResponse,
-    PullStatus,
     broker_actor_name,
     check,
+    nothing_new,
 )
 
 logger = logging.getLogger(__name__)
 
 
 class HoldTable:
-    """Waiters per queue and the newest max offset each queue reported (no Ray)."""
+    """Callers waiting for an answer the broker sends (``deliver``), by token (no Ray)."""
 
     def __init__(self) -> None:
-        self._events: dict[tuple[str, int], asyncio.Event] = {}
-        self._max: dict[tuple[str, int], int] = {}
+        self._prefix = uuid.uuid4().hex[:12]  # a restarted hold service never reuses one
+        self._count = itertools.count()
+        self._waiting: dict[str, asyncio.Future[Any]] = {}
 
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self._max.get((topic, queue_id), -1)
+    def __len__(self) -> int:
+        return len(self._waiting)
 
-    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
-        key = (topic, queue_id)
-        if max_offset > self._max.get(key, -1):
-            self._max[key] = max_offset
-        event = self._events.pop(key, None)
-        if event is not None:
-            event.set()
+    def expect(self) -> str:
+        """A new token; ``wait`` on it gets what is delivered for it (also if that
+        arrives before the caller starts waiting)."""
+        token = f"{self._prefix}-{next(self._count)}"
+        self._waiting[token] = asyncio.get_running_loop().create_future()
+        return token
 
-    async def wait(self, topic: str, queue_id: int, beyond: int, timeout_s: float) -> bool:
-        """Wait until the queue's max offset passes ``beyond``; False on timeout."""
-        return await self.wait_any({(topic, queue_id): beyond}, timeout_s)
-
-    async def wait_any(self, beyond: dict[tuple[str, int], int], timeout_s: float) -> bool:
-        """Wait until any queue's max offset passes its ``beyond``; False on timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not any(self._max.get(k, -1) > b for k, b in beyond.items()):
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            waiters = [asyncio.ensure_future(self._events.setdefault(k, asyncio.Event()).wait())
-                       for k in beyond]  # fmt: skip
-            try:
-                await asyncio.wait(waiters, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waiters:
-                    w.cancel()
+    def deliver(self, token: str, answer: Any) -> bool:
+        """Hand ``answer`` to the caller waiting on ``token``; False if none does (it
+        gave up, or the token is of an earlier life of this service)."""
+        fut = self._waiting.get(token)
+        if fut is None or fut.done():
+            return False
+        fut.set_result(answer)
         return True
+
+    async def wait(self, token: str, timeout_s: float) -> Any | None:
+        """What is delivered for ``token`` within ``timeout_s``, else None."""
+        fut = self._waiting[token]
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError:
+            return fut.result() if fut.done() else None
+
+    def forget(self, token: str) -> None:
+        fut = self._waiting.pop(token, None)
+        if fut is not None and not fut.done():
+            fut.cancel()
 
 
 class PullHoldActor:
@@ -82,10 +90,11 @@ class PullHoldActor:
         self.table = HoldTable()
         self.broker = Peer(broker_actor_name(config.broker_name), namespace)
 
-    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
-        self.table.notify(topic, queue_id, max_offset)
+    async def deliver(self, token: str, answer: Any) -> None:
+        """The broker's answer to a parked pull (internal: broker -> hold service)."""
+        self.table.deliver(token, answer)
 
-    async def _call(self, method: str, req: Any) -> Any:
+    async def _call(self, method: str, *args: Any) -> Any:
         """``method`` of the broker; a lost broker is looked up again by the next call
         (the caller sees BrokerUnavailableError and retries, as clients do)."""
         broker = self.broker.get()
@@ -94,7 +103,7 @@ class PullHoldActor:
                 f"broker {self.config.broker_name} is not running (yet); retry"
             )
         try:
-            return await getattr(broker, method).remote(req)
+            return await getattr(broker, method).remote(*args)
         except PEER_LOST_ERRORS:
             self.broker.forget()
             raise
@@ -102,29 +111,31 @@ class PullHoldActor:
     async def pull(self, req: PullRequest) -> PullResponse:
         """Pull, waiting up to the suspend time if nothing new is there yet."""
         req = check(req, PullRequest)
-        resp = await self._call("pull", req)
-        if resp.status is not PullStatus.NO_NEW_MSG or req.suspend_ms <= 0:
-            return resp
-        beyond = max(req.queue_offset, resp.max_offset)
-        if not await self.table.wait(req.topic, req.queue_id, beyond, self._hold_s(req.suspend_ms)):
-            return resp
-        return await self._call("pull", req)
+        if req.suspend_ms <= 0:
+            return await self._call("pull", req)
+        return await self._held("pull", req, lambda r: nothing_new([r]))
 
     async def pull_many(self, req: PullManyRequest) -> PullManyResponse:
         """``pull`` for several queues of the broker: answered as soon as any of them has
         something (or an error), else after the suspend time with every queue's answer."""
         req = check(req, PullManyRequest)
-        reply = await self._call("pull_many", req)
-        resps = reply.results
-        if req.suspend_ms <= 0 or any(
-            not isinstance(r, PullResponse) or r.status is not PullStatus.NO_NEW_MSG for r in resps
-        ):
-            return reply
-        waits = {(i.topic, i.queue_id): max(i.queue_offset, r.max_offset)
-                 for i, r in zip(req.items, resps, strict=True)}  # fmt: skip
-        if not await self.table.wait_any(waits, self._hold_s(req.suspend_ms)):
-            return reply
-        return await self._call("pull_many", req)
+        if req.suspend_ms <= 0:
+            return await self._call("pull_many", req)
+        return await self._held("pull_many", req, lambda r: nothing_new(r.results))
+
+    async def _held(self, method: str, req: PullRequest | PullManyRequest,
+                    empty: Callable[[Any], bool]) -> Any:  # fmt: skip
+        """One broker call that parks the pull there if it finds nothing; then wait for
+        the broker's ``deliver`` (an append to one of its queues) or the hold time."""
+        hold_s = self._hold_s(req.suspend_ms)
+        token = self.table.expect()
+        try:
+            first = await self._call(method, req, Park(token=token, hold_ms=int(hold_s * 1000)))
+            if not empty(first):
+                return first
+            return await self.table.wait(token, hold_s) or first
+        finally:
+            self.table.forget(token)
 
     def _hold_s(self, suspend_ms: int) -> float:
         """How long a pull that found nothing is held: its suspend time, capped by the

@@ -102,6 +102,7 @@ class _QueueState:
     inflight: Any = None  # ObjectRef of the PullHold.pull in flight
     sent_at: float = 0.0
     retry_at: float = 0.0  # monotonic time before which no pull is sent
+    backlog: bool = False  # the last pull left messages behind: read the broker directly
 
 
 class PullConsumer:
@@ -247,10 +248,11 @@ class PullConsumer:
             req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                               queue_offset=s.offset, max_nums=self._config.poll_max_messages,
                               expression=s.tag_filter.expression,
-                              suspend_ms=self._config.broker_suspend_max_ms,
+                              suspend_ms=0 if s.backlog else self._config.broker_suspend_max_ms,
                               client_id=self.client_id)  # fmt: skip
-            try:
-                s.inflight = self._ctx.hold(mq.broker_name).pull(req)
+            try:  # behind: one hop to the broker; caught up: wait at the hold service
+                target = self._ctx.broker if s.backlog else self._ctx.hold
+                s.inflight = target(mq.broker_name).pull(req)
             except RayqError as exc:
                 self._pull_failed(mq, s, exc)
                 continue
@@ -275,11 +277,13 @@ class PullConsumer:
         if s is None or s.inflight is not ref:
             return []
         s.inflight = None
+        s.backlog = False
         try:
             resp = ref.result()
         except Exception as exc:  # logged; the queue is pulled again after a delay
             self._pull_failed(mq, s, exc)
             return []
+        s.backlog = resp.status is PullStatus.FOUND and resp.next_offset < resp.max_offset
         if resp.status is PullStatus.OFFSET_ILLEGAL:
             logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, s.offset,
                            resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip

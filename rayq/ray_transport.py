@@ -12,13 +12,18 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import msgspec
 import ray
 
 from rayq.actors.protocol import COORDINATOR_NAME, broker_actor_name, hold_actor_name
+from rayq.store import EncodedBatch
 from rayq.store.errors import BrokerUnavailableError, RayqError
 from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply
 
 logger = logging.getLogger(__name__)
+
+# Records per put argument: under Ray's 100 KiB inline limit with room for pickling.
+INLINE_BYTES = 100 * 1024 - 2048
 
 T = TypeVar("T")
 
@@ -131,8 +136,27 @@ class RayTransport:
             raise BrokerUnavailableError(f"actor {name} is not running") from None
 
 
+def inline_args(batch: EncodedBatch, limit: int = INLINE_BYTES) -> tuple[Any, ...]:
+    """A put's arguments, each under Ray's inline limit where the records are the bulk:
+    the batch without its records, then the records in near-equal chunks (one call, so
+    the broker appends the whole batch at once, in order). Ray passes arguments up to
+    ``max_direct_call_object_size`` (100 KiB) inside the call; a larger one goes through
+    the object store, which costs about as much as the call itself
+    (benchmarks/inline_bench.py)."""
+    records = batch.records
+    if len(records) <= limit:
+        return (batch,)
+    parts = -(-len(records) // limit)
+    size = -(-len(records) // parts)
+    view = memoryview(records)
+    chunks = [bytes(view[i : i + size]) for i in range(0, len(records), size)]
+    return (msgspec.structs.replace(batch, records=b""), *chunks)
+
+
 def _invoker(handle_of: Any) -> Any:
     def invoke(method: str, *args: Any) -> RayReply[Any]:
+        if method == "put" and len(args) == 1 and type(args[0]) is EncodedBatch:
+            args = inline_args(args[0])
         try:
             return RayReply(getattr(handle_of(), method).remote(*args))
         except Exception as exc:  # e.g. the actor is gone for good
@@ -141,4 +165,4 @@ def _invoker(handle_of: Any) -> Any:
     return invoke
 
 
-__all__ = ["RayReply", "RayTransport", "unwrap"]
+__all__ = ["RayReply", "RayTransport", "inline_args", "unwrap"]

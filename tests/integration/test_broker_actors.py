@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+import msgspec
 import pytest
 import ray
 
-from rayq.actors.protocol import ClientRequest, PullRequest, PullStatus, broker_actor_name
+from rayq.actors.broker import spawn_broker
+from rayq.actors.config import BrokerConfig
+from rayq.actors.protocol import (
+    ClientRequest,
+    Park,
+    PullRequest,
+    PullStatus,
+    broker_actor_name,
+    hold_actor_name,
+)
 from rayq.client import ClientContext
 from rayq.cluster import Cluster
-from rayq.store import InnerMessage, UniqIdGenerator, decode_records, encode_batch
+from rayq.store import InnerMessage, StoreConfig, UniqIdGenerator, decode_records, encode_batch
 from rayq.store.errors import InvalidOffsetError, TopicNotFoundError
 
 T = TypeVar("T")
@@ -51,6 +62,68 @@ def test_a_held_pull_is_answered_by_the_next_send(ctx: ClientContext) -> None:
     resp = ref.result(20)  # long before the 30 s suspend time
     assert resp.status is PullStatus.FOUND
     assert [m.queue_offset for m in decode_records(resp.buffer)] == [3, 4]
+
+
+def wait_for(fn: Callable[[], T | None], timeout_s: float) -> T:
+    deadline = time.monotonic() + timeout_s
+    while (got := fn()) is None:
+        assert time.monotonic() < deadline, "not within the time limit"
+        time.sleep(0.05)
+    return got
+
+
+@ray.remote(num_cpus=0)
+class RecordingHold:
+    """Stands in for a broker's hold service: keeps what the broker delivers."""
+
+    def __init__(self) -> None:
+        self.delivered: list[tuple[str, object]] = []
+
+    def deliver(self, token: str, answer: object) -> None:
+        self.delivered.append((token, answer))
+
+    def got(self) -> list[tuple[str, object]]:
+        return self.delivered
+
+
+def test_the_broker_hands_a_parked_pull_the_records_it_appends(
+    ctx: ClientContext, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two hops: the put's append answers the parked pull by calling the hold service's
+    ``deliver`` with the records (broker -> hold), no re-pull by the hold service."""
+    name = "broker-z"
+    hold = RecordingHold.options(name=hold_actor_name(name), namespace=NAMESPACE).remote()
+    config = BrokerConfig(broker_name=name, store=StoreConfig.for_tests())
+    node = ray.get_runtime_context().get_node_id()
+    broker = spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node)
+    try:
+        ray.get(broker.ready.remote())
+        msgs = [InnerMessage(topic="parked", queue_id=0, body=b"m%d" % i, uniq_key=IDS.next_id())
+                for i in range(3)]  # fmt: skip
+        batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
+        ray.get(broker.put.remote(batch))
+        req = PullRequest(group="g", topic="parked", queue_id=0, queue_offset=3, suspend_ms=30_000)
+        first = ray.get(broker.pull.remote(req, Park(token="t-1", hold_ms=30_000)))
+        assert first.status is PullStatus.NO_NEW_MSG  # parked at the broker
+        from_start = msgspec.structs.replace(req, queue_offset=0)
+        found = ray.get(broker.pull.remote(from_start, Park(token="t-0", hold_ms=30_000)))
+        assert found.status is PullStatus.FOUND  # found at once: not parked
+        assert ray.get(hold.got.remote()) == []
+        ray.get(broker.put.remote(encode_batch(
+            [InnerMessage(topic="parked", queue_id=0, body=b"new", uniq_key=IDS.next_id())],
+            max_body_bytes=4 << 20, max_properties_bytes=32767)))  # fmt: skip
+        got = wait_for(lambda: ray.get(hold.got.remote()) or None, 20)
+        assert [token for token, _ in got] == ["t-1"]
+        answer = got[0][1]
+        assert answer.status is PullStatus.FOUND and answer.next_offset == 4
+        assert [m.body for m in decode_records(answer.buffer)] == [b"new"]
+        ray.get(broker.put.remote(batch))  # answered once: no second delivery
+        time.sleep(0.5)
+        assert len(ray.get(hold.got.remote())) == 1
+    finally:
+        with contextlib.suppress(Exception):
+            ray.get(broker.shutdown.remote())
+        ray.kill(hold)
 
 
 def test_a_held_pull_times_out_with_no_new_msg(ctx: ClientContext) -> None:
