@@ -74,6 +74,8 @@ from .protocol import (
     UpdateGroupRequest,
     ViewMessageRequest,
     check,
+    follow_up,
+    follow_up_token,
     nothing_new,
 )
 from .server.broker_server import BrokerServer
@@ -108,6 +110,7 @@ class BrokerActor:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._parked = ParkedPulls()  # the hold service's pulls waiting for appends
+        self._delivering: set[asyncio.Future[None]] = set()  # answers sent, not yet acked
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         # An async actor's __init__ runs on its event loop: start serving now.
         self._startup = asyncio.get_running_loop().create_task(self.start_services())
@@ -179,29 +182,60 @@ class BrokerActor:
             await asyncio.sleep(wait_ms / 1000)
 
     def _wake(self, keys: Iterable[tuple[str, int]]) -> None:
-        """Answer the pulls parked on ``keys`` (just appended to) with a fresh read each,
-        sent straight to the hold service (fire and forget: a hold service that is
-        restarting has no callers waiting for these tokens; its callers pull again). A
-        pull that still finds nothing (another tag, a delayed message) stays parked."""
-        taken = self._parked.take(tuple(keys))
-        if not taken:
+        """Answer the pulls parked on ``keys`` (just appended to)."""
+        for token, req in self._parked.take(tuple(keys)):
+            self._answer(token, req)
+
+    def _read(self, req: PullRequest | PullManyRequest) -> tuple[Any, bool] | None:
+        """A fresh read for a parked pull, and whether it found nothing new; None if it
+        failed (logged: the waiting pull times out and is sent again)."""
+        try:
+            if isinstance(req, PullManyRequest):
+                many = self.server.pull_many(req)
+                return many, nothing_new(many.results)
+            one = self.server.pull(req)
+            return one, nothing_new([one])
+        except Exception:
+            logger.exception("broker %s: answering a parked pull failed", self.server.name)
+            return None
+
+    def _answer(self, token: str, req: PullRequest | PullManyRequest,
+                got: tuple[Any, bool] | None = None) -> None:  # fmt: skip
+        """Read for the parked pull ``token`` and send what it finds straight to the hold
+        service. A pull that still finds nothing (another tag, a delayed message) stays
+        parked. If the hold service's caller was waiting for it, the caller's next pull
+        is parked here at once (``follow_up``, under ``follow_up_token``): the hold service
+        hands it that pull without asking again, so a consumer that keeps up costs the
+        broker no pull calls at all."""
+        got = got or self._read(req)
+        if got is None:
+            return
+        reply, empty = got
+        if empty:
+            self._parked.park(token, req, _keys_of(req), self._hold_s(req))
             return
         hold = self._hold.get()
-        for token, req in taken:
-            try:
-                if isinstance(req, PullManyRequest):
-                    reply: PullResponse | PullManyResponse = self.server.pull_many(req)
-                    empty = nothing_new(reply.results)
-                else:
-                    reply = self.server.pull(req)
-                    empty = nothing_new([reply])
-            except Exception:  # the waiting pull times out and is sent again
-                logger.exception("broker %s: answering a parked pull failed", self.server.name)
-                continue
-            if empty:
-                self._parked.park(token, req, _keys_of(req), self._hold_s(req))
-            elif hold is not None:
-                hold.deliver.remote(token, reply)
+        if hold is not None:
+            task = asyncio.ensure_future(
+                self._follow_up(hold.deliver.remote(token, reply), token, req, reply)
+            )
+            self._delivering.add(task)
+            task.add_done_callback(self._delivering.discard)
+
+    async def _follow_up(self, delivered: Any, token: str, req: Any, reply: Any) -> None:
+        try:
+            waited = await delivered
+        except PEER_LOST_ERRORS:  # a hold service that restarts has nobody waiting
+            self._hold.forget()
+            return
+        nxt = follow_up(req, reply) if waited is True else None
+        if nxt is None:
+            return
+        token = follow_up_token(token)
+        self._parked.park(token, nxt, _keys_of(nxt), self._hold_s(nxt))  # park, then read
+        got = self._read(nxt)
+        if got is not None and not got[1] and self._parked.drop(token):
+            self._answer(token, nxt, got)
 
     def _hold_s(self, req: PullRequest | PullManyRequest) -> float:
         cfg = self.server.config

@@ -176,6 +176,32 @@ def nothing_new(results: list[Any]) -> bool:
     return all(type(r) is PullResponse and r.status is PullStatus.NO_NEW_MSG for r in results)
 
 
+def follow_up(req: Any, answer: Any) -> Any | None:
+    """The pull a consumer sends after ``req`` got ``answer`` (a PullRequest or a
+    PullManyRequest moved to the next offsets), or None if it cannot be told (an error
+    answered). The broker parks it ahead of time for the hold service, which hands it
+    the consumer's next pull if that is exactly this one (actors/pull_hold.py)."""
+    if type(req) is PullRequest:
+        if type(answer) is not PullResponse:
+            return None
+        return msgspec.structs.replace(req, queue_offset=answer.next_offset)
+    results = answer.results if type(answer) is PullManyResponse else None
+    if type(req) is not PullManyRequest or results is None:
+        return None
+    if any(type(r) is not PullResponse for r in results) or len(results) != len(req.items):
+        return None
+    items = [msgspec.structs.replace(i, queue_offset=r.next_offset)
+             for i, r in zip(req.items, results, strict=True)]  # fmt: skip
+    return msgspec.structs.replace(req, items=items)
+
+
+def follow_up_token(token: str) -> str:
+    """The token of the follow-up of the pull parked under ``token``: ``t`` -> ``t#1``
+    -> ``t#2``... (both the broker and the hold service derive it)."""
+    base, sep, n = token.rpartition("#")
+    return f"{base}#{int(n) + 1}" if sep and n.isdigit() else f"{token}#1"
+
+
 class QueueData(msgspec.Struct, frozen=True, kw_only=True):
     broker_name: str
     read_queue_nums: int

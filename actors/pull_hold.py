@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import ray
 
 from rayq.store.errors import BrokerUnavailableError
@@ -33,51 +35,105 @@ from .protocol import (
     PullResponse,
     broker_actor_name,
     check,
+    follow_up,
+    follow_up_token,
     nothing_new,
 )
 
 logger = logging.getLogger(__name__)
+_encode = msgspec.msgpack.Encoder().encode
 
 
 class HoldTable:
-    """Callers waiting for an answer the broker sends (``deliver``), by token (no Ray)."""
+    """Callers waiting for an answer the broker sends (``deliver``), by token, and the
+    follow-up pulls the broker parked ahead of time, by the exact request (no Ray)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_s: Callable[[Any], float] = lambda request: 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self._hold_s = hold_s  # how long the broker parks a request's follow-up
         self._prefix = uuid.uuid4().hex[:12]  # a restarted hold service never reuses one
         self._count = itertools.count()
+        self._clock = clock
         self._waiting: dict[str, asyncio.Future[Any]] = {}
+        self._awaited: set[str] = set()  # tokens a caller is waiting on right now
+        self._requests: dict[str, Any] = {}  # token -> the request it answers
+        self._follow_ups: dict[bytes, tuple[str, float]] = {}  # request -> token, until
+        self._next_sweep = 0.0
 
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def expect(self) -> str:
-        """A new token; ``wait`` on it gets what is delivered for it (also if that
-        arrives before the caller starts waiting)."""
-        token = f"{self._prefix}-{next(self._count)}"
-        self._waiting[token] = asyncio.get_running_loop().create_future()
+    def expect(self, request: Any, token: str | None = None) -> str:
+        """A token for ``request`` (a new one unless given); ``wait`` on it gets what is
+        delivered for it (also if that arrives before the caller starts waiting)."""
+        token = token or f"{self._prefix}-{next(self._count)}"
+        if token not in self._waiting:
+            self._waiting[token] = asyncio.get_running_loop().create_future()
+        self._requests[token] = request
         return token
 
     def deliver(self, token: str, answer: Any) -> bool:
-        """Hand ``answer`` to the caller waiting on ``token``; False if none does (it
-        gave up, or the token is of an earlier life of this service)."""
+        """Keep ``answer`` for ``token``; True if a caller was waiting for it right now.
+        Then the broker parks the caller's next pull (``follow_up``) for the hold time
+        of its request: it is noted here under that request, for ``adopt``."""
         fut = self._waiting.get(token)
         if fut is None or fut.done():
             return False
         fut.set_result(answer)
+        if token not in self._awaited:
+            return False
+        nxt = follow_up(self._requests.get(token), answer)
+        if nxt is not None:
+            following = follow_up_token(token)
+            self.expect(nxt, following)
+            # Ends before the broker's (which adds parked_pulls.GRACE_S), so a follow-up
+            # adopted here is always still parked there.
+            self._follow_ups[_key(nxt)] = (following, self._clock() + self._hold_s(nxt))
         return True
+
+    def adopt(self, request: Any) -> tuple[str, float] | None:
+        """The follow-up token the broker parked for exactly ``request`` and how long it
+        stays parked there; None if there is none (or it ran out)."""
+        now = self._clock()
+        if now >= self._next_sweep:
+            self._sweep(now)
+        found = self._follow_ups.pop(_key(request), None)
+        if found is None:
+            return None
+        if found[1] <= now:
+            self.forget(found[0])
+            return None
+        return found[0], found[1] - now
 
     async def wait(self, token: str, timeout_s: float) -> Any | None:
         """What is delivered for ``token`` within ``timeout_s``, else None."""
         fut = self._waiting[token]
+        if fut.done():
+            return fut.result()
+        self._awaited.add(token)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
             return fut.result() if fut.done() else None
+        finally:
+            self._awaited.discard(token)
 
     def forget(self, token: str) -> None:
+        self._requests.pop(token, None)
         fut = self._waiting.pop(token, None)
         if fut is not None and not fut.done():
             fut.cancel()
+
+    def _sweep(self, now: float) -> None:
+        """Forget follow-ups nobody adopted in time (with any answer kept for them)."""
+        self._next_sweep = now + 1.0
+        stale = [key for key, (_, until) in self._follow_ups.items() if until <= now]
+        for key in stale:
+            self.forget(self._follow_ups.pop(key)[0])
+
+
+def _key(request: Any) -> bytes:
+    return _encode(request)
 
 
 class PullHoldActor:
@@ -87,12 +143,13 @@ class PullHoldActor:
 
     def __init__(self, config: BrokerConfig, namespace: str) -> None:
         self.config = config
-        self.table = HoldTable()
+        self.table = HoldTable(lambda request: self._hold_s(request.suspend_ms))
         self.broker = Peer(broker_actor_name(config.broker_name), namespace)
 
-    async def deliver(self, token: str, answer: Any) -> None:
-        """The broker's answer to a parked pull (internal: broker -> hold service)."""
-        self.table.deliver(token, answer)
+    async def deliver(self, token: str, answer: Any) -> bool:
+        """The broker's answer to a parked pull (internal: broker -> hold service); True
+        if a caller was waiting for it (the broker then parks that caller's next pull)."""
+        return self.table.deliver(token, answer)
 
     async def _call(self, method: str, *args: Any) -> Any:
         """``method`` of the broker; a lost broker is looked up again by the next call
@@ -125,12 +182,29 @@ class PullHoldActor:
 
     async def _held(self, method: str, req: PullRequest | PullManyRequest,
                     empty: Callable[[Any], bool]) -> Any:  # fmt: skip
-        """One broker call that parks the pull there if it finds nothing; then wait for
-        the broker's ``deliver`` (an append to one of its queues) or the hold time."""
+        """A waiting pull. If the broker parked exactly this pull already (the follow-up
+        of the caller's last one), wait for its answer without a broker call. Else one
+        broker call that parks the pull there if it finds nothing; then wait for the
+        broker's ``deliver`` (an append to one of its queues) or the hold time."""
         hold_s = self._hold_s(req.suspend_ms)
-        token = self.table.expect()
+        adopted = self.table.adopt(req)
+        if adopted is not None:
+            token, parked_s = adopted
+            self.table.expect(req, token)
+            started = time.monotonic()
+            try:
+                got = await self.table.wait(token, min(hold_s, parked_s))
+            finally:
+                self.table.forget(token)
+            if got is not None:
+                return got
+            hold_s -= time.monotonic() - started
+            if hold_s <= 0:
+                return await self._call(method, msgspec.structs.replace(req, suspend_ms=0))
+        token = self.table.expect(req)
         try:
-            first = await self._call(method, req, Park(token=token, hold_ms=int(hold_s * 1000)))
+            park = Park(token=token, hold_ms=max(int(hold_s * 1000), 0))
+            first = await self._call(method, req, park)
             if not empty(first):
                 return first
             return await self.table.wait(token, hold_s) or first

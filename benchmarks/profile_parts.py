@@ -7,7 +7,10 @@ permission to ptrace, e.g. root or ``kernel.yama.ptrace_scope=0``).
 - ``produce``: one producer sending batches of 100 x 1 KiB in a loop;
 - ``pull``: one PullConsumer draining a backlog;
 - ``push``: one PushConsumer (no-op listener) draining a backlog;
-- ``e2e``: ~1,000 single messages a second (``send_oneway``) to a PushConsumer.
+- ``e2e``: ~1,000 single messages a second (``send_oneway``) to a PushConsumer;
+- ``latency``: the anchors' B = 1 latency case: single messages sent synchronously, as
+  fast as they are answered, to a PullConsumer in another process that polls and
+  commits after every poll.
 
 For each process (this driver, the broker, its hold service and flusher, consumer
 actors) it prints the share of samples in which the process was busy and the
@@ -18,6 +21,7 @@ target can be traced to Ray calls, encoding, the store, or the listener pool.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -74,15 +78,37 @@ def pull_loop(stop: threading.Event, topic: str) -> None:
     consumer.shutdown()
 
 
+def sync_send_loop(stop: threading.Event, topic: str) -> None:
+    with rayq.Producer("prof-sync") as producer:
+        while not stop.is_set():
+            producer.send(rayq.Message(topic, BODY))
+
+
+def poll_commit_process(address: str, namespace: str, topic: str, seconds: float) -> None:
+    """A consumer process as the anchors run it: poll, commit what it got, again."""
+    ray.init(address=address, log_to_driver=False)
+    rayq.connect(namespace=namespace)
+    consumer = rayq.PullConsumer("prof-lat", consume_from=rayq.ConsumeFromWhere.LAST_OFFSET,
+                                 auto_commit=False)  # fmt: skip
+    consumer.subscribe(topic)
+    consumer.start()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if consumer.poll(timeout=0.2):
+            consumer.commit()
+    consumer.shutdown()
+    ray.shutdown()
+
+
 def noop(msgs: list) -> rayq.ConsumeStatus:
     return rayq.ConsumeStatus.CONSUME_SUCCESS
 
 
-def processes() -> dict[str, int]:
-    """{role: pid} of this driver and every live rayq actor."""
+def processes(extra: dict[str, int] | None = None) -> dict[str, int]:
+    """{role: pid} of this driver, ``extra`` processes and every live rayq actor."""
     from ray.util.state import list_actors
 
-    found = {"driver (producer/pull consumer)": os.getpid()}
+    found = {"driver (producer/pull consumer)": os.getpid(), **(extra or {})}
     address = ray.get_runtime_context().gcs_address
     for a in list_actors(address=address, filters=[("state", "=", "ALIVE")]):
         if a.pid and a.class_name in (
@@ -142,7 +168,7 @@ def summarize(role: str, path: Path, seconds: float, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workload", choices=["produce", "pull", "push", "e2e"])
+    parser.add_argument("workload", choices=["produce", "pull", "push", "e2e", "latency"])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
@@ -161,13 +187,23 @@ def main() -> None:
                 push.subscribe(topic)
                 push.register_listener(noop)
                 push.start()
-            if args.workload == "e2e":
+            extra: dict[str, int] = {}
+            if args.workload == "latency":
+                ctx = multiprocessing.get_context("spawn")
+                consumer = ctx.Process(target=poll_commit_process, args=(
+                    ray.get_runtime_context().gcs_address, cluster.namespace, topic,
+                    args.seconds + 8))  # fmt: skip
+                consumer.start()
+                time.sleep(5)  # the consumer process connects and subscribes
+                extra["consumer process (poll + commit)"] = consumer.pid or 0
+                threading.Thread(target=sync_send_loop, args=(stop, topic), daemon=True).start()
+            elif args.workload == "e2e":
                 threading.Thread(target=trickle_loop, args=(stop, topic), daemon=True).start()
             elif args.workload != "push":
                 loop = produce_loop if args.workload == "produce" else pull_loop
                 threading.Thread(target=loop, args=(stop, topic), daemon=True).start()
             time.sleep(1.0)
-            files = record(processes(), args.seconds, Path(tmp))
+            files = record(processes(extra), args.seconds, Path(tmp))
             for role, path in files.items():
                 summarize(role, path, args.seconds, args.top)
         finally:

@@ -64,9 +64,10 @@ class ParkedPulls:
         if now >= self._next_sweep:
             self.sweep()
 
-    def drop(self, token: str) -> None:
+    def drop(self, token: str) -> bool:
+        """Unpark ``token``; whether it was still parked (then the caller answers it)."""
         with self._lock:
-            self._forget(token)
+            return self._forget(token) is not None
 
     def take(self, keys: list[QueueKey] | tuple[QueueKey, ...]) -> list[tuple[str, Any]]:
         """Unpark and return the live pulls waiting on any of ``keys`` (token, request)."""

@@ -1,85 +1,159 @@
-"""The hold service's table of callers waiting for the broker's answer (no Ray)."""
+"""The hold service without Ray: its table of waiting callers and follow-up pulls, and
+``PullHoldActor`` over a fake broker that records its calls."""
 
 from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from rayq.actors.config import BrokerConfig
-from rayq.actors.protocol import Park, PullRequest, PullResponse, PullStatus
+from rayq.actors.protocol import (
+    Park,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    follow_up,
+    follow_up_token,
+)
 from rayq.actors.pull_hold import HoldTable, PullHoldActor
+
+REQ = PullRequest(group="g", topic="t", queue_id=0, queue_offset=5, suspend_ms=30_000,
+                  client_id="c1")  # fmt: skip
+
+
+def found(first: int, n: int) -> PullResponse:
+    return PullResponse(status=PullStatus.FOUND, next_offset=first + n, min_offset=0,
+                        max_offset=first + n, buffer=b"r" * n, count=n)  # fmt: skip
 
 
 def test_a_delivered_answer_reaches_its_waiter_even_if_it_came_first() -> None:
-    async def run() -> tuple[object, object, bool]:
-        table = HoldTable()
-        early, late = table.expect(), table.expect()
-        assert table.deliver(early, "early answer")  # before anyone waits
+    async def run() -> tuple[object, object, bool, bool]:
+        table = HoldTable(lambda r: 10.0)
+        early, late = table.expect(REQ), table.expect(REQ)
+        waited_early = table.deliver(early, "early answer")  # before anyone waits
         waiter = asyncio.create_task(table.wait(late, timeout_s=5))
         await asyncio.sleep(0.01)
         assert not waiter.done()
-        assert table.deliver(late, "late answer")
-        return await table.wait(early, timeout_s=0), await waiter, table.deliver(late, "again")
+        assert table.deliver(late, found(5, 1))  # a caller waited: True
+        return await table.wait(early, timeout_s=0), await waiter, waited_early, (
+            table.deliver(late, "again"))  # fmt: skip
 
-    assert asyncio.run(run()) == ("early answer", "late answer", False)
+    assert asyncio.run(run()) == ("early answer", found(5, 1), False, False)
 
 
 def test_wait_times_out_with_none_and_a_forgotten_or_foreign_token_takes_nothing() -> None:
     async def run() -> tuple[object, bool, bool, int]:
         table, other = HoldTable(), HoldTable()
-        token = table.expect()
+        token = table.expect(REQ)
         got = await table.wait(token, timeout_s=0.05)
         table.forget(token)
-        foreign = other.expect()  # an earlier life of the service: different prefix
+        foreign = other.expect(REQ)  # an earlier life of the service: another prefix
         return got, table.deliver(token, "x"), table.deliver(foreign, "x"), len(table)
 
     assert asyncio.run(run()) == (None, False, False, 0)
-    t1, t2 = asyncio.run(_two_tokens())
-    assert t1 != t2
 
 
-async def _two_tokens() -> tuple[str, str]:
-    return HoldTable().expect(), HoldTable().expect()
+def test_an_answer_a_caller_waited_for_notes_the_follow_up_for_adoption_until_it_runs_out() -> None:
+    now = [100.0]
+
+    tokens: list[str] = []
+
+    async def run() -> tuple[object, object, object]:
+        table = HoldTable(lambda r: 10.0, clock=lambda: now[0])
+        token = table.expect(REQ)
+        waiter = asyncio.create_task(table.wait(token, 5))
+        await asyncio.sleep(0.01)
+        assert table.deliver(token, found(5, 3))
+        await waiter
+        table.forget(token)
+        tokens.append(follow_up_token(token))
+        nxt = msgspec.structs.replace(REQ, queue_offset=8)
+        assert table.adopt(msgspec.structs.replace(nxt, client_id="c2")) is None  # not exact
+        adopted = table.adopt(nxt)
+        again = table.adopt(nxt)  # taken once
+        token2 = table.expect(REQ)
+        waiter2 = asyncio.create_task(table.wait(token2, 5))
+        await asyncio.sleep(0.01)
+        table.deliver(token2, found(5, 3))
+        await waiter2
+        now[0] += 11  # past the follow-up's hold time
+        return adopted, again, table.adopt(nxt)
+
+    adopted, again, expired = asyncio.run(run())
+    assert adopted == (tokens[0], 10.0)
+    assert again is None and expired is None
 
 
 class FakeBroker:
-    """The broker side of ``PullHoldActor._call``: answers NO_NEW_MSG and records the
-    calls; ``append`` delivers an answer to the parked token, as the broker does."""
+    """The broker behind ``PullHoldActor._call``: answers NO_NEW_MSG (parking the pull)
+    and records the calls; ``append`` delivers the next records as the broker does."""
 
     def __init__(self, hold: PullHoldActor) -> None:
         self.hold = hold
         self.calls: list[tuple[str, object]] = []
-        self.parked: str | None = None
+        self.parked: tuple[str, PullRequest] | None = None
+        self.offset = 5
+        self.waited: list[bool] = []
 
-    async def __call__(self, method: str, req: object, park: Park | None = None) -> object:
+    async def __call__(self, method: str, req: PullRequest, park: Park | None = None) -> object:
         self.calls.append((method, req))
         if park is not None:
-            self.parked = park.token
-        return PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=5, min_offset=0,
-                            max_offset=5)  # fmt: skip
+            self.parked = (park.token, req)
+        return PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=req.queue_offset,
+                            min_offset=0, max_offset=self.offset)  # fmt: skip
 
-    async def append(self) -> None:
+    async def append(self, n: int) -> None:
         assert self.parked is not None
-        await self.hold.deliver(self.parked, FOUND)
+        token, req = self.parked
+        answer = found(req.queue_offset, n)
+        self.offset += n
+        waited = await self.hold.deliver(token, answer)
+        self.waited.append(waited)
+        nxt = follow_up(req, answer)
+        self.parked = (follow_up_token(token), nxt) if waited and nxt is not None else None
 
 
-FOUND = PullResponse(status=PullStatus.FOUND, next_offset=6, min_offset=0, max_offset=6,
-                     buffer=b"records", count=1)  # fmt: skip
-
-
-def test_a_held_pull_asks_the_broker_once_and_returns_what_the_broker_delivers() -> None:
-    async def run() -> tuple[object, int, int]:
+def test_a_consumer_that_keeps_up_is_answered_by_deliveries_with_one_broker_call() -> None:
+    async def run() -> tuple[list[object], int, list[bool]]:
         hold = PullHoldActor(BrokerConfig(), "ns")
         broker = FakeBroker(hold)
         hold._call = broker  # type: ignore[method-assign]
-        req = PullRequest(group="g", topic="t", queue_id=0, queue_offset=5, suspend_ms=30_000)
-        waiter = asyncio.create_task(hold.pull(req))
-        await asyncio.sleep(0.05)
-        assert not waiter.done()
-        await broker.append()
-        got = await asyncio.wait_for(waiter, 5)
-        return got, len(broker.calls), len(hold.table)
+        got: list[object] = []
+        offset = 5
+        for n in (1, 2, 3):
+            waiter = asyncio.create_task(
+                hold.pull(msgspec.structs.replace(REQ, queue_offset=offset))
+            )
+            await asyncio.sleep(0.02)
+            assert not waiter.done()
+            await broker.append(n)
+            answer = await asyncio.wait_for(waiter, 5)
+            got.append(answer)
+            offset = answer.next_offset
+        return got, len(broker.calls), broker.waited
 
-    assert asyncio.run(run()) == (FOUND, 1, 0)
+    got, calls, waited = asyncio.run(run())
+    assert got == [found(5, 1), found(6, 2), found(8, 3)]
+    assert calls == 1  # the first pull parked at the broker; the rest were follow-ups
+    assert waited == [True, True, True]
+
+
+def test_an_answer_that_comes_before_the_next_pull_is_kept_for_it() -> None:
+    async def run() -> tuple[object, int, list[bool]]:
+        hold = PullHoldActor(BrokerConfig(), "ns")
+        broker = FakeBroker(hold)
+        hold._call = broker  # type: ignore[method-assign]
+        waiter = asyncio.create_task(hold.pull(REQ))
+        await asyncio.sleep(0.02)
+        await broker.append(2)
+        first = await waiter
+        await broker.append(4)  # the consumer is busy: nobody waits for this one
+        second = await hold.pull(msgspec.structs.replace(REQ, queue_offset=first.next_offset))
+        assert broker.parked is None  # nobody waited: no further follow-up was parked
+        return second, len(broker.calls), broker.waited
+
+    assert asyncio.run(run()) == (found(7, 4), 1, [True, False])
 
 
 def test_a_held_pull_nobody_answers_returns_the_first_answer_at_its_suspend_time() -> None:
@@ -87,8 +161,7 @@ def test_a_held_pull_nobody_answers_returns_the_first_answer_at_its_suspend_time
         hold = PullHoldActor(BrokerConfig(), "ns")
         broker = FakeBroker(hold)
         hold._call = broker  # type: ignore[method-assign]
-        req = PullRequest(group="g", topic="t", queue_id=0, queue_offset=5, suspend_ms=100)
-        got = await hold.pull(req)
+        got = await hold.pull(msgspec.structs.replace(REQ, suspend_ms=100))
         return got.status, len(broker.calls)
 
     assert asyncio.run(run()) == (PullStatus.NO_NEW_MSG, 1)

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import msgspec
+
+from rayq.actors.protocol import (
+    PullItem,
+    PullManyRequest,
+    PullManyResponse,
+    PullRequest,
+    PullResponse,
+    PullStatus,
+    follow_up,
+    follow_up_token,
+)
 from rayq.actors.server.parked_pulls import GRACE_S, ParkedPulls
+from rayq.store.errors import InvalidOffsetError
 
 
 class Clock:
@@ -49,3 +62,18 @@ def test_a_pull_past_its_hold_time_is_neither_taken_nor_kept() -> None:
     clock.now += 1 + GRACE_S + 0.1
     assert table.sweep() == 1
     assert not table.watched(("t", 2)) and len(table) == 1
+
+
+def test_the_follow_up_of_a_pull_is_the_same_pull_at_the_next_offsets() -> None:
+    one = PullRequest(group="g", topic="t", queue_id=1, queue_offset=3, client_id="c")
+    answer = PullResponse(status=PullStatus.FOUND, next_offset=9, min_offset=0, max_offset=9)
+    assert follow_up(one, answer) == msgspec.structs.replace(one, queue_offset=9)
+    many = PullManyRequest(group="g", items=[PullItem("t", 0, 1), PullItem("t", 1, 2)])
+    nothing = PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=2, min_offset=0,
+                           max_offset=2)  # fmt: skip
+    got = follow_up(many, PullManyResponse(results=[answer, nothing]))
+    assert [i.queue_offset for i in got.items] == [9, 2] and got.group == "g"
+    assert follow_up(many, PullManyResponse(results=[answer, InvalidOffsetError("x")])) is None
+    assert follow_up(one, InvalidOffsetError("x")) is None
+    assert follow_up_token("ab-3") == "ab-3#1"
+    assert follow_up_token(follow_up_token("ab-3")) == "ab-3#2"
