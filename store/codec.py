@@ -9,12 +9,12 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
     12      8     int64   queue_offset      \
     20      8     int64   commitlog_offset   | assigned by the store on append:
     28      8     int64   store_timestamp    | one 32-byte block (STORE_BLOCK)
-    36      8     bytes   store_host        /  IPv4 (4 bytes) + port (int32)
+    36      8     bytes   store_host        /  IPv4 (4 bytes) + port (int32), hosts.py
     44      4     int32   queue_id
     48      4     int32   flag              user flag
     52      4     int32   sys_flag          COMPRESSED_FLAG, ...
     56      8     int64   born_timestamp    ms, producer clock
-    64      8     bytes   born_host         IPv4 (4 bytes) + port (int32)
+    64      8     bytes   born_host         IPv4 (4 bytes) + port (int32), hosts.py
     72      4     int32   reconsume_times
     76      8     int64   prepared_transaction_offset
     84      4     int32   body_length       N
@@ -43,8 +43,6 @@ framing holds (a valid record follows it) to QUARANTINE_MAGIC; readers skip it.
 from __future__ import annotations
 
 import enum
-import functools
-import socket
 import struct
 import zlib
 from typing import Final
@@ -52,6 +50,9 @@ from typing import Final
 from crc32c import crc32c
 
 from . import properties as P
+from .hosts import HOST_SIZE, decode_host, offset_msg_id
+from .hosts import decode_offset_msg_id as decode_offset_msg_id  # re-exported
+from .hosts import encode_host as encode_host  # re-exported
 from .message import COMPRESSED_FLAG, MessageExt
 
 HEADER: Final[struct.Struct] = struct.Struct(
@@ -97,44 +98,10 @@ BLANK_MAGIC: Final[int] = 0x424C4E4B
 QUARANTINE_MAGIC: Final[int] = 0x51524E54
 
 QUEUE_ID_MAX: Final[int] = 65535
-HOST_SIZE: Final[int] = 8
-_HOST_PORT: Final[struct.Struct] = struct.Struct(">i")
 
 
 def record_size(body_length: int, topic_length: int, properties_length: int) -> int:
     return FIXED_SIZE + body_length + topic_length + properties_length
-
-
-def encode_host(host: str) -> bytes:
-    """``"10.0.0.1:10911"`` -> 8 bytes (IPv4 + port); non-IPv4 hosts map to 0.0.0.0."""
-    ip, _, port = host.rpartition(":")
-    try:
-        packed_ip = socket.inet_aton(ip)
-    except OSError:
-        packed_ip = b"\x00\x00\x00\x00"
-    return packed_ip + _HOST_PORT.pack(int(port) if port.isdigit() else 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def decode_host(raw: bytes) -> str:
-    """``ip:port`` of an 8-byte host (cached: a queue's records share a few hosts)."""
-    return f"{socket.inet_ntoa(raw[:4])}:{_HOST_PORT.unpack(raw[4:8])[0]}"
-
-
-def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
-    """RocketMQ's offset message id: store host and physical offset as 32 hex digits."""
-    return (store_host + INT64.pack(commitlog_offset)).hex().upper()
-
-
-def decode_offset_msg_id(msg_id: str) -> tuple[str, int] | None:
-    """``(store_host, commitlog_offset)`` of an offset message id, or None."""
-    if len(msg_id) != 32:
-        return None
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        return None
-    return decode_host(raw[:8]), INT64.unpack(raw[8:])[0]
 
 
 def pack_record_into(
