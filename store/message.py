@@ -203,7 +203,7 @@ class MessageExt:
         """Decode the six lazy fields from ``_raw`` (as an eager decode would), then drop it."""
         assert self._raw is not None
         raw_properties, store_host, born_host, commitlog_offset = self._raw
-        props = P.decode_properties_fast(raw_properties.decode("utf-8"))
+        props = P.decode_properties(raw_properties.decode("utf-8"))
         omid = offset_msg_id(store_host, commitlog_offset)
         self._keys = P.split_keys(props.get(P.KEYS))
         self._properties = props
