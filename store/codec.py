@@ -9,12 +9,12 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
     12      8     int64   queue_offset      \
     20      8     int64   commitlog_offset   | assigned by the store on append:
     28      8     int64   store_timestamp    | one 32-byte block (STORE_BLOCK)
-    36      8     bytes   store_host        /  IPv4 (4 bytes) + port (int32)
+    36      8     bytes   store_host        /  IPv4 (4 bytes) + port (int32), hosts.py
     44      4     int32   queue_id
     48      4     int32   flag              user flag
     52      4     int32   sys_flag          COMPRESSED_FLAG, ...
     56      8     int64   born_timestamp    ms, producer clock
-    64      8     bytes   born_host         IPv4 (4 bytes) + port (int32)
+    64      8     bytes   born_host         IPv4 (4 bytes) + port (int32), hosts.py
     72      4     int32   reconsume_times
     76      8     int64   prepared_transaction_offset
     84      4     int32   body_length       N
@@ -43,16 +43,18 @@ framing holds (a valid record follows it) to QUARANTINE_MAGIC; readers skip it.
 from __future__ import annotations
 
 import enum
-import functools
-import socket
 import struct
 import zlib
 from typing import Final
 
 from crc32c import crc32c
 
-from . import properties as P
-from .message import COMPRESSED_FLAG, MessageExt
+from .hosts import HOST_SIZE
+from .hosts import decode_host as decode_host  # re-exported
+from .hosts import decode_offset_msg_id as decode_offset_msg_id  # re-exported
+from .hosts import encode_host as encode_host  # re-exported
+from .hosts import offset_msg_id as offset_msg_id  # re-exported
+from .message import COMPRESSED_FLAG, MessageExt, lazy_message_ext
 
 HEADER: Final[struct.Struct] = struct.Struct(
     ">"
@@ -97,44 +99,10 @@ BLANK_MAGIC: Final[int] = 0x424C4E4B
 QUARANTINE_MAGIC: Final[int] = 0x51524E54
 
 QUEUE_ID_MAX: Final[int] = 65535
-HOST_SIZE: Final[int] = 8
-_HOST_PORT: Final[struct.Struct] = struct.Struct(">i")
 
 
 def record_size(body_length: int, topic_length: int, properties_length: int) -> int:
     return FIXED_SIZE + body_length + topic_length + properties_length
-
-
-def encode_host(host: str) -> bytes:
-    """``"10.0.0.1:10911"`` -> 8 bytes (IPv4 + port); non-IPv4 hosts map to 0.0.0.0."""
-    ip, _, port = host.rpartition(":")
-    try:
-        packed_ip = socket.inet_aton(ip)
-    except OSError:
-        packed_ip = b"\x00\x00\x00\x00"
-    return packed_ip + _HOST_PORT.pack(int(port) if port.isdigit() else 0)
-
-
-@functools.lru_cache(maxsize=4096)
-def decode_host(raw: bytes) -> str:
-    """``ip:port`` of an 8-byte host (cached: a queue's records share a few hosts)."""
-    return f"{socket.inet_ntoa(raw[:4])}:{_HOST_PORT.unpack(raw[4:8])[0]}"
-
-
-def offset_msg_id(store_host: bytes, commitlog_offset: int) -> str:
-    """RocketMQ's offset message id: store host and physical offset as 32 hex digits."""
-    return (store_host + INT64.pack(commitlog_offset)).hex().upper()
-
-
-def decode_offset_msg_id(msg_id: str) -> tuple[str, int] | None:
-    """``(store_host, commitlog_offset)`` of an offset message id, or None."""
-    if len(msg_id) != 32:
-        return None
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        return None
-    return decode_host(raw[:8]), INT64.unpack(raw[8:])[0]
 
 
 def pack_record_into(
@@ -259,54 +227,13 @@ def parse_record(
 _topics: dict[bytes, str] = {}
 
 
-def read_topic_and_properties(buf: memoryview, pos: int, body_len: int) -> tuple[str, str]:
-    tpos = pos + HEADER_SIZE + body_len
-    topic_len = buf[tpos]
-    topic = bytes(buf[tpos + 1 : tpos + 1 + topic_len]).decode("ascii")
-    ppos = tpos + 1 + topic_len
-    (props_len,) = PROPS_LEN.unpack_from(buf, ppos)
-    props = bytes(buf[ppos + 2 : ppos + 2 + props_len]).decode("utf-8")
-    return topic, props
-
-
 def decode_record(
     buf: bytes | memoryview, pos: int = 0, *, decompress: bool = True, broker_name: str = ""
 ) -> MessageExt:
     """Decode the record at ``pos`` into a MessageExt (framing is trusted here)."""
-    mv = memoryview(buf)
-    (
-        total_size, _magic, crc, queue_offset, commitlog_offset, store_ts, store_host, queue_id,
-        flag, sys_flag, born_ts, born_host, reconsume_times, prepared, body_len,
-    ) = HEADER.unpack_from(mv, pos)  # fmt: skip
-    body = bytes(mv[pos + HEADER_SIZE : pos + HEADER_SIZE + body_len])
-    if decompress and sys_flag & COMPRESSED_FLAG:
-        body = zlib.decompress(body)
-    topic, props_text = read_topic_and_properties(mv, pos, body_len)
-    props = P.decode_properties(props_text)
-    omid = offset_msg_id(store_host, commitlog_offset)
-    return MessageExt(
-        topic=topic,
-        body=body,
-        tags=props.get(P.TAGS),
-        keys=P.split_keys(props.get(P.KEYS)),
-        properties=props,
-        msg_id=props.get(P.UNIQ_KEY) or omid,
-        offset_msg_id=omid,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        commitlog_offset=commitlog_offset,
-        store_size=total_size,
-        born_timestamp=born_ts,
-        store_timestamp=store_ts,
-        born_host=decode_host(born_host),
-        store_host=decode_host(store_host),
-        reconsume_times=reconsume_times,
-        flag=flag,
-        sys_flag=sys_flag,
-        body_crc=crc,
-        prepared_transaction_offset=prepared,
-        broker_name=broker_name,
-    )
+    total_size, _magic = PREFIX.unpack_from(buf, pos)
+    record = bytes(memoryview(buf)[pos : pos + total_size])
+    return decode_records(record, decompress=decompress, broker_name=broker_name)[0]
 
 
 def decode_records(
@@ -314,13 +241,15 @@ def decode_records(
 ) -> list[MessageExt]:
     """Decode records laid back to back (a GetResult buffer); framing is trusted.
 
-    The consumer's hot loop: ``decode_record`` inlined, topics and hosts cached,
-    properties split with C-level string calls."""
+    The consumer's hot loop, per record: one header unpack, the body copied (inflated
+    if COMPRESSED_FLAG is set and ``decompress``), the topic from a cache, and a
+    MessageExt that keeps its properties and hosts raw until first used
+    (``lazy_message_ext``): a consumer that reads only the header fields, topic,
+    tags and body never decodes them."""
     data = bytes(buffer) if not isinstance(buffer, bytes) else buffer
     out: list[MessageExt] = []
     append = out.append
     unpack = HEADER.unpack_from
-    props_len_of = PROPS_LEN.unpack_from
     topics = _topics
     pos = 0
     end = len(data)
@@ -337,19 +266,27 @@ def decode_records(
         ppos = tpos + 1 + data[tpos]
         raw_topic = data[tpos + 1 : ppos]
         topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode("ascii"))
-        (props_len,) = props_len_of(data, ppos)
-        props = P.decode_properties_fast(data[ppos + 2 : ppos + 2 + props_len].decode("utf-8"))
-        omid = (store_host + INT64.pack(commitlog_offset)).hex().upper()
-        keys = props.get(P.KEYS)
-        append(MessageExt(
-            topic=topic, body=body, tags=props.get(P.TAGS),
-            keys=P.split_keys(keys) if keys else [], properties=props,
-            msg_id=props.get(P.UNIQ_KEY) or omid, offset_msg_id=omid, queue_id=queue_id,
-            queue_offset=queue_offset, commitlog_offset=commitlog_offset,
-            store_size=total_size, born_timestamp=born_ts, store_timestamp=store_ts,
-            born_host=decode_host(born_host), store_host=decode_host(store_host),
-            reconsume_times=reconsume_times, flag=flag, sys_flag=sys_flag, body_crc=crc,
-            prepared_transaction_offset=prepared, broker_name=broker_name,
-        ))  # fmt: skip
-        pos += total_size
+        record_end = pos + total_size
+        append(
+            lazy_message_ext(
+                topic,
+                body,
+                data[ppos + PROPS_LEN.size : record_end],
+                queue_id,
+                queue_offset,
+                commitlog_offset,
+                total_size,
+                born_ts,
+                store_ts,
+                born_host,
+                store_host,
+                reconsume_times,
+                flag,
+                sys_flag,
+                crc,
+                prepared,
+                broker_name,
+            )
+        )
+        pos = record_end
     return out

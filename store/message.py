@@ -9,10 +9,14 @@ broker's view: a queue is chosen, tags/keys/unique id are in ``properties``),
 from __future__ import annotations
 
 import enum
+import operator
+from collections.abc import Callable
+from typing import Any, Final
 
 import msgspec
 
 from . import properties as P
+from .hosts import decode_host, offset_msg_id
 
 # sys_flag bits (RocketMQ MessageSysFlag).
 COMPRESSED_FLAG = 0x1
@@ -55,30 +59,176 @@ class InnerMessage(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     prepared_transaction_offset: int = 0
 
 
-class MessageExt(msgspec.Struct, kw_only=True):
-    """A stored message as read back, with everything the store knows of it."""
+# A MessageExt's fields, in the order of its constructor, repr and equality.
+_FIELDS: Final[tuple[str, ...]] = (
+    "topic",
+    "body",
+    "tags",
+    "keys",
+    "properties",
+    "msg_id",
+    "offset_msg_id",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "store_size",
+    "born_timestamp",
+    "store_timestamp",
+    "born_host",
+    "store_host",
+    "reconsume_times",
+    "flag",
+    "sys_flag",
+    "body_crc",
+    "prepared_transaction_offset",
+    "broker_name",
+)
+_field_values: Final = operator.attrgetter(*_FIELDS)
+# The six that a decoded MessageExt fills on first use; the others are set on every one.
+_DECODED: Final = ("keys", "properties", "msg_id", "offset_msg_id", "born_host", "store_host")
+_PLAIN: Final = tuple(name for name in _FIELDS if name not in _DECODED)
+_plain_values: Final = operator.attrgetter(*_PLAIN)
+_decoded_values: Final = operator.attrgetter(*[f"_{name}" for name in _DECODED])
+_new: Final[Callable[[type[MessageExt]], MessageExt]] = object.__new__
+
+
+def _decoded_field(name: str) -> Any:
+    """The property of one of the fields a decoded MessageExt fills on first use."""
+    slot = f"_{name}"
+    value_of = operator.attrgetter(slot)
+
+    def get(self: MessageExt) -> Any:
+        if self._raw is not None:
+            self._decode_raw()
+        return value_of(self)
+
+    def set_(self: MessageExt, value: Any) -> None:
+        if self._raw is not None:
+            self._decode_raw()  # the other five must still come from the record
+        setattr(self, slot, value)
+
+    return property(get, set_, doc=f"``{name}``, decoded from the record on first use.")
+
+
+class MessageExt:
+    """A stored message as read back, with everything the store knows of it.
+
+    ``MessageExt(topic=..., ...)`` takes every field by keyword. The codec builds it
+    with :func:`lazy_message_ext` instead, keeping the record's raw properties and hosts:
+    the first read or write of ``keys``, ``properties``, ``msg_id``, ``offset_msg_id``,
+    ``born_host`` or ``store_host`` decodes those six at once, so a consumer pays for
+    them only if it looks. Either way it behaves as a plain record of its 21 fields
+    (``_FIELDS``): equal to a MessageExt whose fields are equal, a repr that lists them
+    all, pickling and copying that keep them (and a decoded message's raw parts); it is
+    mutable and unhashable, as the msgspec Struct it used to be. Not a Struct any more:
+    msgspec does not encode it (nothing sends one with msgspec; Ray pickles them).
+    """
+
+    __slots__ = (*_PLAIN, *[f"_{name}" for name in _DECODED], "_raw")
 
     topic: str
     body: bytes
     tags: str | None
-    keys: list[str]
-    properties: dict[str, str]
-    msg_id: str
-    offset_msg_id: str
+    keys: list[str] = _decoded_field("keys")
+    properties: dict[str, str] = _decoded_field("properties")
+    msg_id: str = _decoded_field("msg_id")
+    offset_msg_id: str = _decoded_field("offset_msg_id")
     queue_id: int
     queue_offset: int
     commitlog_offset: int
     store_size: int
     born_timestamp: int
     store_timestamp: int
-    born_host: str
-    store_host: str
+    born_host: str = _decoded_field("born_host")
+    store_host: str = _decoded_field("store_host")
     reconsume_times: int
-    flag: int = 0
-    sys_flag: int = 0
-    body_crc: int = 0
-    prepared_transaction_offset: int = 0
-    broker_name: str = ""
+    flag: int
+    sys_flag: int
+    body_crc: int
+    prepared_transaction_offset: int
+    broker_name: str
+    # Until the six fields above are decoded: the record's properties (UTF-8, as
+    # stored), store host and born host (8 bytes each, hosts.py) and commitlog_offset.
+    _raw: tuple[bytes, bytes, bytes, int] | None
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        tags: str | None,
+        keys: list[str],
+        properties: dict[str, str],
+        msg_id: str,
+        offset_msg_id: str,
+        queue_id: int,
+        queue_offset: int,
+        commitlog_offset: int,
+        store_size: int,
+        born_timestamp: int,
+        store_timestamp: int,
+        born_host: str,
+        store_host: str,
+        reconsume_times: int,
+        flag: int = 0,
+        sys_flag: int = 0,
+        body_crc: int = 0,
+        prepared_transaction_offset: int = 0,
+        broker_name: str = "",
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.tags = tags
+        self._keys = keys
+        self._properties = properties
+        self._msg_id = msg_id
+        self._offset_msg_id = offset_msg_id
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commitlog_offset = commitlog_offset
+        self.store_size = store_size
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self._born_host = born_host
+        self._store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.body_crc = body_crc
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.broker_name = broker_name
+        self._raw = None
+
+    def _decode_raw(self) -> None:
+        """Decode the six lazy fields from ``_raw`` (as an eager decode would), then drop it."""
+        assert self._raw is not None
+        raw_properties, store_host, born_host, commitlog_offset = self._raw
+        props = P.decode_properties(raw_properties.decode("utf-8"))
+        omid = offset_msg_id(store_host, commitlog_offset)
+        self._keys = P.split_keys(props.get(P.KEYS))
+        self._properties = props
+        self._msg_id = props.get(P.UNIQ_KEY) or omid
+        self._offset_msg_id = omid
+        self._born_host = decode_host(born_host)
+        self._store_host = decode_host(store_host)
+        self._raw = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return bool(_field_values(self) == _field_values(other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a non-frozen Struct
+
+    def __repr__(self) -> str:
+        fields = zip(_FIELDS, _field_values(self), strict=True)
+        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in fields)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A message not decoded yet pickles its raw record parts, and unpickles as cheaply.
+        if self._raw is not None:
+            return _unpickle, (type(self), _plain_values(self), self._raw)
+        return _unpickle, (type(self), _plain_values(self), None, _decoded_values(self))
 
     def user_properties(self) -> dict[str, str]:
         """Properties without the ones the system manages."""
@@ -100,6 +250,78 @@ class MessageExt(msgspec.Struct, kw_only=True):
             reconsume_times=self.reconsume_times,
             prepared_transaction_offset=self.prepared_transaction_offset,
         )  # fmt: skip
+
+
+def lazy_message_ext(
+    topic: str,
+    body: bytes,
+    raw_properties: bytes,
+    queue_id: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    store_size: int,
+    born_timestamp: int,
+    store_timestamp: int,
+    raw_born_host: bytes,
+    raw_store_host: bytes,
+    reconsume_times: int,
+    flag: int,
+    sys_flag: int,
+    body_crc: int,
+    prepared_transaction_offset: int,
+    broker_name: str,
+) -> MessageExt:
+    """The MessageExt of a decoded record, its costly fields left raw (see MessageExt).
+    ``tags`` is found now: every consumer's exact tag check reads it."""
+    m = _new(MessageExt)
+    m.topic = topic
+    m.body = body
+    m.tags = P.find_tags(raw_properties)
+    m.queue_id = queue_id
+    m.queue_offset = queue_offset
+    m.commitlog_offset = commitlog_offset
+    m.store_size = store_size
+    m.born_timestamp = born_timestamp
+    m.store_timestamp = store_timestamp
+    m.reconsume_times = reconsume_times
+    m.flag = flag
+    m.sys_flag = sys_flag
+    m.body_crc = body_crc
+    m.prepared_transaction_offset = prepared_transaction_offset
+    m.broker_name = broker_name
+    m._raw = (raw_properties, raw_store_host, raw_born_host, commitlog_offset)
+    return m
+
+
+def _unpickle(
+    cls: type[MessageExt],
+    plain: tuple[Any, ...],
+    raw: tuple[bytes, bytes, bytes, int] | None,
+    decoded: tuple[Any, ...] = (),
+) -> MessageExt:
+    """The inverse of ``MessageExt.__reduce__``: slots in ``_PLAIN`` and ``_DECODED`` order."""
+    m = _new(cls)
+    (
+        m.topic,
+        m.body,
+        m.tags,
+        m.queue_id,
+        m.queue_offset,
+        m.commitlog_offset,
+        m.store_size,
+        m.born_timestamp,
+        m.store_timestamp,
+        m.reconsume_times,
+        m.flag,
+        m.sys_flag,
+        m.body_crc,
+        m.prepared_transaction_offset,
+        m.broker_name,
+    ) = plain
+    if raw is None:
+        m._keys, m._properties, m._msg_id, m._offset_msg_id, m._born_host, m._store_host = decoded
+    m._raw = raw
+    return m
 
 
 class PutStatus(enum.Enum):

@@ -70,16 +70,6 @@ def decode_properties(text: str) -> dict[str, str]:
     return out
 
 
-def decode_properties_fast(text: str) -> dict[str, str]:
-    """:func:`decode_properties` with fewer Python-level steps; falls back to it for text
-    our encoder never writes (an item with no, or several, name/value separators)."""
-    try:
-        return dict(item.split(NAME_VALUE_SEPARATOR) for item in text.split(PROPERTY_SEPARATOR)
-                    if item)  # type: ignore[misc]  # fmt: skip
-    except ValueError:
-        return decode_properties(text)
-
-
 def check_properties(props: dict[str, str]) -> None:
     """Raise InvalidMessageError if a name or value cannot be encoded."""
     for name, value in props.items():
@@ -99,5 +89,28 @@ def check_properties(props: dict[str, str]) -> None:
 
 
 def split_keys(value: str | None) -> list[str]:
-    """The KEYS property value as a list of keys."""
-    return [k for k in value.split(KEY_SEPARATOR) if k] if value else []
+    """The KEYS property value as a list of keys (empty ones dropped)."""
+    if not value:
+        return []
+    keys = value.split(KEY_SEPARATOR)
+    return keys if "" not in keys else [k for k in keys if k]
+
+
+_TAGS_RAW: Final[bytes] = TAGS.encode()
+_TAGS_FIRST: Final[bytes] = _TAGS_RAW + NAME_VALUE_SEPARATOR.encode()
+_PROPERTY_SEPARATOR_RAW: Final[bytes] = PROPERTY_SEPARATOR.encode()
+
+
+def find_tags(raw: bytes) -> str | None:
+    """``decode_properties(raw.decode("utf-8")).get(TAGS)`` of UTF-8 property bytes, without
+    decoding the rest when TAGS is absent or comes first (as our encoder writes it) and
+    appears nowhere else; any other text is decoded in full."""
+    if raw.startswith(_TAGS_FIRST):
+        end = raw.find(_PROPERTY_SEPARATOR_RAW)
+        if end < 0:
+            end = len(raw)
+        if raw.find(_TAGS_RAW, end) < 0:  # no later property can be named TAGS
+            return raw[len(_TAGS_FIRST) : end].decode("utf-8")
+    elif _TAGS_RAW not in raw:
+        return None
+    return decode_properties(raw.decode("utf-8")).get(TAGS)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from crc32c import crc32c
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rayq.store import UniqIdGenerator, codec, java_string_hash
@@ -346,6 +346,17 @@ def test_split_keys_splits_on_spaces_and_drops_empties() -> None:
     """'k1  k2 ' -> ['k1', 'k2']; None -> []."""
     assert P.split_keys("k1  k2 ") == ["k1", "k2"]
     assert P.split_keys(None) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["TAGS", "T", "A", "\x01", "\x02", "x", "é"]), max_size=30))
+@example(["TAGS", "\x01", "A", "\x02", "TAGS", "\x01", "é", "\x02"])  # TAGS twice: the last wins
+@example(["TAGS", "\x01", "A", "\x02", "TAGS", "\x02"])  # a later TAGS with no value separator
+@example(["TAGS", "\x01", "A", "\x01", "x"])  # a value with a name separator, no final one
+def test_find_tags_agrees_with_a_full_decode(pieces: list[str]) -> None:
+    """The tags fast path gives what decoding every property gives, for any text."""
+    text = "".join(pieces)
+    assert P.find_tags(text.encode("utf-8")) == P.decode_properties(text).get(P.TAGS)
 
 
 # ------------------------------------------------------------------ java_string_hash
