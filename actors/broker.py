@@ -77,6 +77,7 @@ from .protocol import (
     follow_up,
     follow_up_token,
     nothing_new,
+    to_wire,
 )
 from .server.broker_server import BrokerServer
 from .server.parked_pulls import ParkedPulls
@@ -216,8 +217,9 @@ class BrokerActor:
             return
         hold = self._hold.get()
         if hold is not None:
+            answer = to_wire(reply) if type(reply) is PullResponse else reply
             task = asyncio.ensure_future(
-                self._follow_up(hold.deliver.remote(token, reply), token, req, reply)
+                self._follow_up(hold.deliver.remote(token, answer), token, req, reply)
             )
             self._delivering.add(task)
             task.add_done_callback(self._delivering.discard)
@@ -263,12 +265,17 @@ class BrokerActor:
                                queue_offsets=result.queue_offsets)  # fmt: skip
 
     @ray.method(concurrency_group="send")
-    async def put(self, batch: EncodedBatch, *chunks: bytes) -> BatchSendResult:
+    async def put(self, batch: EncodedBatch | bytes, *chunks: bytes) -> BatchSendResult | bytes:
         """Append one batch. Its records may come as ``chunks`` after it (each under
         Ray's inline limit, rayq/ray_transport.py ``inline_args``), joined here: one
-        call, so the batch is appended whole or not at all."""
-        if type(batch) is not EncodedBatch:
+        call, so the batch is appended whole or not at all. A batch sent as ``to_wire``
+        bytes (as the Ray transport sends it) is answered in bytes too."""
+        wire = type(batch) is bytes
+        if wire:
+            batch = check(batch, EncodedBatch)
+        elif type(batch) is not EncodedBatch:
             raise InvalidRequestError(f"put takes an EncodedBatch, got {type(batch).__name__}")
+        assert isinstance(batch, EncodedBatch)
         if chunks:
             if batch.records or any(type(c) is not bytes for c in chunks):
                 raise InvalidRequestError(
@@ -284,26 +291,33 @@ class BrokerActor:
         if not batch.scheduled and self._parked.watched(key):
             asyncio.get_running_loop().call_soon(self._wake, (key,))  # after the reply
         if self.server.config.flush_disk_type.value == "SYNC_FLUSH":
-            return await self._sync_flush(result)
-        return result
+            result = await self._sync_flush(result)
+        return to_wire(result) if wire else result
 
     @ray.method(concurrency_group="pull")
-    async def pull(self, req: PullRequest, park: Park | None = None) -> PullResponse:
-        """Read without waiting. With ``park`` (the hold service's waiting pull), a read
-        that finds nothing new leaves the pull parked: the next append to its queue
-        answers it through ``PullHoldActor.deliver``."""
+    async def pull(
+        self, req: PullRequest | bytes, park: Park | None = None
+    ) -> PullResponse | bytes:
+        """Read without waiting (answered in bytes if asked in bytes). With ``park`` (the
+        hold service's waiting pull), a read that finds nothing new leaves the pull
+        parked: the next append to its queue answers it through
+        ``PullHoldActor.deliver``."""
+        wire = type(req) is bytes
         req = check(req, PullRequest)
         if park is None:
-            return self.server.pull(req)
-        park = check(park, Park)
-        self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
-        resp = self.server.pull(req)
-        if not nothing_new([resp]):
-            self._parked.drop(park.token)
-        return resp
+            resp = self.server.pull(req)
+        else:
+            park = check(park, Park)
+            self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
+            resp = self.server.pull(req)
+            if not nothing_new([resp]):
+                self._parked.drop(park.token)
+        return to_wire(resp) if wire else resp
 
     @ray.method(concurrency_group="pull")
-    async def pull_many(self, req: PullManyRequest, park: Park | None = None) -> PullManyResponse:
+    async def pull_many(
+        self, req: PullManyRequest | bytes, park: Park | None = None
+    ) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
         With ``park``: parked (on all its queues) if none of them has anything new."""
         req = check(req, PullManyRequest)

@@ -37,7 +37,9 @@ from .protocol import (
     check,
     follow_up,
     follow_up_token,
+    from_wire,
     nothing_new,
+    to_wire,
 )
 
 logger = logging.getLogger(__name__)
@@ -149,30 +151,38 @@ class PullHoldActor:
     async def deliver(self, token: str, answer: Any) -> bool:
         """The broker's answer to a parked pull (internal: broker -> hold service); True
         if a caller was waiting for it (the broker then parks that caller's next pull)."""
+        if type(answer) is bytes:
+            answer = from_wire(answer, PullResponse)
         return self.table.deliver(token, answer)
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        """``method`` of the broker; a lost broker is looked up again by the next call
-        (the caller sees BrokerUnavailableError and retries, as clients do)."""
+    async def _call(self, method: str, req: Any, *args: Any) -> Any:
+        """``method`` of the broker for ``req`` (sent and, for one queue, answered as
+        ``to_wire`` bytes); a lost broker is looked up again by the next call (the
+        caller sees BrokerUnavailableError and retries, as clients do)."""
         broker = self.broker.get()
         if broker is None:
             raise BrokerUnavailableError(
                 f"broker {self.config.broker_name} is not running (yet); retry"
             )
         try:
-            return await getattr(broker, method).remote(*args)
+            reply = await getattr(broker, method).remote(to_wire(req), *args)
         except PEER_LOST_ERRORS:
             self.broker.forget()
             raise
+        return from_wire(reply, PullResponse) if type(reply) is bytes else reply
 
-    async def pull(self, req: PullRequest) -> PullResponse:
-        """Pull, waiting up to the suspend time if nothing new is there yet."""
+    async def pull(self, req: PullRequest | bytes) -> PullResponse | bytes:
+        """Pull, waiting up to the suspend time if nothing new is there yet (answered in
+        bytes if asked in bytes, as the Ray transport asks)."""
+        wire = type(req) is bytes
         req = check(req, PullRequest)
         if req.suspend_ms <= 0:
-            return await self._call("pull", req)
-        return await self._held("pull", req, lambda r: nothing_new([r]))
+            resp = await self._call("pull", req)
+        else:
+            resp = await self._held("pull", req, lambda r: nothing_new([r]))
+        return to_wire(resp) if wire else resp
 
-    async def pull_many(self, req: PullManyRequest) -> PullManyResponse:
+    async def pull_many(self, req: PullManyRequest | bytes) -> PullManyResponse:
         """``pull`` for several queues of the broker: answered as soon as any of them has
         something (or an error), else after the suspend time with every queue's answer."""
         req = check(req, PullManyRequest)

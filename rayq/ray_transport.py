@@ -15,10 +15,16 @@ from typing import Any, TypeVar
 import msgspec
 import ray
 
-from rayq.actors.protocol import COORDINATOR_NAME, broker_actor_name, hold_actor_name
+from rayq.actors.protocol import (
+    COORDINATOR_NAME,
+    broker_actor_name,
+    from_wire,
+    hold_actor_name,
+    to_wire,
+)
 from rayq.store import EncodedBatch
 from rayq.store.errors import BrokerUnavailableError, RayqError
-from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply
+from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply, _Client
 
 logger = logging.getLogger(__name__)
 
@@ -44,22 +50,29 @@ def unwrap(exc: BaseException) -> BaseException:
 
 
 class RayReply(Reply[T]):
-    """A Ray ObjectRef with rayq errors."""
+    """A Ray ObjectRef with rayq errors; an answer sent as ``to_wire`` bytes is decoded
+    as ``reply_type``."""
 
-    __slots__ = ("ref",)
+    __slots__ = ("ref", "reply_type")
 
-    def __init__(self, ref: Any) -> None:
+    def __init__(self, ref: Any, reply_type: type | None = None) -> None:
         self.ref = ref
+        self.reply_type = reply_type
+
+    def _decoded(self, value: Any) -> T:
+        if type(value) is bytes and self.reply_type is not None:
+            return from_wire(value, self.reply_type)  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]
 
     def result(self, timeout_s: float | None = None) -> T:
         try:
-            return ray.get(self.ref, timeout=timeout_s)
+            return self._decoded(ray.get(self.ref, timeout=timeout_s))
         except Exception as exc:
             raise unwrap(exc) from None
 
     async def wait(self) -> T:
         try:
-            return await self.ref
+            return self._decoded(await self.ref)
         except Exception as exc:
             raise unwrap(exc) from None
 
@@ -92,7 +105,7 @@ class RayTransport:
             raise BrokerUnavailableError(
                 f"no rayq deployment in Ray namespace {namespace!r}: start one with rayq.start()"
             ) from None
-        self._coordinator = CoordinatorClient(_invoker(lambda: handle))
+        self._coordinator = CoordinatorClient(_invoker(lambda: handle, CoordinatorClient))
         self._brokers: dict[str, BrokerClient] = {}
         self._holds: dict[str, HoldClient] = {}
 
@@ -100,14 +113,16 @@ class RayTransport:
         client = self._brokers.get(broker_name)
         if client is None:
             handle = self._actor(broker_actor_name(broker_name))
-            client = self._brokers[broker_name] = BrokerClient(_invoker(lambda: handle))
+            client = self._brokers[broker_name] = BrokerClient(
+                _invoker(lambda: handle, BrokerClient)
+            )
         return client
 
     def hold(self, broker_name: str) -> HoldClient:
         client = self._holds.get(broker_name)
         if client is None:
             handle = self._actor(hold_actor_name(broker_name))
-            client = self._holds[broker_name] = HoldClient(_invoker(lambda: handle))
+            client = self._holds[broker_name] = HoldClient(_invoker(lambda: handle, HoldClient))
         return client
 
     def coordinator(self) -> CoordinatorClient:
@@ -153,12 +168,19 @@ def inline_args(batch: EncodedBatch, limit: int = INLINE_BYTES) -> tuple[Any, ..
     return (msgspec.structs.replace(batch, records=b""), *chunks)
 
 
-def _invoker(handle_of: Any) -> Any:
+def _invoker(handle_of: Any, client: type[_Client]) -> Any:
+    """``invoke`` for one actor: a request of the type the method takes goes as
+    ``to_wire`` bytes (anything else as it is, for the actor to refuse), a put's records
+    in chunks under the inline limit, and a reply that comes as bytes is decoded."""
+    requests = client.request_types()
+    replies = client.reply_types()
+
     def invoke(method: str, *args: Any) -> RayReply[Any]:
-        if method == "put" and len(args) == 1 and type(args[0]) is EncodedBatch:
-            args = inline_args(args[0])
+        if len(args) == 1 and type(args[0]) is requests.get(method):
+            args = inline_args(args[0]) if method == "put" else args
+            args = (to_wire(args[0]), *args[1:])
         try:
-            return RayReply(getattr(handle_of(), method).remote(*args))
+            return RayReply(getattr(handle_of(), method).remote(*args), replies.get(method))
         except Exception as exc:  # e.g. the actor is gone for good
             raise unwrap(exc) from None
 

@@ -131,6 +131,15 @@ class _Client:
                 out[name] = arg
         return out
 
+    @classmethod
+    def reply_types(cls) -> dict[str, type]:
+        """Each method's name and the reply type its ``Reply`` carries."""
+        out = {}
+        for name, fn in vars(cls).items():
+            if callable(fn) and not name.startswith("_"):
+                out[name] = typing.get_args(typing.get_type_hints(fn)["return"])[0]
+        return out
+
 
 class BrokerClient(_Client):
     """One broker's client protocol (``BrokerActor`` / ``BrokerServer``)."""

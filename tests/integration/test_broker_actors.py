@@ -17,8 +17,10 @@ from rayq.actors.protocol import (
     ClientRequest,
     Park,
     PullRequest,
+    PullResponse,
     PullStatus,
     broker_actor_name,
+    from_wire,
     hold_actor_name,
 )
 from rayq.client import ClientContext
@@ -114,7 +116,7 @@ def test_the_broker_hands_a_parked_pull_the_records_it_appends(
             max_body_bytes=4 << 20, max_properties_bytes=32767)))  # fmt: skip
         got = wait_for(lambda: ray.get(hold.got.remote()) or None, 20)
         assert [token for token, _ in got] == ["t-1"]
-        answer = got[0][1]
+        answer = from_wire(got[0][1], PullResponse)  # sent as to_wire bytes
         assert answer.status is PullStatus.FOUND and answer.next_offset == 4
         assert [m.body for m in decode_records(answer.buffer)] == [b"new"]
         ray.get(broker.put.remote(batch))  # answered once: no second delivery
