@@ -33,6 +33,7 @@ from rayq.store.errors import ClosedError, InvalidRequestError
 from .config import BrokerConfig
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
+    HOLD_REPLY_BYTES,
     ArrowPage,
     BatchSendResult,
     BrokerInfo,
@@ -192,9 +193,9 @@ class BrokerActor:
         failed (logged: the waiting pull times out and is sent again)."""
         try:
             if isinstance(req, PullManyRequest):
-                many = self.server.pull_many(req)
+                many = self.server.pull_many(req, HOLD_REPLY_BYTES)
                 return many, nothing_new(many.results)
-            one = self.server.pull(req)
+            one = self.server.pull(req, HOLD_REPLY_BYTES)
             return one, nothing_new([one])
         except Exception:
             logger.exception("broker %s: answering a parked pull failed", self.server.name)
@@ -309,7 +310,7 @@ class BrokerActor:
         else:
             park = check(park, Park)
             self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
-            resp = self.server.pull(req)
+            resp = self.server.pull(req, HOLD_REPLY_BYTES)
             if not nothing_new([resp]):
                 self._parked.drop(park.token)
         return to_wire(resp) if wire else resp
@@ -325,7 +326,7 @@ class BrokerActor:
             return self.server.pull_many(req)
         park = check(park, Park)
         self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
-        reply = self.server.pull_many(req)
+        reply = self.server.pull_many(req, HOLD_REPLY_BYTES)
         if not nothing_new(reply.results):
             self._parked.drop(park.token)
         return reply

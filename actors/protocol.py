@@ -151,6 +151,13 @@ class PullManyRequest(_Request, frozen=True, kw_only=True):
                            client_id=self.client_id)  # fmt: skip
 
 
+# What a pull answered through the hold service carries at most (whole records, at
+# least one): with its framing it stays under Ray's 100 KiB inline limit, so the
+# answer travels inside the call instead of through the object store. The rest is
+# read from the broker directly (the answer shows records left).
+HOLD_REPLY_BYTES = 100 * 1024 - 4096
+
+
 class Park(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The hold service's mark on a pull that may wait (internal, hold -> broker): if the
     pull finds nothing new, the broker keeps it under ``token`` for ``hold_ms`` and, when
@@ -179,16 +186,19 @@ def nothing_new(results: list[Any]) -> bool:
 def follow_up(req: Any, answer: Any) -> Any | None:
     """The pull a consumer sends after ``req`` got ``answer`` (a PullRequest or a
     PullManyRequest moved to the next offsets), or None if it cannot be told (an error
-    answered). The broker parks it ahead of time for the hold service, which hands it
-    the consumer's next pull if that is exactly this one (actors/pull_hold.py)."""
+    answered) or the consumer reads the broker directly next (records were left). The
+    broker parks it ahead of time for the hold service, which hands it the consumer's
+    next pull if that is exactly this one (actors/pull_hold.py)."""
     if type(req) is PullRequest:
-        if type(answer) is not PullResponse:
-            return None
+        if type(answer) is not PullResponse or answer.next_offset < answer.max_offset:
+            return None  # more is there: the consumer reads it from the broker directly
         return msgspec.structs.replace(req, queue_offset=answer.next_offset)
     results = answer.results if type(answer) is PullManyResponse else None
     if type(req) is not PullManyRequest or results is None:
         return None
-    if any(type(r) is not PullResponse for r in results) or len(results) != len(req.items):
+    if any(type(r) is not PullResponse or r.next_offset < r.max_offset for r in results):
+        return None
+    if len(results) != len(req.items):
         return None
     items = [msgspec.structs.replace(i, queue_offset=r.next_offset)
              for i, r in zip(req.items, results, strict=True)]  # fmt: skip

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import threading
 from pathlib import Path
 
@@ -110,6 +111,8 @@ from .tables import ConfigStore
 
 logger = logging.getLogger(__name__)
 
+_TOTAL_SIZE = struct.Struct(">i")  # at a record's start (store/codec.py)
+_QUEUE_OFFSET = struct.Struct(">12xq")
 _PULL_STATUS = {
     GetStatus.FOUND: PullStatus.FOUND,
     GetStatus.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MSG,
@@ -255,8 +258,10 @@ class BrokerServer:
         return out
 
     # --------------------------------------------------------------- pull
-    def pull(self, req: PullRequest) -> PullResponse:
-        """Non-blocking pull of up to ``req.max_nums`` messages (PullHold adds waiting)."""
+    def pull(self, req: PullRequest, max_bytes: int | None = None) -> PullResponse:
+        """Non-blocking pull of up to ``req.max_nums`` messages (PullHold adds waiting),
+        at most ``pull_max_bytes`` of records, or ``max_bytes`` if less (then only whole
+        records that fit, but at least one)."""
         group = self.group_config(req.group, create=True)
         if not group.consume_enable:
             raise PermissionDeniedError(
@@ -273,14 +278,20 @@ class BrokerServer:
         parts: list[bytes] = []
         count = size = 0
         offset = req.queue_offset
+        budget = self.config.pull_max_bytes if max_bytes is None else min(
+            max_bytes, self.config.pull_max_bytes)  # fmt: skip
         got = self.store.get_messages(req.group, req.topic, req.queue_id, offset, want, tag_filter)
         first = got
         while got.status is GetStatus.FOUND or got.status is GetStatus.NO_MATCHED_MESSAGE:
-            parts.append(got.buffer)
-            count += got.count
-            size += len(got.buffer)
-            offset = got.next_begin_offset
-            if count >= want or size >= self.config.pull_max_bytes or offset >= got.max_offset:
+            buffer, n, offset = got.buffer, got.count, got.next_begin_offset
+            if n and size + len(buffer) > budget and max_bytes is not None:
+                buffer, n, offset = _fit(buffer, budget - size, offset, at_least_one=not count)
+            parts.append(buffer)
+            count += n
+            size += len(buffer)
+            if n < got.count:  # the budget is full
+                break
+            if count >= want or size >= budget or offset >= got.max_offset:
                 break
             got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
                                           want - count, tag_filter)  # fmt: skip
@@ -291,12 +302,17 @@ class BrokerServer:
                             max_offset=max(first.max_offset, got.max_offset),
                             buffer=b"".join(parts), count=count)  # fmt: skip
 
-    def pull_many(self, req: PullManyRequest) -> PullManyResponse:
-        """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's."""
+    def pull_many(self, req: PullManyRequest, max_bytes: int | None = None) -> PullManyResponse:
+        """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
+        ``max_bytes``: of records in all (the queues in order, each at least one record)."""
         out: list[PullResponse | RayqError] = []
+        left = max_bytes
         for item in req.items:
             try:
-                out.append(self.pull(req.request(item)))
+                resp = self.pull(req.request(item), None if left is None else max(left, 1))
+                out.append(resp)
+                if left is not None:
+                    left -= len(resp.buffer)
             except RayqError as exc:
                 out.append(exc)
         return PullManyResponse(results=out)
@@ -538,6 +554,22 @@ def _check_not_system(topic: str) -> None:
 def _check_client(client_id: str) -> None:
     if not client_id:
         raise InvalidRequestError("this request needs the caller's client_id (the lock owner)")
+
+
+def _fit(buffer: bytes, room: int, next_offset: int, at_least_one: bool) -> tuple[bytes, int, int]:
+    """The whole records at the head of ``buffer`` that fit in ``room`` bytes (one more
+    if ``at_least_one`` and none fits), how many, and the queue offset of the first
+    record left out (``next_offset`` if none is). Records carry their queue offset, so
+    this holds with tag filtering too."""
+    end = count = 0
+    while end < len(buffer):
+        (total,) = _TOTAL_SIZE.unpack_from(buffer, end)
+        if end + total > room and (count or not at_least_one):
+            (queue_offset,) = _QUEUE_OFFSET.unpack_from(buffer, end)
+            return buffer[:end], count, queue_offset
+        end += total
+        count += 1
+    return buffer, count, next_offset
 
 
 def raise_for_put(result: PutResult) -> None:
