@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 # Records per put argument: under Ray's 100 KiB inline limit with room for pickling.
 INLINE_BYTES = 100 * 1024 - 2048
+# Beyond this many chunks one object-store transfer is faster (benchmarks/inline_bench.py).
+INLINE_CHUNKS_MAX = 6
 
 T = TypeVar("T")
 
@@ -151,17 +153,20 @@ class RayTransport:
             raise BrokerUnavailableError(f"actor {name} is not running") from None
 
 
-def inline_args(batch: EncodedBatch, limit: int = INLINE_BYTES) -> tuple[Any, ...]:
-    """A put's arguments, each under Ray's inline limit where the records are the bulk:
-    the batch without its records, then the records in near-equal chunks (one call, so
-    the broker appends the whole batch at once, in order). Ray passes arguments up to
-    ``max_direct_call_object_size`` (100 KiB) inside the call; a larger one goes through
-    the object store, which costs about as much as the call itself
-    (benchmarks/inline_bench.py)."""
+def inline_args(
+    batch: EncodedBatch, limit: int = INLINE_BYTES, most: int = INLINE_CHUNKS_MAX
+) -> tuple[Any, ...]:
+    """A put's arguments: the batch as it is, or, if its records are over Ray's inline
+    limit but at most ``most`` chunks, the batch without its records and then the
+    records in near-equal chunks each under ``limit`` (still one call, so the broker
+    appends the whole batch at once, in order). Ray passes an argument of up to
+    ``max_direct_call_object_size`` (100 KiB) inside the call; a larger one goes
+    through the object store, which costs about 2 ms whatever its size: more than the
+    chunks up to a few hundred KiB, less beyond (benchmarks/inline_bench.py)."""
     records = batch.records
-    if len(records) <= limit:
-        return (batch,)
     parts = -(-len(records) // limit)
+    if parts <= 1 or parts > most:
+        return (batch,)
     size = -(-len(records) // parts)
     view = memoryview(records)
     chunks = [bytes(view[i : i + size]) for i in range(0, len(records), size)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rayq.ray_transport import INLINE_BYTES, inline_args
+from rayq.ray_transport import INLINE_BYTES, INLINE_CHUNKS_MAX, inline_args
 from rayq.store import InnerMessage, encode_batch
 
 
@@ -18,7 +18,7 @@ def test_a_batch_under_the_limit_goes_as_it_is() -> None:
 
 
 def test_a_large_batch_goes_as_its_metadata_and_near_equal_chunks_under_the_limit() -> None:
-    for n, size in ((100, 1024), (1000, 1024), (3, 200_000)):
+    for n, size in ((100, 1024), (500, 1024), (3, 150_000)):
         big = batch(n, size)
         meta, *chunks = inline_args(big)
         assert meta.records == b"" and meta.count == big.count and meta.sizes == big.sizes
@@ -27,3 +27,8 @@ def test_a_large_batch_goes_as_its_metadata_and_near_equal_chunks_under_the_limi
         assert len(chunks) == -(-len(big.records) // INLINE_BYTES)
         assert all(type(c) is bytes and len(c) <= INLINE_BYTES for c in chunks)
         assert max(map(len, chunks)) - min(map(len, chunks)) < len(chunks)
+
+
+def test_a_batch_of_more_chunks_than_pay_off_goes_as_it_is() -> None:
+    huge = batch(2 * INLINE_CHUNKS_MAX, INLINE_BYTES // 2 + 1000)
+    assert inline_args(huge) == (huge,)
