@@ -231,6 +231,9 @@ class PullConsumer:
             for ref in self._wait(deadline):
                 messages.extend(self._take(ref))
             if messages or time.monotonic() >= deadline:
+                # the next pulls go out now: they travel (or wait at the hold service)
+                # while the caller works on these messages and commits them
+                self._send_pulls()
                 return messages
 
     def _send_pulls(self) -> None:
