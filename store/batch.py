@@ -5,6 +5,14 @@
 (codec.py), with the store block zeroed and the CRC of the producer's bytes in each
 crc field, plus columns the
 store would otherwise have to parse out again (sizes, tag hashes, key-index hashes).
+In the common shapes the work per message is C-level (maps, joins, ``struct``), with
+at most one comprehension (the properties text of messages with tags or keys): the
+batch is taken apart into columns (``_Fields``) checked in bulk, each record's
+properties are built around one shared suffix (``_shared_property_texts``; message by
+message only when properties differ or hold reserved names), header fields are packed
+once per body length when they are the batch's own (``_producer_fields``), and each
+record is joined from three parts with its CRC carried over them (``_assemble``).
+
 The broker passes the batch to ``MessageStore.put_encoded`` unchanged, one Ray call
 per batch; the store re-checks the framing of every record with numpy
 (``check_encoded``), verifies every CRC, fills the store block and finishes each
@@ -28,9 +36,9 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
-from itertools import accumulate, chain, pairwise, repeat
-from typing import Final
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, chain, repeat
+from typing import Final, NamedTuple
 
 import msgspec
 import numpy as np
@@ -50,6 +58,14 @@ STORE_BLOCK_DTYPE: Final = np.dtype(
 )  # fmt: skip
 assert STORE_BLOCK_DTYPE.itemsize == codec.STORE_BLOCK_SIZE
 _RESERVED: Final = (P.TAGS, P.KEYS, P.UNIQ_KEY)
+_NONE: Final = type(None)
+# A record's header after the store block, as the producer writes it: queue_id, flag,
+# sys_flag, born_timestamp, born_host, reconsume_times, prepared_transaction_offset,
+# body_length (codec.HEADER from CRC_START on).
+_PRODUCER_FIELDS: Final = struct.Struct(">iiiq8siqi")
+assert codec.CRC_START + _PRODUCER_FIELDS.size == codec.HEADER_SIZE
+assert codec.PREFIX_CRC.size == codec.STORE_BLOCK_OFFSET
+_ZERO_STORE_BLOCK: Final[bytes] = bytes(codec.STORE_BLOCK_SIZE)
 # Matched at the start of a record's properties, both always succeed; group 1 is the TAGS
 # value or None. The encoder writes TAGS first (_TAGS_FIRST, the fast path); _TAGS_ANYWHERE
 # skips whole properties before it, as recovery (commitlog.py) finds TAGS anywhere.
@@ -68,7 +84,7 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Records for one topic/queue, encoded once; crosses actor boundaries as is.
 
     ``sizes`` (int32), ``tags_codes`` (int64) and ``index_hashes`` (int64) are
-    little-endian numpy buffers; ``index_records`` (int32) names the record of
+    little-endian buffers (numpy reads them); ``index_records`` (int32) names the record of
     each index hash. ``scheduled``: some record has a DELAY or __DELIVER_AT_MS property.
     """
 
@@ -85,6 +101,57 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     # Idempotent produce (dedupe.py): set by the producer after encoding; "" = off.
     producer_id: str = ""
     first_sequence: int = 0
+
+
+class _Fields(NamedTuple):
+    """A batch's messages column by column (``InnerMessage``'s fields, in order)."""
+
+    topic: tuple[str, ...]
+    queue_id: tuple[int, ...]
+    body: tuple[bytes, ...]
+    tags: tuple[str | None, ...]
+    keys: tuple[str, ...]
+    uniq_key: tuple[str, ...]
+    properties: tuple[dict[str, str], ...]
+    flag: tuple[int, ...]
+    sys_flag: tuple[int, ...]
+    born_timestamp: tuple[int, ...]
+    born_host: tuple[str, ...]
+    reconsume_times: tuple[int, ...]
+    prepared_transaction_offset: tuple[int, ...]
+
+
+assert _Fields._fields == InnerMessage.__struct_fields__, "update _Fields"
+
+
+def _columns(msgs: Sequence[InnerMessage]) -> _Fields:
+    return _Fields(*zip(*map(msgspec.structs.astuple, msgs), strict=True))
+
+
+class _Properties(NamedTuple):
+    """Each record's encoded properties, ``head + middles[i] + tail`` (in the common case
+    the middles are the unique ids), its TAGS/KEYS/UNIQ_KEY values as stored, the
+    number of properties in all and whether any record is scheduled."""
+
+    middles: list[bytes]
+    tags: Sequence[str | None]
+    keys: Sequence[str]
+    uniq_keys: Sequence[str]
+    entries: int
+    scheduled: bool
+    head: bytes = b""
+    tail: bytes = b""
+    uniq_bytes: list[bytes] | None = None  # the unique ids encoded, when at hand
+
+    def lengths(self) -> list[int]:
+        """Each record's encoded properties length."""
+        lengths = list(map(len, self.middles))
+        around = len(self.head) + len(self.tail)
+        if not around:
+            return lengths
+        if lengths.count(lengths[0]) == len(lengths):
+            return [lengths[0] + around] * len(lengths)
+        return [around + z for z in lengths]
 
 
 def _is_scheduled(props: dict[str, str]) -> bool:
@@ -115,14 +182,12 @@ def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, 
     return tags, keys, uniq, props
 
 
-def _property_texts(
-    msgs: Sequence[InnerMessage],
-) -> tuple[list[str], list[tuple], int, bool]:
-    """Each message's property string, its (tags, keys, uniq), the entry count and
-    whether any message is scheduled (has a DELAY or __DELIVER_AT_MS property)."""
-    fast = _shared_property_texts(msgs)
+def _property_texts(msgs: Sequence[InnerMessage], cols: _Fields) -> _Properties:
+    """Each record's properties; the common shapes in bulk (``_shared_property_texts``),
+    else message by message."""
+    fast = _shared_property_texts(msgs, cols)
     if fast is not None:
-        return *fast, _is_scheduled(msgs[0].properties)
+        return fast
     texts, fields, entries, scheduled = [], [], 0, False
     for i, m in enumerate(msgs):
         tags, keys, uniq, others = _props_of(i, m)
@@ -130,46 +195,76 @@ def _property_texts(
         fields.append((tags, keys, uniq))
         entries += P.count_entries(tags, keys, uniq, others)
         scheduled = scheduled or _is_scheduled(others)
-    return texts, fields, entries, scheduled
+    tags_column, keys_column, uniq_column = zip(*fields, strict=True)
+    raws = list(map(str.encode, texts))
+    return _Properties(raws, tags_column, keys_column, uniq_column, entries, scheduled)
 
 
 def _shared_property_texts(
-    msgs: Sequence[InnerMessage],
-) -> tuple[list[str], list[tuple], int] | None:
-    """The common case, one comprehension: every message has the same other properties
-    (a producer adds its group to each) and str/None tags, keys and unique ids."""
-    shared = msgs[0].properties
-    if not all([m.properties is shared or m.properties == shared for m in msgs]):
+    msgs: Sequence[InnerMessage], cols: _Fields | None = None
+) -> _Properties | None:
+    """The common case, in bulk: every message has the same other properties (a
+    producer adds its group to each) and str/None tags, keys and unique ids."""
+    cols = cols or _columns(msgs)
+    props, n = cols.properties, len(cols.properties)
+    shared = props[0]
+    if props.count(shared) != n or any(name in shared for name in _RESERVED):
         return None
-    if any(name in shared for name in _RESERVED):
+    if not set(map(type, chain(cols.tags, cols.keys))) <= {str, _NONE}:
         return None
-    kinds = {m.tags.__class__ for m in msgs} | {m.keys.__class__ for m in msgs}
-    if not kinds <= {str, type(None)} or {m.uniq_key.__class__ for m in msgs} != {str}:
+    if set(map(type, cols.uniq_key)) != {str}:
         return None
     try:
         P.check_properties(shared)
     except InvalidMessageError:
-        return None  # the slow path reports it with the message's index
+        return None  # the general path reports it with the message's index
     suffix = P.encode_properties(shared)
-    texts = [
-        (f"TAGS\x01{m.tags}\x02" if m.tags else "")
-        + (f"KEYS\x01{m.keys}\x02" if m.keys else "")
-        + (f"UNIQ_KEY\x01{m.uniq_key}\x02" if m.uniq_key else "")
-        + suffix
-        for m in msgs
-    ]
-    fields = [(m.tags or None, m.keys or "", m.uniq_key) for m in msgs]
-    entries = sum([bool(t) + bool(k) + bool(u) for t, k, u in fields]) + len(shared) * len(msgs)
-    return texts, fields, entries
-
-
-def _check_texts(texts: list[str], entries: int) -> None:
-    joined = "".join(texts)
-    if joined.count("\x01") != entries or joined.count("\x02") != entries:
-        raise InvalidMessageError(
-            "tags, keys and property values must not contain \\x01 or \\x02 "
-            "(the property encoding reserves them)"
+    tags, keys, uniq_keys = cols.tags, cols.keys, cols.uniq_key
+    shared_entries, scheduled = len(shared) * n, _is_scheduled(shared)
+    if not any(tags) and not any(keys) and all(uniq_keys):  # UNIQ_KEY and the shared ones
+        uniq_bytes = list(map(str.encode, uniq_keys))
+        return _Properties(
+            middles=uniq_bytes,
+            tags=(None,) * n,
+            keys=("",) * n,
+            uniq_keys=uniq_keys,
+            entries=n + shared_entries,
+            scheduled=scheduled,
+            head=f"{P.UNIQ_KEY}\x01".encode(),
+            tail=f"\x02{suffix}".encode(),
+            uniq_bytes=uniq_bytes,
         )
+    if all(tags) and all(keys) and all(uniq_keys):
+        raws = [
+            f"TAGS\x01{t}\x02KEYS\x01{k}\x02UNIQ_KEY\x01{u}\x02{suffix}".encode()
+            for t, k, u in zip(tags, keys, uniq_keys, strict=True)
+        ]
+        return _Properties(raws, tags, keys, uniq_keys, 3 * n + shared_entries, scheduled)
+    raws = [
+        (
+            (f"TAGS\x01{t}\x02" if t else "")
+            + (f"KEYS\x01{k}\x02" if k else "")
+            + (f"UNIQ_KEY\x01{u}\x02" if u else "")
+            + suffix
+        ).encode()
+        for t, k, u in zip(tags, keys, uniq_keys, strict=True)
+    ]
+    if None in keys or "" in tags:
+        tags, keys = [t or None for t in tags], [k or "" for k in keys]
+    entries = sum(map(bool, tags)) + sum(map(bool, keys)) + sum(map(bool, uniq_keys))
+    return _Properties(raws, tags, keys, uniq_keys, entries + shared_entries, scheduled)
+
+
+def _check_texts(props: _Properties) -> None:
+    """Each property adds one \\x01 and one \\x02: any other is in a value."""
+    joined, n = b"".join(props.middles), len(props.middles)
+    around = props.head + props.tail
+    for separator in (b"\x01", b"\x02"):
+        if joined.count(separator) + n * around.count(separator) != props.entries:
+            raise InvalidMessageError(
+                "tags, keys and property values must not contain \\x01 or \\x02 "
+                "(the property encoding reserves them)"
+            )
 
 
 def encode_batch(
@@ -181,34 +276,50 @@ def encode_batch(
     """Encode messages for one topic and queue (producer side). Raises ClientErrors."""
     if not msgs:
         raise InvalidMessageError("empty batch: nothing to send")
-    if {m.__class__ for m in msgs} != {InnerMessage}:
+    if set(map(type, msgs)) != {InnerMessage}:
         raise InvalidMessageError("batch items must be InnerMessage")
-    topic, queue_id = msgs[0].topic, msgs[0].queue_id
+    cols = _columns(msgs)
+    topic, queue_id = cols.topic[0], cols.queue_id[0]
     validate_topic(topic)
-    if {m.topic for m in msgs} != {topic} or {m.queue_id for m in msgs} != {queue_id}:
+    if set(cols.topic) != {topic} or set(cols.queue_id) != {queue_id}:
         raise InvalidMessageError(
             "a batch goes to one topic and one queue; split it by topic and queue"
         )
     if queue_id.__class__ is not int or not 0 <= queue_id <= codec.QUEUE_ID_MAX:
         raise InvalidMessageError(f"queue_id {queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
-    bodies = [m.body for m in msgs]
-    _check_bodies(bodies, max_body_bytes)
-    texts, fields, entries, scheduled = _property_texts(msgs)
-    _check_texts(texts, entries)
-    raws = list(map(str.encode, texts))
-    longest = max(map(len, raws))
+    lengths = _check_bodies(cols.body, max_body_bytes)
+    props = _property_texts(msgs, cols)
+    _check_texts(props)
+    props_lengths = props.lengths()
+    longest = max(props_lengths)
     if longest > max_properties_bytes:
-        i = [len(r) for r in raws].index(longest)
+        i = props_lengths.index(longest)
         raise MessageTooLargeError(
             f"message {i}: properties are {longest} bytes encoded; at most "
             f"{max_properties_bytes} (max_properties_size_bytes)",
-            value=longest, limit=max_properties_bytes, field="properties",
-        )  # fmt: skip
-    return _assemble(msgs, topic, queue_id, bodies, raws, fields, scheduled)
+            value=longest,
+            limit=max_properties_bytes,
+            field="properties",
+        )
+    records, sizes = _assemble(cols, lengths, props, props_lengths)
+    hashes, owners = _index_columns(topic, props)
+    return EncodedBatch(
+        topic=topic,
+        queue_id=queue_id,
+        count=len(msgs),
+        records=records,
+        sizes=_column("i", sizes),
+        tags_codes=_tags_codes(props.tags),
+        index_hashes=_column("q", hashes),
+        index_records=_column("i", owners),
+        msg_ids=list(props.uniq_keys),
+        scheduled=props.scheduled,
+    )
 
 
-def _check_bodies(bodies: list[bytes], max_body: int) -> None:
-    if {b.__class__ for b in bodies} != {bytes}:
+def _check_bodies(bodies: tuple[bytes, ...], max_body: int) -> list[int]:
+    """Each body's length; raises for a body that is not bytes, empty or too large."""
+    if set(map(type, bodies)) != {bytes}:
         bad = next(b for b in bodies if b.__class__ is not bytes)
         raise InvalidMessageError(f"a body must be bytes, got {type(bad).__name__}")
     lengths = list(map(len, bodies))
@@ -218,62 +329,123 @@ def _check_bodies(bodies: list[bytes], max_body: int) -> None:
         i = lengths.index(max(lengths))
         raise MessageTooLargeError(
             f"message {i}: body is {lengths[i]} bytes; at most {max_body} (max_message_size_bytes)",
-            value=lengths[i], limit=max_body, field="body",
-        )  # fmt: skip
+            value=lengths[i],
+            limit=max_body,
+            field="body",
+        )
+    return lengths
 
 
-def _assemble(msgs: Sequence[InnerMessage], topic: str, queue_id: int, bodies: list[bytes],
-              raws: list[bytes], fields: list[tuple], scheduled: bool) -> EncodedBatch:  # fmt: skip
-    n = len(msgs)
-    topic_field = codec.topic_field(topic)
-    pack_len = codec.PROPS_LEN.pack
-    tails = [topic_field + pack_len(len(r)) + r for r in raws]
-    body_lens = list(map(len, bodies))
-    sizes = [codec.HEADER_SIZE + b + len(t) for b, t in zip(body_lens, tails, strict=True)]
-    hosts: dict[str, bytes] = {}
-    born = [hosts.get(m.born_host) or hosts.setdefault(m.born_host, codec.encode_host(m.born_host))
-            for m in msgs]  # fmt: skip
-    headers = map(
-        codec.HEADER.pack, sizes, repeat(codec.MAGIC), repeat(0), repeat(0), repeat(0),
-        repeat(0), repeat(bytes(8)), repeat(queue_id), [m.flag for m in msgs],
-        [m.sys_flag for m in msgs], [m.born_timestamp for m in msgs], born,
-        [m.reconsume_times for m in msgs], [m.prepared_transaction_offset for m in msgs],
-        body_lens,
-    )  # fmt: skip
-    blob = bytearray(b"".join(chain.from_iterable(zip(headers, bodies, tails, strict=True))))
-    starts = list(accumulate(sizes, initial=0))
-    mv = memoryview(blob)
-    crcs = [crc32c(mv[s + codec.CRC_START : e]) for s, e in pairwise(starts)]
-    list(map(codec.CRC.pack_into, repeat(blob), [s + codec.CRC_OFFSET for s in starts], crcs))
-    mv.release()
-    hashes, owners = _index_columns(topic, fields)
-    return EncodedBatch(
-        topic=topic, queue_id=queue_id, count=n, records=bytes(blob),
-        sizes=np.asarray(sizes, dtype="<i4").tobytes(),
-        tags_codes=np.asarray([tags_code(f[0]) for f in fields], dtype="<i8").tobytes(),
-        index_hashes=np.asarray(hashes, dtype="<i8").tobytes(),
-        index_records=np.asarray(owners, dtype="<i4").tobytes(),
-        msg_ids=[f[2] for f in fields], scheduled=scheduled,
-    )  # fmt: skip
+def _assemble(
+    cols: _Fields, lengths: list[int], props: _Properties, props_lengths: list[int]
+) -> tuple[bytes, list[int]]:
+    """The records back to back and their sizes, with C-level maps only.
+
+    A record is joined from three parts: total_size, magic and crc
+    (``codec.PREFIX_CRC``); the zeroed store block and ``_PRODUCER_FIELDS``
+    (``_producer_fields``); the body and the tail (topic, properties length,
+    properties). The CRC is the fields' CRC state carried on over the last part, so no
+    record is read back once it is joined.
+    """
+    topic_field = codec.topic_field(cols.topic[0])
+    starts = {z: topic_field + codec.PROPS_LEN.pack(z) + props.head for z in set(props_lengths)}
+    if len(starts) == 1:
+        tail_starts: Iterable[bytes] = repeat(starts[props_lengths[0]])
+    else:
+        tail_starts = map(starts.__getitem__, props_lengths)
+    parts = zip(cols.body, tail_starts, props.middles, repeat(props.tail), strict=False)
+    ends = list(map(b"".join, parts))  # body, then topic, properties length and properties
+    fixed = codec.HEADER_SIZE + len(topic_field) + codec.PROPS_LEN.size
+    fields, states, same_length = _producer_fields(cols, lengths)
+    if same_length and len(starts) == 1:
+        sizes = [fixed + lengths[0] + props_lengths[0]] * len(lengths)
+    else:
+        sizes = [fixed + b + p for b, p in zip(lengths, props_lengths, strict=True)]
+    prefixes = map(codec.PREFIX_CRC.pack, sizes, repeat(codec.MAGIC), map(crc32c, ends, states))
+    return b"".join(chain.from_iterable(zip(prefixes, fields, ends, strict=False))), sizes
 
 
-def _index_columns(topic: str, fields: list[tuple]) -> tuple[list[int], list[int]]:
+def _producer_fields(cols: _Fields, lengths: list[int]) -> tuple[list[bytes], Iterable[int], bool]:
+    """Each record's zeroed store block and ``_PRODUCER_FIELDS``, the CRC-32C state
+    after the fields, and whether all bodies have one length. Packed once per body
+    length when flag .. prepared_transaction_offset are the same in all records (a
+    producer's batch)."""
+    header = (
+        cols.flag,
+        cols.sys_flag,
+        cols.born_timestamp,
+        cols.born_host,
+        cols.reconsume_times,
+        cols.prepared_transaction_offset,
+    )
+    queue_id, n = cols.queue_id[0], len(lengths)
+    same_length = lengths.count(lengths[0]) == n
+    hosts = {h: codec.encode_host(h) for h in set(cols.born_host)}
+    if not all(column.count(column[0]) == n for column in header):
+        fields = list(
+            map(
+                _PRODUCER_FIELDS.pack,
+                repeat(queue_id),
+                cols.flag,
+                cols.sys_flag,
+                cols.born_timestamp,
+                map(hosts.__getitem__, cols.born_host),
+                cols.reconsume_times,
+                cols.prepared_transaction_offset,
+                lengths,
+            )
+        )
+        return list(map(_ZERO_STORE_BLOCK.__add__, fields)), map(crc32c, fields), same_length
+    flag, sys_flag, born, host, reconsume, prepared = (column[0] for column in header)
+    packed = {
+        z: _PRODUCER_FIELDS.pack(
+            queue_id, flag, sys_flag, born, hosts[host], reconsume, prepared, z
+        )
+        for z in ((lengths[0],) if same_length else set(lengths))
+    }
+    states = {z: crc32c(f) for z, f in packed.items()}
+    blocks = {z: _ZERO_STORE_BLOCK + f for z, f in packed.items()}
+    if same_length:
+        return [blocks[lengths[0]]] * n, repeat(states[lengths[0]]), True
+    return list(map(blocks.__getitem__, lengths)), map(states.__getitem__, lengths), False
+
+
+def _column(code: str, values: Sequence[int]) -> bytes:
+    """A little-endian column of ``struct`` type ``code`` (``i``: int32, ``q``: int64)."""
+    return struct.pack(f"<{len(values)}{code}", *values)
+
+
+def _tags_codes(tags: Sequence[str | None]) -> bytes:
+    """The ``tags_codes`` column: each record's tag hash, 0 without tags."""
+    if not any(tags):
+        return bytes(8 * len(tags))
+    codes = {t: tags_code(t) for t in set(tags)}
+    return _column("q", list(map(codes.__getitem__, tags)))
+
+
+def _index_columns(topic: str, props: _Properties) -> tuple[list[int], list[int]]:
+    """Key-index hashes (each key, then each unique id) and the record of each."""
     seed = topic_seed(topic)
     hashes: list[int] = []
     owners: list[int] = []
-    if all(f[1] and " " not in f[1] for f in fields):  # one key each: no split needed
-        hashes += [crc32c(f[1].encode(), seed) for f in fields]
-        owners += range(len(fields))
-    else:
-        for i, f in enumerate(fields):
-            for k in f[1].split(P.KEY_SEPARATOR) if f[1] else ():
+    keys, uniq_keys = props.keys, props.uniq_keys
+    if all(keys) and P.KEY_SEPARATOR not in "".join(keys):  # one key each: no split needed
+        hashes += map(crc32c, map(str.encode, keys), repeat(seed))
+        owners += range(len(keys))
+    elif any(keys):
+        for i, value in enumerate(keys):
+            for k in value.split(P.KEY_SEPARATOR) if value else ():
                 if not k:
                     continue
                 hashes.append(crc32c(k.encode(), seed))
                 owners.append(i)
-    uniq = [i for i, f in enumerate(fields) if f[2]]
-    hashes += [crc32c(fields[i][2].encode(), seed) for i in uniq]
-    owners += uniq
+    if all(uniq_keys):
+        hashes += map(crc32c, props.uniq_bytes or map(str.encode, uniq_keys), repeat(seed))
+        owners += range(len(uniq_keys))
+    else:
+        with_id = [i for i, u in enumerate(uniq_keys) if u]
+        hashes += [crc32c(uniq_keys[i].encode(), seed) for i in with_id]
+        owners += with_id
     return hashes, owners
 
 
