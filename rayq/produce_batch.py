@@ -214,9 +214,8 @@ def _built(
     config: ClientConfig,
     ids: UniqIdGenerator,
 ) -> list[InnerMessage]:
-    """The records of a batch that passed ``_checked_columns``: the properties of its
-    special messages and the batch size checked (raises), compressed bodies, ids, one
-    timestamp."""
+    """The records of a batch that passed ``_checked_columns``, after the checks of its
+    special messages' properties and of the batch size (which raise here)."""
     n = len(cols.bodies)
     props: list[dict[str, str]] = [{P.PRODUCER_GROUP: group}] * n
     for i in cols.special:
@@ -233,9 +232,34 @@ def _built(
         bodies, sys_flags = zip(*[compressed(b, over) for b in bodies], strict=True)
         size = sum(map(len, bodies))
     check_batch_size(size, config.batch_max_bytes)  # batch_topic's check (one topic here)
+    return _records(cols, bodies, sys_flags, props, ids.next_ids(n))
+
+
+def _records(
+    cols: _Columns,
+    bodies: Sequence[bytes],
+    sys_flags: Sequence[int],
+    props: list[dict[str, str]],
+    uniq_keys: list[str],
+) -> list[InnerMessage]:
+    """One record per message, born now (one timestamp for the batch)."""
     topic, born, host = cols.topic, time.time_ns() // 1_000_000, born_host()
+    if not (cols.special or any(sys_flags) or any(cols.tags) or any(cols.keys) or any(cols.flags)):
+        shared = props[0]  # only bodies and ids differ: the other fields keep their defaults
+        return [
+            InnerMessage(
+                topic=topic,
+                queue_id=0,
+                body=b,
+                uniq_key=u,
+                properties=shared,
+                born_timestamp=born,
+                born_host=host,
+            )
+            for b, u in zip(bodies, uniq_keys, strict=True)
+        ]
     columns = zip(
-        bodies, cols.tags, cols.keys, ids.next_ids(n), props, cols.flags, sys_flags, strict=True
+        bodies, cols.tags, cols.keys, uniq_keys, props, cols.flags, sys_flags, strict=True
     )
     return [
         InnerMessage(
