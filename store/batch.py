@@ -6,12 +6,8 @@
 crc field, plus columns the
 store would otherwise have to parse out again (sizes, tag hashes, key-index hashes).
 In the common shapes the work per message is C-level (maps, joins, ``struct``), with
-at most one comprehension (the properties text of messages with tags or keys): the
-batch is taken apart into columns (``_Fields``) checked in bulk, each record's
-properties are built around one shared suffix (``_shared_property_texts``; message by
-message only when properties differ or hold reserved names), header fields are packed
-once per body length when they are the batch's own (``_producer_fields``), and each
-record is joined from three parts with its CRC carried over them (``_assemble``).
+at most one comprehension (the properties text of messages with tags or keys); the
+steps are in batch_encode.py.
 
 The broker passes the batch to ``MessageStore.put_encoded`` unchanged, one Ray call
 per batch; the store re-checks the framing of every record with numpy
@@ -36,36 +32,29 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterable, Sequence
-from itertools import accumulate, chain, repeat
-from typing import Final, NamedTuple
+from collections.abc import Sequence
+from itertools import accumulate, repeat
+from typing import Final
 
 import msgspec
 import numpy as np
 from crc32c import crc32c
 
+from . import batch_encode as E
 from . import codec
 from . import properties as P
 from .errors import InvalidMessageError, MessageTooLargeError
 from .filters import tags_code
-from .index_file import topic_seed
 from .message import InnerMessage
 from .names import validate_topic
+
+_shared_property_texts = E.shared_property_texts  # tests/unit/test_batch_paths.py
 
 STORE_BLOCK_DTYPE: Final = np.dtype(
     [("queue_offset", ">i8"), ("commitlog_offset", ">i8"), ("store_timestamp", ">i8"),
      ("store_host", "S8")]
 )  # fmt: skip
 assert STORE_BLOCK_DTYPE.itemsize == codec.STORE_BLOCK_SIZE
-_RESERVED: Final = (P.TAGS, P.KEYS, P.UNIQ_KEY)
-_NONE: Final = type(None)
-# A record's header after the store block, as the producer writes it: queue_id, flag,
-# sys_flag, born_timestamp, born_host, reconsume_times, prepared_transaction_offset,
-# body_length (codec.HEADER from CRC_START on).
-_PRODUCER_FIELDS: Final = struct.Struct(">iiiq8siqi")
-assert codec.CRC_START + _PRODUCER_FIELDS.size == codec.HEADER_SIZE
-assert codec.PREFIX_CRC.size == codec.STORE_BLOCK_OFFSET
-_ZERO_STORE_BLOCK: Final[bytes] = bytes(codec.STORE_BLOCK_SIZE)
 # Matched at the start of a record's properties, both always succeed; group 1 is the TAGS
 # value or None. The encoder writes TAGS first (_TAGS_FIRST, the fast path); _TAGS_ANYWHERE
 # skips whole properties before it, as recovery (commitlog.py) finds TAGS anywhere.
@@ -103,170 +92,6 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     first_sequence: int = 0
 
 
-class _Fields(NamedTuple):
-    """A batch's messages column by column (``InnerMessage``'s fields, in order)."""
-
-    topic: tuple[str, ...]
-    queue_id: tuple[int, ...]
-    body: tuple[bytes, ...]
-    tags: tuple[str | None, ...]
-    keys: tuple[str, ...]
-    uniq_key: tuple[str, ...]
-    properties: tuple[dict[str, str], ...]
-    flag: tuple[int, ...]
-    sys_flag: tuple[int, ...]
-    born_timestamp: tuple[int, ...]
-    born_host: tuple[str, ...]
-    reconsume_times: tuple[int, ...]
-    prepared_transaction_offset: tuple[int, ...]
-
-
-assert _Fields._fields == InnerMessage.__struct_fields__, "update _Fields"
-
-
-def _columns(msgs: Sequence[InnerMessage]) -> _Fields:
-    return _Fields(*zip(*map(msgspec.structs.astuple, msgs), strict=True))
-
-
-class _Properties(NamedTuple):
-    """Each record's encoded properties, ``head + middles[i] + tail`` (in the common case
-    the middles are the unique ids), its TAGS/KEYS/UNIQ_KEY values as stored, the
-    number of properties in all and whether any record is scheduled."""
-
-    middles: list[bytes]
-    tags: Sequence[str | None]
-    keys: Sequence[str]
-    uniq_keys: Sequence[str]
-    entries: int
-    scheduled: bool
-    head: bytes = b""
-    tail: bytes = b""
-    uniq_bytes: list[bytes] | None = None  # the unique ids encoded, when at hand
-
-    def lengths(self) -> list[int]:
-        """Each record's encoded properties length."""
-        lengths = list(map(len, self.middles))
-        around = len(self.head) + len(self.tail)
-        if not around:
-            return lengths
-        if lengths.count(lengths[0]) == len(lengths):
-            return [lengths[0] + around] * len(lengths)
-        return [around + z for z in lengths]
-
-
-def _is_scheduled(props: dict[str, str]) -> bool:
-    return bool(props) and (P.DELAY in props or P.DELIVER_AT_MS in props)
-
-
-def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, str]]:
-    """tags, keys, uniq key and other properties (reserved names in properties allowed)."""
-    props = m.properties
-    tags, keys, uniq = m.tags, m.keys, m.uniq_key
-    if props and any(name in props for name in _RESERVED):
-        props = dict(props)
-        tags = tags or props.pop(P.TAGS, None)
-        keys = keys or props.pop(P.KEYS, "")
-        uniq = uniq or props.pop(P.UNIQ_KEY, "")
-        for name in _RESERVED:
-            props.pop(name, None)
-    for name, value in (("tags", tags), ("keys", keys), ("uniq_key", uniq)):
-        if value is not None and not isinstance(value, str):
-            raise InvalidMessageError(
-                f"message {i}: {name} must be a str, got {type(value).__name__}"
-            )
-    if props:
-        try:
-            P.check_properties(props)
-        except InvalidMessageError as exc:
-            raise InvalidMessageError(f"message {i}: {exc}") from None
-    return tags, keys, uniq, props
-
-
-def _property_texts(msgs: Sequence[InnerMessage], cols: _Fields) -> _Properties:
-    """Each record's properties; the common shapes in bulk (``_shared_property_texts``),
-    else message by message."""
-    fast = _shared_property_texts(msgs, cols)
-    if fast is not None:
-        return fast
-    texts, fields, entries, scheduled = [], [], 0, False
-    for i, m in enumerate(msgs):
-        tags, keys, uniq, others = _props_of(i, m)
-        texts.append(P.encode_message_properties(tags, keys, uniq, others))
-        fields.append((tags, keys, uniq))
-        entries += P.count_entries(tags, keys, uniq, others)
-        scheduled = scheduled or _is_scheduled(others)
-    tags_column, keys_column, uniq_column = zip(*fields, strict=True)
-    raws = list(map(str.encode, texts))
-    return _Properties(raws, tags_column, keys_column, uniq_column, entries, scheduled)
-
-
-def _shared_property_texts(
-    msgs: Sequence[InnerMessage], cols: _Fields | None = None
-) -> _Properties | None:
-    """The common case, in bulk: every message has the same other properties (a
-    producer adds its group to each) and str/None tags, keys and unique ids."""
-    cols = cols or _columns(msgs)
-    props, n = cols.properties, len(cols.properties)
-    shared = props[0]
-    if props.count(shared) != n or any(name in shared for name in _RESERVED):
-        return None
-    if not set(map(type, chain(cols.tags, cols.keys))) <= {str, _NONE}:
-        return None
-    if set(map(type, cols.uniq_key)) != {str}:
-        return None
-    try:
-        P.check_properties(shared)
-    except InvalidMessageError:
-        return None  # the general path reports it with the message's index
-    suffix = P.encode_properties(shared)
-    tags, keys, uniq_keys = cols.tags, cols.keys, cols.uniq_key
-    shared_entries, scheduled = len(shared) * n, _is_scheduled(shared)
-    if not any(tags) and not any(keys) and all(uniq_keys):  # UNIQ_KEY and the shared ones
-        uniq_bytes = list(map(str.encode, uniq_keys))
-        return _Properties(
-            middles=uniq_bytes,
-            tags=(None,) * n,
-            keys=("",) * n,
-            uniq_keys=uniq_keys,
-            entries=n + shared_entries,
-            scheduled=scheduled,
-            head=f"{P.UNIQ_KEY}\x01".encode(),
-            tail=f"\x02{suffix}".encode(),
-            uniq_bytes=uniq_bytes,
-        )
-    if all(tags) and all(keys) and all(uniq_keys):
-        raws = [
-            f"TAGS\x01{t}\x02KEYS\x01{k}\x02UNIQ_KEY\x01{u}\x02{suffix}".encode()
-            for t, k, u in zip(tags, keys, uniq_keys, strict=True)
-        ]
-        return _Properties(raws, tags, keys, uniq_keys, 3 * n + shared_entries, scheduled)
-    raws = [
-        (
-            (f"TAGS\x01{t}\x02" if t else "")
-            + (f"KEYS\x01{k}\x02" if k else "")
-            + (f"UNIQ_KEY\x01{u}\x02" if u else "")
-            + suffix
-        ).encode()
-        for t, k, u in zip(tags, keys, uniq_keys, strict=True)
-    ]
-    if None in keys or "" in tags:
-        tags, keys = [t or None for t in tags], [k or "" for k in keys]
-    entries = sum(map(bool, tags)) + sum(map(bool, keys)) + sum(map(bool, uniq_keys))
-    return _Properties(raws, tags, keys, uniq_keys, entries + shared_entries, scheduled)
-
-
-def _check_texts(props: _Properties) -> None:
-    """Each property adds one \\x01 and one \\x02: any other is in a value."""
-    joined, n = b"".join(props.middles), len(props.middles)
-    around = props.head + props.tail
-    for separator in (b"\x01", b"\x02"):
-        if joined.count(separator) + n * around.count(separator) != props.entries:
-            raise InvalidMessageError(
-                "tags, keys and property values must not contain \\x01 or \\x02 "
-                "(the property encoding reserves them)"
-            )
-
-
 def encode_batch(
     msgs: Sequence[InnerMessage],
     *,
@@ -278,7 +103,7 @@ def encode_batch(
         raise InvalidMessageError("empty batch: nothing to send")
     if set(map(type, msgs)) != {InnerMessage}:
         raise InvalidMessageError("batch items must be InnerMessage")
-    cols = _columns(msgs)
+    cols = E.columns(msgs)
     topic, queue_id = cols.topic[0], cols.queue_id[0]
     validate_topic(topic)
     if set(cols.topic) != {topic} or set(cols.queue_id) != {queue_id}:
@@ -288,8 +113,8 @@ def encode_batch(
     if queue_id.__class__ is not int or not 0 <= queue_id <= codec.QUEUE_ID_MAX:
         raise InvalidMessageError(f"queue_id {queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
     lengths = _check_bodies(cols.body, max_body_bytes)
-    props = _property_texts(msgs, cols)
-    _check_texts(props)
+    props = E.property_texts(msgs, cols)
+    E.check_texts(props)
     props_lengths = props.lengths()
     longest = max(props_lengths)
     if longest > max_properties_bytes:
@@ -301,17 +126,17 @@ def encode_batch(
             limit=max_properties_bytes,
             field="properties",
         )
-    records, sizes = _assemble(cols, lengths, props, props_lengths)
-    hashes, owners = _index_columns(topic, props)
+    records, sizes = E.assemble(cols, lengths, props, props_lengths)
+    hashes, owners = E.index_columns(topic, props)
     return EncodedBatch(
         topic=topic,
         queue_id=queue_id,
         count=len(msgs),
         records=records,
-        sizes=_column("i", sizes),
-        tags_codes=_tags_codes(props.tags),
-        index_hashes=_column("q", hashes),
-        index_records=_column("i", owners),
+        sizes=E.column("i", sizes),
+        tags_codes=E.tags_codes(props.tags),
+        index_hashes=E.column("q", hashes),
+        index_records=E.column("i", owners),
         msg_ids=list(props.uniq_keys),
         scheduled=props.scheduled,
     )
@@ -334,119 +159,6 @@ def _check_bodies(bodies: tuple[bytes, ...], max_body: int) -> list[int]:
             field="body",
         )
     return lengths
-
-
-def _assemble(
-    cols: _Fields, lengths: list[int], props: _Properties, props_lengths: list[int]
-) -> tuple[bytes, list[int]]:
-    """The records back to back and their sizes, with C-level maps only.
-
-    A record is joined from three parts: total_size, magic and crc
-    (``codec.PREFIX_CRC``); the zeroed store block and ``_PRODUCER_FIELDS``
-    (``_producer_fields``); the body and the tail (topic, properties length,
-    properties). The CRC is the fields' CRC state carried on over the last part, so no
-    record is read back once it is joined.
-    """
-    topic_field = codec.topic_field(cols.topic[0])
-    starts = {z: topic_field + codec.PROPS_LEN.pack(z) + props.head for z in set(props_lengths)}
-    if len(starts) == 1:
-        tail_starts: Iterable[bytes] = repeat(starts[props_lengths[0]])
-    else:
-        tail_starts = map(starts.__getitem__, props_lengths)
-    parts = zip(cols.body, tail_starts, props.middles, repeat(props.tail), strict=False)
-    ends = list(map(b"".join, parts))  # body, then topic, properties length and properties
-    fixed = codec.HEADER_SIZE + len(topic_field) + codec.PROPS_LEN.size
-    fields, states, same_length = _producer_fields(cols, lengths)
-    if same_length and len(starts) == 1:
-        sizes = [fixed + lengths[0] + props_lengths[0]] * len(lengths)
-    else:
-        sizes = [fixed + b + p for b, p in zip(lengths, props_lengths, strict=True)]
-    prefixes = map(codec.PREFIX_CRC.pack, sizes, repeat(codec.MAGIC), map(crc32c, ends, states))
-    return b"".join(chain.from_iterable(zip(prefixes, fields, ends, strict=False))), sizes
-
-
-def _producer_fields(cols: _Fields, lengths: list[int]) -> tuple[list[bytes], Iterable[int], bool]:
-    """Each record's zeroed store block and ``_PRODUCER_FIELDS``, the CRC-32C state
-    after the fields, and whether all bodies have one length. Packed once per body
-    length when flag .. prepared_transaction_offset are the same in all records (a
-    producer's batch)."""
-    header = (
-        cols.flag,
-        cols.sys_flag,
-        cols.born_timestamp,
-        cols.born_host,
-        cols.reconsume_times,
-        cols.prepared_transaction_offset,
-    )
-    queue_id, n = cols.queue_id[0], len(lengths)
-    same_length = lengths.count(lengths[0]) == n
-    hosts = {h: codec.encode_host(h) for h in set(cols.born_host)}
-    if not all(column.count(column[0]) == n for column in header):
-        fields = list(
-            map(
-                _PRODUCER_FIELDS.pack,
-                repeat(queue_id),
-                cols.flag,
-                cols.sys_flag,
-                cols.born_timestamp,
-                map(hosts.__getitem__, cols.born_host),
-                cols.reconsume_times,
-                cols.prepared_transaction_offset,
-                lengths,
-            )
-        )
-        return list(map(_ZERO_STORE_BLOCK.__add__, fields)), map(crc32c, fields), same_length
-    flag, sys_flag, born, host, reconsume, prepared = (column[0] for column in header)
-    packed = {
-        z: _PRODUCER_FIELDS.pack(
-            queue_id, flag, sys_flag, born, hosts[host], reconsume, prepared, z
-        )
-        for z in ((lengths[0],) if same_length else set(lengths))
-    }
-    states = {z: crc32c(f) for z, f in packed.items()}
-    blocks = {z: _ZERO_STORE_BLOCK + f for z, f in packed.items()}
-    if same_length:
-        return [blocks[lengths[0]]] * n, repeat(states[lengths[0]]), True
-    return list(map(blocks.__getitem__, lengths)), map(states.__getitem__, lengths), False
-
-
-def _column(code: str, values: Sequence[int]) -> bytes:
-    """A little-endian column of ``struct`` type ``code`` (``i``: int32, ``q``: int64)."""
-    return struct.pack(f"<{len(values)}{code}", *values)
-
-
-def _tags_codes(tags: Sequence[str | None]) -> bytes:
-    """The ``tags_codes`` column: each record's tag hash, 0 without tags."""
-    if not any(tags):
-        return bytes(8 * len(tags))
-    codes = {t: tags_code(t) for t in set(tags)}
-    return _column("q", list(map(codes.__getitem__, tags)))
-
-
-def _index_columns(topic: str, props: _Properties) -> tuple[list[int], list[int]]:
-    """Key-index hashes (each key, then each unique id) and the record of each."""
-    seed = topic_seed(topic)
-    hashes: list[int] = []
-    owners: list[int] = []
-    keys, uniq_keys = props.keys, props.uniq_keys
-    if all(keys) and P.KEY_SEPARATOR not in "".join(keys):  # one key each: no split needed
-        hashes += map(crc32c, map(str.encode, keys), repeat(seed))
-        owners += range(len(keys))
-    elif any(keys):
-        for i, value in enumerate(keys):
-            for k in value.split(P.KEY_SEPARATOR) if value else ():
-                if not k:
-                    continue
-                hashes.append(crc32c(k.encode(), seed))
-                owners.append(i)
-    if all(uniq_keys):
-        hashes += map(crc32c, props.uniq_bytes or map(str.encode, uniq_keys), repeat(seed))
-        owners += range(len(uniq_keys))
-    else:
-        with_id = [i for i, u in enumerate(uniq_keys) if u]
-        hashes += [crc32c(uniq_keys[i].encode(), seed) for i in with_id]
-        owners += with_id
-    return hashes, owners
 
 
 class BatchRejected(Exception):
