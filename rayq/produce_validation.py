@@ -15,6 +15,9 @@ the input:
   ``DLQ_ORIGIN_TOPIC`` would show a false origin in dead letters); encoded size at
   most ``MAX_PROPERTIES_BYTES``.
 
+``send_batch`` takes the same checks in bulk (produce_batch.py: ``prepare_batch``,
+which falls back to ``prepare`` per message to report a bad one).
+
 The Arrow writer (arrow_io.py) shares the reserved names through
 ``check_written_properties``: it *drops* ``READ_BACK_PROPERTIES`` (what a read
 returns, so that a read-then-write pipeline works) and *refuses* the rest.
@@ -26,6 +29,7 @@ import functools
 import socket
 import time
 import zlib
+from operator import attrgetter
 from typing import Any, Final
 
 import msgspec
@@ -42,6 +46,14 @@ from rayq.store.names import check_client_write_topic, validate_topic
 MAX_DELAY_LEVEL: Final[int] = 18  # the broker clamps to its own table (message_delay_level)
 MAX_PROPERTIES_BYTES: Final[int] = DEFAULT_STORE_CONFIG.max_properties_size_bytes
 _INT32: Final = range(-(2**31), 2**31)
+# check_properties_size: bound of the characters besides tags, keys and properties
+_FIXED_CHARS: Final[int] = 64  # TAGS, KEYS, UNIQ_KEY names and separators, a 32-digit id
+_GROUP_CHARS: Final[int] = 300  # PGROUP alone: a group name has at most 255 characters
+# Tags and keys of at most (MAX_PROPERTIES_BYTES / 4 - this) characters in all always fit
+# with just the PGROUP property (UTF-8 takes at most 4 bytes per character).
+PLAIN_PROPERTIES_CHARS: Final[int] = _FIXED_CHARS + _GROUP_CHARS
+_TOPIC: Final = attrgetter("topic")
+_BODY: Final = attrgetter("body")
 _BROKER_SETS_IT: Final[str] = "the broker sets it (send-back, dead letters, delayed delivery)"
 
 # Property name -> why a user may not set it (and what to do instead).
@@ -216,9 +228,9 @@ def add_schedule(props: dict[str, str], delay_level: object, deliver_at_ms: obje
 
 
 def check_properties_size(tags: str | None, keys: str, props: dict[str, str]) -> None:
-    bound = 64 + len(tags or "") + len(keys)
-    if len(props) == 1:  # just PGROUP: a group name has at most 255 characters
-        bound += 300
+    bound = _FIXED_CHARS + len(tags or "") + len(keys)
+    if len(props) == 1:  # just PGROUP
+        bound += _GROUP_CHARS
     else:
         bound += 2 * len(props) + sum(map(len, props)) + sum(map(len, props.values()))
     if 4 * bound <= MAX_PROPERTIES_BYTES:  # UTF-8 takes at most 4 bytes per character
@@ -248,15 +260,8 @@ def prepare(
     props = user_properties(msg.properties) if msg.properties else {}
     if msg.flag.__class__ is not int or msg.flag not in _INT32:
         raise bad(f"flag must be a 32-bit int, got {msg.flag!r}")
-    add_schedule(props, msg.delay_level, msg.deliver_at_ms)
-    props[P.PRODUCER_GROUP] = group
-    props.update(extra or ())
-    check_properties_size(tags, keys, props)
-    sys_flag = 0
-    if len(body) > config.compress_over_bytes:
-        packed = zlib.compress(body, 5)
-        if len(packed) < len(body):  # an incompressible body travels as it is
-            body, sys_flag = packed, COMPRESSED_FLAG
+    finish_properties(props, msg, group, tags, keys, extra)
+    body, sys_flag = compressed(body, config.compress_over_bytes)
     return InnerMessage(
         topic=topic,
         queue_id=0,
@@ -272,6 +277,33 @@ def prepare(
     )
 
 
+def finish_properties(
+    props: dict[str, str],
+    msg: Message,
+    group: str,
+    tags: str | None,
+    keys: str,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """``props`` (the message's own, checked) with its schedule, the producer group and
+    ``extra`` added, at most ``MAX_PROPERTIES_BYTES`` encoded with tags and keys."""
+    add_schedule(props, msg.delay_level, msg.deliver_at_ms)
+    props[P.PRODUCER_GROUP] = group
+    props.update(extra or ())
+    check_properties_size(tags, keys, props)
+    return props
+
+
+def compressed(body: bytes, compress_over_bytes: int) -> tuple[bytes, int]:
+    """``body`` zlib-compressed above ``compress_over_bytes`` (with its sys flag) when
+    that makes it smaller; an incompressible body travels as it is."""
+    if len(body) > compress_over_bytes:
+        packed = zlib.compress(body, 5)
+        if len(packed) < len(body):
+            return packed, COMPRESSED_FLAG
+    return body, 0
+
+
 def check_batch(msgs: object) -> None:
     """``send_batch``'s argument: a non-empty list or tuple (of messages, checked one by one)."""
     if not isinstance(msgs, list | tuple) or not msgs:
@@ -280,10 +312,14 @@ def check_batch(msgs: object) -> None:
 
 def batch_topic(inners: list[InnerMessage], batch_max_bytes: int) -> str:
     """The one topic of a batch, whose bodies fit ``batch_max_bytes``."""
-    topics = sorted({m.topic for m in inners})
+    topics = sorted(set(map(_TOPIC, inners)))
     if len(topics) > 1:
         raise bad(f"a batch goes to one topic, got {topics}; send one batch per topic")
-    size = sum(len(m.body) for m in inners)
+    check_batch_size(sum(map(len, map(_BODY, inners))), batch_max_bytes)
+    return topics[0]
+
+
+def check_batch_size(size: int, batch_max_bytes: int) -> None:
+    """A batch's bodies (``size`` bytes, as sent) fit ``batch_max_bytes``."""
     if size > batch_max_bytes:
         raise too_large("batch", size, batch_max_bytes, "batch_max_bytes")
-    return topics[0]

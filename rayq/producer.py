@@ -4,7 +4,8 @@ Every path ends in one ``Broker.put`` call carrying one ``EncodedBatch``. The pa
 split as aiokafka splits its producer:
 
 * produce_validation.py: the checks that turn a ``Message`` into an ``InnerMessage``
-  (bad input raises a ``ClientError`` before any remote call);
+  (bad input raises a ``ClientError`` before any remote call); produce_batch.py: the
+  same for ``send_batch``'s messages, in bulk;
 * produce_routes.py: write queues per topic, round robin, fault avoidance;
 * produce_accumulator.py: ``send_async``/``send_oneway`` coalescing per queue (after
   ``linger_ms``, up to ``ASYNC_BATCH_MAX_MESSAGES`` or ``batch_max_bytes``);
@@ -47,6 +48,7 @@ from rayq.store.names import validate_group
 from . import produce_validation as V
 from .produce_accumulator import Accumulator, Put
 from .produce_async import AsyncSends
+from .produce_batch import prepare_batch
 from .produce_idempotence import Idempotence
 from .produce_routes import QueueSelector
 from .produce_sender import RetryPolicy, Sender, results
@@ -172,10 +174,8 @@ class Producer:
     def send_batch(self, msgs: Sequence[Message]) -> list[SendResult]:
         """Send messages of one topic to one queue in one call; results in input order."""
         self._check_open()
-        V.check_batch(msgs)
-        inners = [self._prepare(m) for m in msgs]
-        topic = V.batch_topic(inners, self.config.batch_max_bytes)
-        queue, res = self._send_now(inners, self._routes.pick(topic))
+        inners = prepare_batch(msgs, self.group, self.config, self._ids)
+        queue, res = self._send_now(inners, self._routes.pick(inners[0].topic))
         return results(queue, res)
 
     def send_async(self, msg: Message) -> Future[SendResult]:

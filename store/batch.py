@@ -5,6 +5,10 @@
 (codec.py), with the store block zeroed and the CRC of the producer's bytes in each
 crc field, plus columns the
 store would otherwise have to parse out again (sizes, tag hashes, key-index hashes).
+In the common shapes the work per message is C-level (maps, joins, ``struct``), with
+at most one comprehension (the properties text of messages with tags or keys); the
+steps are in batch_encode.py.
+
 The broker passes the batch to ``MessageStore.put_encoded`` unchanged, one Ray call
 per batch; the store re-checks the framing of every record with numpy
 (``check_encoded``), verifies every CRC, fills the store block and finishes each
@@ -29,27 +33,28 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
-from itertools import accumulate, chain, pairwise, repeat
+from itertools import accumulate, repeat
 from typing import Final
 
 import msgspec
 import numpy as np
 from crc32c import crc32c
 
+from . import batch_encode as E
 from . import codec
 from . import properties as P
 from .errors import InvalidMessageError, MessageTooLargeError
 from .filters import tags_code
-from .index_file import topic_seed
 from .message import InnerMessage
 from .names import validate_topic
+
+_shared_property_texts = E.shared_property_texts  # tests/unit/test_batch_paths.py
 
 STORE_BLOCK_DTYPE: Final = np.dtype(
     [("queue_offset", ">i8"), ("commitlog_offset", ">i8"), ("store_timestamp", ">i8"),
      ("store_host", "S8")]
 )  # fmt: skip
 assert STORE_BLOCK_DTYPE.itemsize == codec.STORE_BLOCK_SIZE
-_RESERVED: Final = (P.TAGS, P.KEYS, P.UNIQ_KEY)
 # Matched at the start of a record's properties, both always succeed; group 1 is the TAGS
 # value or None. The encoder writes TAGS first (_TAGS_FIRST, the fast path); _TAGS_ANYWHERE
 # skips whole properties before it, as recovery (commitlog.py) finds TAGS anywhere.
@@ -68,7 +73,7 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Records for one topic/queue, encoded once; crosses actor boundaries as is.
 
     ``sizes`` (int32), ``tags_codes`` (int64) and ``index_hashes`` (int64) are
-    little-endian numpy buffers; ``index_records`` (int32) names the record of
+    little-endian buffers (numpy reads them); ``index_records`` (int32) names the record of
     each index hash. ``scheduled``: some record has a DELAY or __DELIVER_AT_MS property.
     """
 
@@ -87,91 +92,6 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     first_sequence: int = 0
 
 
-def _is_scheduled(props: dict[str, str]) -> bool:
-    return bool(props) and (P.DELAY in props or P.DELIVER_AT_MS in props)
-
-
-def _props_of(i: int, m: InnerMessage) -> tuple[str | None, str, str, dict[str, str]]:
-    """tags, keys, uniq key and other properties (reserved names in properties allowed)."""
-    props = m.properties
-    tags, keys, uniq = m.tags, m.keys, m.uniq_key
-    if props and any(name in props for name in _RESERVED):
-        props = dict(props)
-        tags = tags or props.pop(P.TAGS, None)
-        keys = keys or props.pop(P.KEYS, "")
-        uniq = uniq or props.pop(P.UNIQ_KEY, "")
-        for name in _RESERVED:
-            props.pop(name, None)
-    for name, value in (("tags", tags), ("keys", keys), ("uniq_key", uniq)):
-        if value is not None and not isinstance(value, str):
-            raise InvalidMessageError(
-                f"message {i}: {name} must be a str, got {type(value).__name__}"
-            )
-    if props:
-        try:
-            P.check_properties(props)
-        except InvalidMessageError as exc:
-            raise InvalidMessageError(f"message {i}: {exc}") from None
-    return tags, keys, uniq, props
-
-
-def _property_texts(
-    msgs: Sequence[InnerMessage],
-) -> tuple[list[str], list[tuple], int, bool]:
-    """Each message's property string, its (tags, keys, uniq), the entry count and
-    whether any message is scheduled (has a DELAY or __DELIVER_AT_MS property)."""
-    fast = _shared_property_texts(msgs)
-    if fast is not None:
-        return *fast, _is_scheduled(msgs[0].properties)
-    texts, fields, entries, scheduled = [], [], 0, False
-    for i, m in enumerate(msgs):
-        tags, keys, uniq, others = _props_of(i, m)
-        texts.append(P.encode_message_properties(tags, keys, uniq, others))
-        fields.append((tags, keys, uniq))
-        entries += P.count_entries(tags, keys, uniq, others)
-        scheduled = scheduled or _is_scheduled(others)
-    return texts, fields, entries, scheduled
-
-
-def _shared_property_texts(
-    msgs: Sequence[InnerMessage],
-) -> tuple[list[str], list[tuple], int] | None:
-    """The common case, one comprehension: every message has the same other properties
-    (a producer adds its group to each) and str/None tags, keys and unique ids."""
-    shared = msgs[0].properties
-    if not all([m.properties is shared or m.properties == shared for m in msgs]):
-        return None
-    if any(name in shared for name in _RESERVED):
-        return None
-    kinds = {m.tags.__class__ for m in msgs} | {m.keys.__class__ for m in msgs}
-    if not kinds <= {str, type(None)} or {m.uniq_key.__class__ for m in msgs} != {str}:
-        return None
-    try:
-        P.check_properties(shared)
-    except InvalidMessageError:
-        return None  # the slow path reports it with the message's index
-    suffix = P.encode_properties(shared)
-    texts = [
-        (f"TAGS\x01{m.tags}\x02" if m.tags else "")
-        + (f"KEYS\x01{m.keys}\x02" if m.keys else "")
-        + (f"UNIQ_KEY\x01{m.uniq_key}\x02" if m.uniq_key else "")
-        + suffix
-        for m in msgs
-    ]
-    fields = [(m.tags or None, m.keys or "", m.uniq_key) for m in msgs]
-    entries = sum([bool(t) + bool(k) + bool(u) for t, k, u in fields]) + len(shared) * len(msgs)
-    return texts, fields, entries
-
-
-def _check_texts(texts: list[str], entries: int) -> None:
-    joined = "".join(texts)
-    if joined.count("\x01") != entries or joined.count("\x02") != entries:
-        raise InvalidMessageError(
-            "tags, keys and property values must not contain \\x01 or \\x02 "
-            "(the property encoding reserves them)"
-        )
-
-
 def encode_batch(
     msgs: Sequence[InnerMessage],
     *,
@@ -181,34 +101,50 @@ def encode_batch(
     """Encode messages for one topic and queue (producer side). Raises ClientErrors."""
     if not msgs:
         raise InvalidMessageError("empty batch: nothing to send")
-    if {m.__class__ for m in msgs} != {InnerMessage}:
+    if set(map(type, msgs)) != {InnerMessage}:
         raise InvalidMessageError("batch items must be InnerMessage")
-    topic, queue_id = msgs[0].topic, msgs[0].queue_id
+    cols = E.columns(msgs)
+    topic, queue_id = cols.topic[0], cols.queue_id[0]
     validate_topic(topic)
-    if {m.topic for m in msgs} != {topic} or {m.queue_id for m in msgs} != {queue_id}:
+    if set(cols.topic) != {topic} or set(cols.queue_id) != {queue_id}:
         raise InvalidMessageError(
             "a batch goes to one topic and one queue; split it by topic and queue"
         )
     if queue_id.__class__ is not int or not 0 <= queue_id <= codec.QUEUE_ID_MAX:
         raise InvalidMessageError(f"queue_id {queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
-    bodies = [m.body for m in msgs]
-    _check_bodies(bodies, max_body_bytes)
-    texts, fields, entries, scheduled = _property_texts(msgs)
-    _check_texts(texts, entries)
-    raws = list(map(str.encode, texts))
-    longest = max(map(len, raws))
+    lengths = _check_bodies(cols.body, max_body_bytes)
+    props = E.property_texts(msgs, cols)
+    E.check_texts(props)
+    props_lengths = props.lengths()
+    longest = max(props_lengths)
     if longest > max_properties_bytes:
-        i = [len(r) for r in raws].index(longest)
+        i = props_lengths.index(longest)
         raise MessageTooLargeError(
             f"message {i}: properties are {longest} bytes encoded; at most "
             f"{max_properties_bytes} (max_properties_size_bytes)",
-            value=longest, limit=max_properties_bytes, field="properties",
-        )  # fmt: skip
-    return _assemble(msgs, topic, queue_id, bodies, raws, fields, scheduled)
+            value=longest,
+            limit=max_properties_bytes,
+            field="properties",
+        )
+    records, sizes = E.assemble(cols, lengths, props, props_lengths)
+    hashes, owners = E.index_columns(topic, props)
+    return EncodedBatch(
+        topic=topic,
+        queue_id=queue_id,
+        count=len(msgs),
+        records=records,
+        sizes=E.column("i", sizes),
+        tags_codes=E.tags_codes(props.tags),
+        index_hashes=E.column("q", hashes),
+        index_records=E.column("i", owners),
+        msg_ids=list(props.uniq_keys),
+        scheduled=props.scheduled,
+    )
 
 
-def _check_bodies(bodies: list[bytes], max_body: int) -> None:
-    if {b.__class__ for b in bodies} != {bytes}:
+def _check_bodies(bodies: tuple[bytes, ...], max_body: int) -> list[int]:
+    """Each body's length; raises for a body that is not bytes, empty or too large."""
+    if set(map(type, bodies)) != {bytes}:
         bad = next(b for b in bodies if b.__class__ is not bytes)
         raise InvalidMessageError(f"a body must be bytes, got {type(bad).__name__}")
     lengths = list(map(len, bodies))
@@ -218,63 +154,11 @@ def _check_bodies(bodies: list[bytes], max_body: int) -> None:
         i = lengths.index(max(lengths))
         raise MessageTooLargeError(
             f"message {i}: body is {lengths[i]} bytes; at most {max_body} (max_message_size_bytes)",
-            value=lengths[i], limit=max_body, field="body",
-        )  # fmt: skip
-
-
-def _assemble(msgs: Sequence[InnerMessage], topic: str, queue_id: int, bodies: list[bytes],
-              raws: list[bytes], fields: list[tuple], scheduled: bool) -> EncodedBatch:  # fmt: skip
-    n = len(msgs)
-    topic_field = codec.topic_field(topic)
-    pack_len = codec.PROPS_LEN.pack
-    tails = [topic_field + pack_len(len(r)) + r for r in raws]
-    body_lens = list(map(len, bodies))
-    sizes = [codec.HEADER_SIZE + b + len(t) for b, t in zip(body_lens, tails, strict=True)]
-    hosts: dict[str, bytes] = {}
-    born = [hosts.get(m.born_host) or hosts.setdefault(m.born_host, codec.encode_host(m.born_host))
-            for m in msgs]  # fmt: skip
-    headers = map(
-        codec.HEADER.pack, sizes, repeat(codec.MAGIC), repeat(0), repeat(0), repeat(0),
-        repeat(0), repeat(bytes(8)), repeat(queue_id), [m.flag for m in msgs],
-        [m.sys_flag for m in msgs], [m.born_timestamp for m in msgs], born,
-        [m.reconsume_times for m in msgs], [m.prepared_transaction_offset for m in msgs],
-        body_lens,
-    )  # fmt: skip
-    blob = bytearray(b"".join(chain.from_iterable(zip(headers, bodies, tails, strict=True))))
-    starts = list(accumulate(sizes, initial=0))
-    mv = memoryview(blob)
-    crcs = [crc32c(mv[s + codec.CRC_START : e]) for s, e in pairwise(starts)]
-    list(map(codec.CRC.pack_into, repeat(blob), [s + codec.CRC_OFFSET for s in starts], crcs))
-    mv.release()
-    hashes, owners = _index_columns(topic, fields)
-    return EncodedBatch(
-        topic=topic, queue_id=queue_id, count=n, records=bytes(blob),
-        sizes=np.asarray(sizes, dtype="<i4").tobytes(),
-        tags_codes=np.asarray([tags_code(f[0]) for f in fields], dtype="<i8").tobytes(),
-        index_hashes=np.asarray(hashes, dtype="<i8").tobytes(),
-        index_records=np.asarray(owners, dtype="<i4").tobytes(),
-        msg_ids=[f[2] for f in fields], scheduled=scheduled,
-    )  # fmt: skip
-
-
-def _index_columns(topic: str, fields: list[tuple]) -> tuple[list[int], list[int]]:
-    seed = topic_seed(topic)
-    hashes: list[int] = []
-    owners: list[int] = []
-    if all(f[1] and " " not in f[1] for f in fields):  # one key each: no split needed
-        hashes += [crc32c(f[1].encode(), seed) for f in fields]
-        owners += range(len(fields))
-    else:
-        for i, f in enumerate(fields):
-            for k in f[1].split(P.KEY_SEPARATOR) if f[1] else ():
-                if not k:
-                    continue
-                hashes.append(crc32c(k.encode(), seed))
-                owners.append(i)
-    uniq = [i for i, f in enumerate(fields) if f[2]]
-    hashes += [crc32c(fields[i][2].encode(), seed) for i in uniq]
-    owners += uniq
-    return hashes, owners
+            value=lengths[i],
+            limit=max_body,
+            field="body",
+        )
+    return lengths
 
 
 class BatchRejected(Exception):

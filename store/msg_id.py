@@ -4,6 +4,11 @@
 milliseconds since the generator started, modulo 2^32 (4) + a counter (2).
 (On counter overflow the millisecond field runs ahead of the clock.)
 Unique across processes (pid, random prefix) and in time (clock + counter).
+
+The last six bytes are one position ``ms * 2^16 + counter`` that only ever
+increases: ``next_ids(n)`` reserves n consecutive positions under the lock and
+builds their ids with C-level string concatenation, 256 at a time (a position's
+last byte is an index into a table of two-digit hex strings).
 """
 
 from __future__ import annotations
@@ -13,8 +18,12 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
+from typing import Final
 
-_TAIL = struct.Struct(">IH")
+_COUNTER_BITS: Final[int] = 16
+_POSITION_MASK: Final[int] = (1 << 48) - 1  # milliseconds modulo 2^32, then the counter
+_HEX2: Final[tuple[str, ...]] = tuple(f"{i:02X}" for i in range(256))
 
 
 def _local_ipv4() -> bytes:
@@ -31,40 +40,36 @@ class UniqIdGenerator:
     within one millisecond, the time field moves on to the next one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self._prefix = (
             (_local_ipv4() + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
         )
-        self._start = time.monotonic_ns()
-        self._ms = -1
-        self._counter = 0
+        self._clock = monotonic_ns
+        self._start = monotonic_ns()
+        self._last = -1  # the last position handed out: ms << 16 | counter
         self._lock = threading.Lock()
 
-    def _reserve(self, count: int) -> list[tuple[int, int]]:
-        now_ms = (time.monotonic_ns() - self._start) // 1_000_000
+    def _reserve(self, count: int) -> int:
+        """The first of ``count`` consecutive unused positions (a new millisecond
+        starts at counter 0)."""
+        now_ms = (self._clock() - self._start) // 1_000_000
         with self._lock:
-            if now_ms > self._ms:
-                self._ms, self._counter = now_ms, -1
-            out = []
-            for _ in range(count):
-                self._counter += 1
-                if self._counter > 0xFFFF:
-                    self._ms, self._counter = self._ms + 1, 0
-                out.append((self._ms & 0xFFFFFFFF, self._counter))
-            return out
+            first = max(self._last + 1, now_ms << _COUNTER_BITS)
+            self._last = first + count - 1
+        return first
 
     def next_id(self) -> str:
-        now_ms = (time.monotonic_ns() - self._start) // 1_000_000
-        with self._lock:
-            if now_ms > self._ms:
-                self._ms, self._counter = now_ms, 0
-            elif self._counter < 0xFFFF:
-                self._counter += 1
-            else:
-                self._ms, self._counter = self._ms + 1, 0
-            ms, counter = self._ms, self._counter
-        return f"{self._prefix}{ms & 0xFFFFFFFF:08X}{counter:04X}"
+        position = self._reserve(1) & _POSITION_MASK
+        return f"{self._prefix}{position:012X}"
 
     def next_ids(self, count: int) -> list[str]:
-        prefix = self._prefix
-        return [prefix + _TAIL.pack(ms, c).hex().upper() for ms, c in self._reserve(count)]
+        """``count`` ids at once, equal to as many ``next_id()`` calls in a row."""
+        first = self._reserve(count)
+        out: list[str] = []
+        position, end = first, first + count
+        while position < end:  # one round per run of positions that share all but the last byte
+            stop = min(end, (position | 0xFF) + 1)
+            head = f"{self._prefix}{(position & _POSITION_MASK) >> 8:010X}"
+            out += map(head.__add__, _HEX2[position & 0xFF : ((stop - 1) & 0xFF) + 1])
+            position = stop
+        return out

@@ -465,3 +465,24 @@ def test_uniq_ids_from_mixed_calls_are_unique() -> None:
         ids += g.next_ids(1000)
         ids.append(g.next_id())
     assert len(set(ids)) == len(ids)
+
+
+def test_uniq_ids_in_bulk_equal_single_calls_across_counter_boundaries() -> None:
+    """Under a frozen clock the last 12 hex digits count 0, 1, 2, ... (the counter runs
+    into the millisecond field at 2^16) whether ids come one by one or in bulk."""
+    g = UniqIdGenerator(monotonic_ns=lambda: 7)
+    ids = g.next_ids(250) + [g.next_id() for _ in range(20)] + g.next_ids(70_000)
+    ids += [g.next_id(), *g.next_ids(1), *g.next_ids(0), *g.next_ids(3)]
+    assert [i[20:] for i in ids] == [f"{p:012X}" for p in range(len(ids))]
+    assert {i[:20] for i in ids} == {ids[0][:20]}
+
+
+def test_uniq_ids_restart_the_counter_each_millisecond() -> None:
+    now = [0]
+    g = UniqIdGenerator(monotonic_ns=lambda: now[0])
+    assert [i[20:] for i in g.next_ids(3)] == ["000000000000", "000000000001", "000000000002"]
+    now[0] = 5_000_000  # 5 ms later
+    assert [i[20:] for i in g.next_ids(2)] == ["000000050000", "000000050001"]
+    assert g.next_id()[20:] == "000000050002"
+    now[0] = 6_000_000
+    assert g.next_id()[20:] == "000000060000"
