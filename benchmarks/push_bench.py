@@ -114,10 +114,12 @@ def drain_rate(topic: str, total: int, consumers: int, batch: int | None) -> flo
     before = sum(c.stats()["consumed"] for c in started)
     while (done := sum(c.stats()["consumed"] for c in started)) < total:
         time.sleep(0.02)
-    rate = (done - before) / (time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
     for c in started:
         c.shutdown()
-    return rate
+    if done - before < total // 2:  # drained before all had started: no figure
+        return float("nan")
+    return (done - before) / elapsed
 
 
 def pull_drain_rate(topic: str, total: int) -> float:
