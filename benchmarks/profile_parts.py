@@ -1,13 +1,16 @@
 """Where the time goes: sample every rayq process with py-spy while a workload runs.
 
-Run: ``.venv/bin/python benchmarks/profile_parts.py {produce,pull,push} [--seconds 8]``
+Run: ``.venv/bin/python benchmarks/profile_parts.py {produce,pull,push,...} [--seconds 8]``
 (starts and stops its own local Ray; py-spy comes with the ``dev`` extra and needs
 permission to ptrace, e.g. root or ``kernel.yama.ptrace_scope=0``).
 
 - ``produce``: one producer sending batches of 100 x 1 KiB in a loop;
 - ``pull``: one PullConsumer draining a backlog;
-- ``push``: one PushConsumer (no-op listener) draining a backlog;
+- ``push``: one PushConsumer (no-op listener) draining a backlog of 200,000 (sampling
+  starts at once; the drain takes a second or two, so ``--seconds 2``);
 - ``e2e``: ~1,000 single messages a second (``send_oneway``) to a PushConsumer;
+- ``e2e-sync``: the same, each message sent with a synchronous ``send`` on a fixed
+  schedule (push_bench's latency workload);
 - ``latency``: the anchors' B = 1 latency case: single messages sent synchronously, as
   fast as they are answered, to a PullConsumer in another process that polls and
   commits after every poll.
@@ -61,6 +64,16 @@ def trickle_loop(stop: threading.Event, topic: str) -> None:
         while not stop.is_set():
             producer.send_oneway(rayq.Message(topic, BODY))
             time.sleep(0.001)
+
+
+def paced_sync_loop(stop: threading.Event, topic: str) -> None:
+    """1,000 single messages a second on a fixed schedule, each sent synchronously."""
+    with rayq.Producer("prof-e2e-sync") as producer:
+        t0, sent = time.perf_counter(), 0
+        while not stop.is_set():
+            producer.send(rayq.Message(topic, BODY))
+            sent += 1
+            time.sleep(max(0.0, t0 + sent / 1000 - time.perf_counter()))
 
 
 def fill(topic: str, total: int) -> None:
@@ -168,7 +181,9 @@ def summarize(role: str, path: Path, seconds: float, top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workload", choices=["produce", "pull", "push", "e2e", "latency"])
+    parser.add_argument(
+        "workload", choices=["produce", "pull", "push", "e2e", "e2e-sync", "latency"]
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
@@ -181,7 +196,7 @@ def main() -> None:
             rayq.Admin().create_topic(topic, queues=8)
             if args.workload in ("pull", "push"):
                 fill(topic, 200_000)
-            if args.workload in ("push", "e2e"):
+            if args.workload in ("push", "e2e", "e2e-sync"):
                 first = rayq.ConsumeFromWhere.FIRST_OFFSET
                 push = rayq.PushConsumer("prof-push", consume_from=first)
                 push.subscribe(topic)
@@ -197,12 +212,13 @@ def main() -> None:
                 time.sleep(5)  # the consumer process connects and subscribes
                 extra["consumer process (poll + commit)"] = consumer.pid or 0
                 threading.Thread(target=sync_send_loop, args=(stop, topic), daemon=True).start()
-            elif args.workload == "e2e":
-                threading.Thread(target=trickle_loop, args=(stop, topic), daemon=True).start()
+            elif args.workload in ("e2e", "e2e-sync"):
+                loop = trickle_loop if args.workload == "e2e" else paced_sync_loop
+                threading.Thread(target=loop, args=(stop, topic), daemon=True).start()
             elif args.workload != "push":
                 loop = produce_loop if args.workload == "produce" else pull_loop
                 threading.Thread(target=loop, args=(stop, topic), daemon=True).start()
-            time.sleep(1.0)
+            time.sleep(0.0 if args.workload == "push" else 1.0)
             files = record(processes(extra), args.seconds, Path(tmp))
             for role, path in files.items():
                 summarize(role, path, args.seconds, args.top)

@@ -3,14 +3,16 @@
 ``ConsumeMessageOrderlyService``).
 
 The coordinator decides which queues this consumer owns (``assign``/``revoke``,
-see ``rayq.actors.server.rebalance``). For each owned queue an asyncio task pulls through
-the broker's PullHold (long polling) into a ``ProcessQueue``, with flow control
-(``pull_threshold_for_queue`` messages, ``pull_threshold_size_for_queue_mib``, and
-for concurrent listeners ``consume_concurrently_max_span``). The user's listener
+see ``rayq.actors.server.rebalance``). One asyncio loop per broker pulls the owned
+queues of that broker (``rayq.consume_pull``: through its PullHold when caught up,
+straight from the broker with a backlog) into a ``ProcessQueue`` per queue, with flow
+control (``pull_threshold_for_queue`` messages, ``pull_threshold_size_for_queue_mib``,
+and for concurrent listeners ``consume_concurrently_max_span``). The user's listener
 runs in a pool of ``consume_thread`` threads:
 
-- concurrent: each pulled batch is one pool task that calls the listener on slices
-  of ``consume_message_batch_max_size``; failed messages are sent back to the
+- concurrent: each pulled batch is split into a few pool tasks (the pool's threads
+  shared among the owned queues), each calling the listener on slices of
+  ``consume_message_batch_max_size``; failed messages are sent back to the
   broker (``%RETRY%<group>`` with a delay, ``%DLQ%<group>`` past
   ``max_reconsume_times``); the committed offset is the smallest one still held.
 - orderly: one consume loop per queue, holding the broker's lock on the queue;
@@ -40,10 +42,7 @@ from rayq.actors.protocol import (
     MemberRequest,
     MessageModel,
     MessageQueue,
-    PullItem,
-    PullManyRequest,
     PullResponse,
-    PullStatus,
     SendBackItem,
     SendBackRequest,
 )
@@ -52,6 +51,7 @@ from rayq.actors.server.rebalance import MemberSpec
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.consume_orderly import OrderlyConsumption, by_broker
+from rayq.consume_pull import PullRounds
 from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
 from rayq.process_queue import ProcessQueue
 from rayq.start_offsets import fresh_start_offsets
@@ -68,7 +68,7 @@ REVOKE_WAIT_S = 10.0  # how long a revoked queue's in-flight work may take to fi
 SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
 
 
-class ConsumeService(OrderlyConsumption):
+class ConsumeService(PullRounds, OrderlyConsumption):
     def __init__(self, *, group: str, client_id: str, subscriptions: dict[str, str],
                  listener: Callable[..., Any], orderly: bool, model: MessageModel,
                  consume_from: ConsumeFromWhere, consume_timestamp_ms: int,
@@ -102,6 +102,7 @@ class ConsumeService(OrderlyConsumption):
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}  # orderly consume loops
         self.broker_loops: dict[str, asyncio.Task] = {}  # one pull loop per broker
+        self.freed: dict[str, asyncio.Event] = {}  # per broker: its queues' messages got done
         self.background: set[asyncio.Task] = set()
         self.history: list[tuple[MessageQueue, float, float]] = []  # (queue, owned from, to)
         self._owned_since: dict[MessageQueue, float] = {}
@@ -114,6 +115,12 @@ class ConsumeService(OrderlyConsumption):
     # ------------------------------------------------------------ members
     async def start(self, handle: Any) -> None:
         self.handle = handle
+        await self.open()
+        await self.join()
+
+    async def open(self) -> None:
+        """Everything ``start`` does but joining the group: the client context, the
+        offset store, the retry topic. (Tests then ``assign`` queues themselves.)"""
         self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
         if self.broadcasting:
             self.offsets = LocalOffsetStore(self.config.offset_store_dir,
@@ -121,7 +128,6 @@ class ConsumeService(OrderlyConsumption):
         else:
             self.offsets = RemoteOffsetStore(self.ctx, self.group)
             await self._ensure_retry_topic()
-        await self.join()
 
     async def join(self) -> None:
         req = JoinGroupRequest(group=self.group, spec=self.spec, client_id=self.client_id)
@@ -156,7 +162,7 @@ class ConsumeService(OrderlyConsumption):
             return
         starts = await self._start_offsets(new)
         for mq in new:
-            pq = ProcessQueue()
+            pq = ProcessQueue(self._freed(mq.broker_name))
             pq.next_pull = starts[mq]
             self.offsets.update(mq, starts[mq])
             self.queues[mq] = pq
@@ -212,111 +218,23 @@ class ConsumeService(OrderlyConsumption):
                                              self.consume_timestamp_ms))  # fmt: skip
         return found
 
-    # --------------------------------------------------------------- pull
-    def _restart_pulls(self, broker: str) -> None:
-        """(Re)start the one pull loop of ``broker`` for the queues owned there now."""
-        old = self.broker_loops.pop(broker, None)
-        if old is not None:
-            old.cancel()  # a pull in flight is dropped; its queues restart at next_pull
-        if any(mq.broker_name == broker for mq in self.queues):
-            self.broker_loops[broker] = asyncio.create_task(self._pull_broker(broker))
-
-    def _pullable(self, pq: ProcessQueue, now: float) -> bool:
-        cfg = self.config
-        return (pq.pulling and now >= pq.retry_at
-                and pq.count < cfg.pull_threshold_for_queue
-                and pq.bytes < cfg.pull_threshold_size_for_queue_mib * 1024 * 1024
-                and (self.orderly or pq.span <= cfg.consume_concurrently_max_span))  # fmt: skip
-
-    async def _pull_broker(self, broker: str) -> None:
-        """Pull every owned queue of ``broker`` in one call per round (``pull_batch_size``
-        from each): straight from the broker while any has a backlog, else through its
-        hold service, which answers when any of them gets a message. The next round is
-        sent before this one's messages are decoded, so decoding overlaps the call."""
-        cfg = self.config
-        inflight: tuple[Any, list[tuple[MessageQueue, ProcessQueue]]] | None = None
-        while True:
-            if inflight is None:
-                inflight = self._send_pull(broker)
-                if inflight is None:
-                    if not any(mq.broker_name == broker and pq.pulling
-                               for mq, pq in self.queues.items()):  # fmt: skip
-                        return
-                    await asyncio.sleep(cfg.pull_time_delay_when_flow_control_ms / 1000)
-                    continue
-            ref, ready = inflight
-            inflight = None
-            try:
-                resps = (await ref).results
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.warning("consumer %s: pull from %s failed (%s); again in %.1f s",
-                               self.client_id, broker, exc,
-                               cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
-                self.ctx.forget(broker)
-                await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
-                continue
-            pulled = [(mq, pq, r) for (mq, pq), r in zip(ready, resps, strict=True) if pq.pulling]
-            for mq, pq, resp in pulled:
-                self._advance(mq, pq, resp)
-            inflight = self._send_pull(broker)
-            for mq, pq, resp in pulled:
-                if isinstance(resp, PullResponse) and resp.status is PullStatus.FOUND:
-                    self._dispatch(mq, pq, resp)
-
-    def _send_pull(self, broker: str) -> tuple[Any, list[tuple[MessageQueue, ProcessQueue]]] | None:
-        """Send one round for the owned queues of ``broker`` that may be pulled now."""
-        cfg = self.config
-        now = time.monotonic()
-        ready = [(mq, pq) for mq, pq in self.queues.items()
-                 if mq.broker_name == broker and self._pullable(pq, now)]  # fmt: skip
-        if not ready:
-            return None
-        backlog = any(pq.backlog for _, pq in ready)
-        req = PullManyRequest(
-            group=self.group, max_nums=cfg.pull_batch_size, client_id=self.client_id,
-            suspend_ms=0 if backlog else cfg.broker_suspend_max_ms,
-            items=[PullItem(mq.topic, mq.queue_id, pq.next_pull,
-                            self.filters[mq.topic].expression) for mq, pq in ready],
-        )  # fmt: skip
-        target = self.ctx.broker(broker) if backlog else self.ctx.hold(broker)
-        return target.pull_many(req), ready
-
-    def _advance(self, mq: MessageQueue, pq: ProcessQueue, resp: Any) -> None:
-        """A queue's answer: its next offset now (its messages are decoded after the next
-        round is sent)."""
-        if not isinstance(resp, PullResponse):
-            logger.warning("consumer %s: pull of %s failed (%s); again in %.1f s",
-                           self.client_id, mq, resp,
-                           self.config.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
-            pq.retry_at = time.monotonic() + self.config.pull_time_delay_when_exception_ms / 1000
-            pq.backlog = False
-            return
-        pq.backlog = resp.status is PullStatus.FOUND and resp.next_offset < resp.max_offset
-        if resp.status is PullStatus.OFFSET_ILLEGAL:
-            logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, pq.next_pull,
-                           resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
-        pq.next_pull = resp.next_offset
-        if resp.status is not PullStatus.FOUND and not pq.count:
-            self.offsets.update(mq, pq.commit_offset())
-
+    # --------------------------------------------------------- dispatch
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None:
-        msgs = self._prepare(decode_records(resp.buffer, broker_name=mq.broker_name),
-                             self.filters[mq.topic])  # fmt: skip
+        msgs = self._prepare(mq, decode_records(resp.buffer, broker_name=mq.broker_name))
         pq.put(msgs, resp.next_offset)
         if msgs and not self.orderly:
             for part in self._split(msgs):
-                self._spawn(self._consume_concurrently(mq, pq, part))
+                self._hand_off(mq, pq, part)
         if not pq.count:
             self.offsets.update(mq, pq.commit_offset())
 
-    def _prepare(self, msgs: list[MessageExt], tag_filter: TagFilter) -> list[MessageExt]:
+    def _prepare(self, mq: MessageQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         """Exact tag check, and retried messages get their original topic back."""
+        tag_filter = self.filters[mq.topic]
         if tag_filter.tags is not None:
             msgs = [m for m in msgs if tag_filter.matches_tags(m.tags)]
-        for m in msgs:
-            if m.topic == self.retry_topic:
+        if mq.topic == self.retry_topic:
+            for m in msgs:
                 m.topic = m.properties.get(P.RETRY_TOPIC, m.topic)
         return msgs
 
@@ -334,16 +252,25 @@ class ConsumeService(OrderlyConsumption):
         task.add_done_callback(self.background.discard)
 
     # --------------------------------------------------------- concurrent
-    async def _consume_concurrently(self, mq: MessageQueue, pq: ProcessQueue,
-                                    msgs: list[MessageExt]) -> None:  # fmt: skip
+    def _hand_off(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """One pool task for ``msgs`` (the listener sees them in slices of
+        ``consume_message_batch_max_size``); what they did is settled on the loop."""
+        if pq.dropped:
+            return
         pq.inflight += 1
-        pq.mark_started(msgs)
+        batch = pq.mark_started(msgs)
+        running = asyncio.wrap_future(self.pool.submit(self.runner.run_concurrently, msgs))
+        self._spawn(self._consumed(mq, pq, msgs, batch, running))
+
+    async def _consumed(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
+                        batch: int, running: asyncio.Future) -> None:  # fmt: skip
+        """After the listener: drop what succeeded (or was sent back) from ``pq`` and
+        move its commit offset; what could not be sent back is consumed again here."""
         try:
-            failed = await asyncio.get_running_loop().run_in_executor(
-                self.pool, self.runner.run_concurrently, msgs
-            )
+            failed = await running
         finally:
             pq.inflight -= 1
+            pq.mark_finished(batch)
         if pq.dropped:
             return
         self.consumed += len(msgs) - len(failed)
@@ -353,15 +280,18 @@ class ConsumeService(OrderlyConsumption):
         elif failed:
             logger.warning("consumer %s: %d broadcast messages failed and are dropped",
                            self.client_id, len(failed))  # fmt: skip
-        keep = {m.queue_offset for m in kept}
-        pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
+        if kept:
+            keep = {m.queue_offset for m in kept}
+            pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
+        else:
+            pq.remove(m.queue_offset for m in msgs)
         self.offsets.update(mq, pq.commit_offset())
         if kept:
             for m in kept:
                 m.reconsume_times += 1
             await asyncio.sleep(SEND_BACK_RETRY_S)
             if not pq.dropped:
-                self._spawn(self._consume_concurrently(mq, pq, kept))
+                self._hand_off(mq, pq, kept)
 
     async def _send_back(self, msgs: list[MessageExt], *, dlq: bool = False) -> list[MessageExt]:
         """Send failed messages back to their brokers (one call per broker); the ones

@@ -6,6 +6,10 @@ done), or, with nothing held, the next offset to pull. Concurrent consumption
 removes messages in any order; orderly consumption ``take``s the lowest ones, then
 ``commit_taken`` (done) or ``rollback_taken`` (consume them again).
 
+Flow control reads ``room``: how many more messages the queue may hold under the
+consumer's thresholds (count, bytes and, for concurrent listeners, span), counting
+the records of an answer that arrived but is not decoded yet (``incoming``).
+
 Dict insertion order is queue order (pulls append increasing offsets and removals
 never reorder), so the smallest held offset is the first key: O(1).
 """
@@ -13,6 +17,7 @@ never reorder), so the smallest held offset is the first key: O(1).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterable
 
@@ -20,7 +25,7 @@ from rayq.store.message import MessageExt
 
 
 class ProcessQueue:
-    def __init__(self) -> None:
+    def __init__(self, freed: asyncio.Event | None = None) -> None:
         self.msgs: dict[int, MessageExt] = {}
         self.taken: dict[int, MessageExt] = {}  # orderly: being consumed now
         self.bytes = 0
@@ -28,11 +33,17 @@ class ProcessQueue:
         self.dropped = False
         self.pulling = True  # cleared first when the queue is revoked
         self.backlog = False  # the last pull left messages behind on the broker
+        self.found = False  # the last pull brought messages (more may be on their way)
+        self.incoming = 0  # records of an answer not put here yet (decoded after the next pull)
+        self.incoming_bytes = 0
+        self.record_bytes = 0  # body bytes per message of the last pull (0: none yet)
         self.retry_at = 0.0  # monotonic time before which the queue is not pulled (errors)
         self.inflight = 0  # concurrent consume batches running
         self.locked_at = 0.0  # orderly: monotonic time of the last successful lock
-        self.started_at: dict[int, float] = {}  # offset -> monotonic time consumption began
+        self.running: dict[int, tuple[float, list[MessageExt]]] = {}  # batch -> (began, msgs)
+        self._batches = itertools.count()
         self.changed = asyncio.Event()  # set on put, remove and drop
+        self.freed = freed  # set when messages are done (shared by a broker's queues)
 
     # --------------------------------------------------------------- state
     @property
@@ -58,32 +69,64 @@ class ProcessQueue:
         first = self.first_offset()
         return first if first is not None else self.next_pull
 
+    def room(self, max_count: int, max_bytes: int, max_span: int | None = None) -> int:
+        """How many more messages this queue may take in (0: pull nothing now): below
+        ``max_count`` messages and ``max_bytes`` of bodies held (bytes estimated from the
+        last pull's message size), and with ``max_span``, the next pull's last offset at
+        most ``max_span`` past the smallest offset held."""
+        room = max_count - self.count - self.incoming
+        held_bytes = self.bytes + self.incoming_bytes
+        if held_bytes >= max_bytes:
+            return 0
+        if self.record_bytes:
+            room = min(room, (max_bytes - held_bytes) // self.record_bytes)
+        first = self.first_offset()
+        if max_span is not None and first is not None:
+            room = min(room, first + max_span + 1 - self.next_pull)
+        return max(room, 0)
+
     # ------------------------------------------------------------- changes
+    def arriving(self, records: int, size_bytes: int) -> None:
+        """An answer with ``records`` (``size_bytes`` in all) came and is put soon."""
+        self.incoming = records
+        self.incoming_bytes = size_bytes
+
     def put(self, msgs: Iterable[MessageExt], next_pull: int) -> None:
+        added = added_bytes = 0
         for m in msgs:
             if m.queue_offset not in self.msgs:
                 self.msgs[m.queue_offset] = m
-                self.bytes += len(m.body)
+                added += 1
+                added_bytes += len(m.body)
+        self.bytes += added_bytes
+        if added:
+            self.record_bytes = max(1, added_bytes // added)
+        self.incoming = self.incoming_bytes = 0
         self.next_pull = next_pull
         self.changed.set()
 
     def remove(self, offsets: Iterable[int]) -> None:
+        pop = self.msgs.pop
         for off in offsets:
-            m = self.msgs.pop(off, None)
+            m = pop(off, None)
             if m is not None:
                 self.bytes -= len(m.body)
-            self.started_at.pop(off, None)
-        self.changed.set()
+        self._done()
 
-    def mark_started(self, msgs: Iterable[MessageExt]) -> None:
-        now = time.monotonic()
-        for m in msgs:
-            self.started_at[m.queue_offset] = now
+    def mark_started(self, msgs: list[MessageExt]) -> int:
+        """``msgs`` go to the listener now; the batch's number for ``mark_finished``."""
+        batch = next(self._batches)
+        self.running[batch] = (time.monotonic(), msgs)
+        return batch
+
+    def mark_finished(self, batch: int) -> None:
+        self.running.pop(batch, None)
 
     def expired(self, timeout_s: float) -> list[MessageExt]:
-        """Messages whose consumption began over ``timeout_s`` ago (oldest first)."""
+        """Messages still held whose consumption began over ``timeout_s`` ago."""
         limit = time.monotonic() - timeout_s
-        return [self.msgs[o] for o, t in self.started_at.items() if t < limit and o in self.msgs]
+        return [m for began, msgs in self.running.values() if began < limit
+                for m in msgs if m.queue_offset in self.msgs]  # fmt: skip
 
     # ------------------------------------------------------------- orderly
     def take(self, n: int) -> list[MessageExt]:
@@ -91,7 +134,7 @@ class ProcessQueue:
         if self.taken:
             return []
         out = []
-        for off in list(self.msgs)[:n]:
+        for off in list(itertools.islice(self.msgs, n)):
             self.taken[off] = self.msgs.pop(off)
             out.append(self.taken[off])
         return out
@@ -101,7 +144,7 @@ class ProcessQueue:
         for m in self.taken.values():
             self.bytes -= len(m.body)
         self.taken.clear()
-        self.changed.set()
+        self._done()
         return self.commit_offset()
 
     def rollback_taken(self) -> None:
@@ -112,3 +155,8 @@ class ProcessQueue:
     def drop(self) -> None:
         self.dropped = True
         self.changed.set()
+
+    def _done(self) -> None:
+        self.changed.set()
+        if self.freed is not None:
+            self.freed.set()

@@ -450,3 +450,38 @@ def test_a_message_stuck_in_the_listener_past_consume_timeout_is_sent_back(
                  timeout=30, what="the offset past the stuck message")  # fmt: skip
     finally:
         c.shutdown()
+
+
+class Sluggish:
+    """Records every message after a short pause per call (a listener slower than pulls)."""
+
+    def __init__(self, recorder: object) -> None:
+        self.recorder = recorder
+
+    def __call__(self, msgs: list[rayq.MessageExt]) -> ConsumeStatus:
+        time.sleep(0.02)
+        self.recorder.add.remote([("f", m.topic, m.queue_id, m.queue_offset, m.body,  # type: ignore[attr-defined]
+                                   m.reconsume_times, False) for m in msgs])  # fmt: skip
+        return ConsumeStatus.CONSUME_SUCCESS
+
+
+def test_a_queue_held_back_by_flow_control_is_pulled_again_once_its_listener_makes_room(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    """A backlog far over pull_threshold_for_queue: the queue fills up to the threshold,
+    then waits while the consumer's other queue (its retry queue) waits at the hold
+    service; each time the listener makes room, the held pull is cancelled and the queue
+    pulled again, so the backlog drains at the listener's pace (were it left to wait for
+    the held pull, every refill would take broker_suspend_max_ms, 15 s)."""
+    topic, group = unique("flow"), unique("cg")
+    admin.create_topic(topic, queues=1)
+    bodies = [f"f{i}".encode() for i in range(300)]
+    send(topic, bodies)
+    config = rayq.ClientConfig(pull_threshold_for_queue=20, pull_batch_size=4)
+    c = consumer(group, topic, Sluggish(recorder), config=config)
+    try:
+        wait_for(lambda: len(ray.get(recorder.get.remote())) >= 300, what="300 messages")
+        rows = ray.get(recorder.get.remote())
+        assert Counter(r[4] for r in rows) == Counter(bodies)
+    finally:
+        c.shutdown()

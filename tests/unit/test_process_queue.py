@@ -48,12 +48,36 @@ def test_span_is_held_from_the_oldest_message_in_flight() -> None:
 
 def test_expired_lists_messages_consumed_for_too_long() -> None:
     pq = ProcessQueue()
-    pq.put([msg(0), msg(1)], next_pull=2)
-    pq.mark_started([msg(0)])
-    assert [m.queue_offset for m in pq.expired(-1.0)] == [0]
+    pq.put([msg(0), msg(1), msg(2)], next_pull=3)
+    batch = pq.mark_started([pq.msgs[0], pq.msgs[1]])
+    assert [m.queue_offset for m in pq.expired(-1.0)] == [0, 1]
     assert pq.expired(60.0) == []
-    pq.remove([0])
+    pq.remove([0])  # sent back by the consume-timeout scan: not listed again
+    assert [m.queue_offset for m in pq.expired(-1.0)] == [1]
+    pq.mark_finished(batch)
     assert pq.expired(-1.0) == []
+
+
+def test_room_is_what_the_thresholds_leave_counting_an_answer_not_yet_put() -> None:
+    """Flow control: how many more messages a pull may bring. The count and bytes
+    thresholds count the records of an answer that came but is not decoded yet; bytes
+    are estimated from the last pull's message size; the span limit keeps the next
+    pull's last offset within max_span of the oldest message held."""
+    pq = ProcessQueue()
+    pq.next_pull = 0
+    assert pq.room(100, 10_000) == 100  # nothing known about sizes yet
+    pq.put([msg(o, b"x" * 10) for o in range(30)], next_pull=30)
+    assert pq.room(100, 10_000) == 70
+    assert pq.room(100, 500) == 20  # (500 - 300 bytes held) // 10 bytes a message
+    pq.arriving(records=50, size_bytes=100)
+    assert pq.room(100, 10_000) == 20
+    assert pq.room(100, 400) == 0  # 300 + 100 bytes: at the threshold
+    pq.put([msg(o, b"x" * 10) for o in range(30, 80)], next_pull=80)
+    assert (pq.incoming, pq.room(100, 10_000)) == (0, 20)
+    pq.remove(range(1, 80))
+    assert pq.room(100, 10_000, max_span=100) == 21  # offset 0 held: up to offset 100
+    pq.remove([0])
+    assert pq.room(100, 10_000, max_span=100) == 100
 
 
 def test_drop_marks_the_queue_and_wakes_waiters() -> None:

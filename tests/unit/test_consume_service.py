@@ -1,0 +1,304 @@
+"""The push consumer's service (rayq/consume_service.py) against the in-process fake
+cluster, no Ray: how it pulls (rounds through the hold service or straight from the
+broker, how much a round asks for under flow control), how a pulled batch goes to the
+listener and is acked, committed and retried. Group membership is left out: the tests
+``open`` the service and ``assign`` its queues by hand, as the coordinator would."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rayq
+from rayq import consume_service
+from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import (
+    ConsumeFromWhere,
+    MessageModel,
+    MessageQueue,
+    PullManyRequest,
+    QueryOffsetsRequest,
+    ScheduleStatsRequest,
+)
+from rayq.actors.server.allocation import AllocateStrategy
+from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
+from rayq.consume_service import ConsumeService
+from rayq.store.errors import BrokerUnavailableError
+from rayq.store.message import MessageExt
+from rayq.store.names import retry_topic
+from rayq.testing import FakeCluster, FakeTransport
+
+TOPICS = ("a", "b")
+QUEUES = {t: MessageQueue(t, "broker-a", 0) for t in TOPICS}
+GROUP = "cg"
+WAIT_S = 10.0  # generous: what a test waits for, never a figure it checks
+
+
+class SpyTransport(FakeTransport):
+    """Records every pull round: (``"broker"`` or ``"hold"``, its PullManyRequest)."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__(cluster)
+        self.rounds: list[tuple[str, PullManyRequest]] = []
+
+    def broker(self, broker_name: str) -> Any:
+        client = super().broker(broker_name)
+        return _Spied(client, "broker", self.rounds)
+
+    def hold(self, broker_name: str) -> Any:
+        client = super().hold(broker_name)
+        return _Spied(client, "hold", self.rounds)
+
+
+class _Spied:
+    def __init__(self, client: Any, kind: str, rounds: list) -> None:
+        self._client, self._kind, self._rounds = client, kind, rounds
+
+    def pull_many(self, req: PullManyRequest) -> Any:
+        self._rounds.append((self._kind, req))
+        return self._client.pull_many(req)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class Gate:
+    """A listener that records what it gets and blocks while the gate is closed."""
+
+    def __init__(self, result: Callable[[list[MessageExt]], Any] | None = None) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.calls: list[list[int]] = []
+        self.threads: set[str] = set()
+        self.result = result
+        self.lock = threading.Lock()
+
+    def __call__(self, msgs: list[MessageExt]) -> Any:
+        self.open.wait(WAIT_S)
+        with self.lock:
+            self.calls.append([m.queue_offset for m in msgs])
+            self.threads.add(threading.current_thread().name)
+        return self.result(msgs) if self.result else ConsumeStatus.CONSUME_SUCCESS
+
+    @property
+    def offsets(self) -> list[int]:
+        with self.lock:
+            return [o for call in self.calls for o in call]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
+    with FakeCluster(tmp_path) as c:
+        admin = rayq.Admin(transport=FakeTransport(c))
+        for topic in TOPICS:
+            admin.create_topic(topic, queues=1)
+        yield c
+
+
+def fill(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x" * 100) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
+        for start in range(0, n, 100):
+            producer.send_batch([rayq.Message(topic, body)] * min(100, n - start))
+
+
+def service(transport: FakeTransport, listener: Callable[..., Any], orderly: bool = False,
+            **config: Any) -> ConsumeService:  # fmt: skip
+    return ConsumeService(
+        group=GROUP, client_id="c1", subscriptions=dict.fromkeys(TOPICS, "*"),
+        listener=listener, orderly=orderly, model=MessageModel.CLUSTERING,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET, consume_timestamp_ms=0,
+        max_reconsume_times=16, strategy=AllocateStrategy.AVERAGELY, allocation=[],
+        config=ClientConfig(**config), namespace="rayq-fake", transport=transport,
+    )  # fmt: skip
+
+
+async def started(svc: ConsumeService) -> None:
+    """Open the service and give it the queues of TOPICS and its retry queue."""
+    await svc.open()
+    await svc.assign(1, [*QUEUES.values(), MessageQueue(retry_topic(GROUP), "broker-a", 0)])
+
+
+async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def committed(cluster: FakeCluster, topic: str) -> int:
+    got = cluster.server().query_offsets(QueryOffsetsRequest(group=GROUP, topic=topic))
+    return dict(got.offsets).get(0, -1)
+
+
+def rounds_of(transport: SpyTransport, kind: str) -> list[PullManyRequest]:
+    return [req for k, req in transport.rounds if k == kind]
+
+
+# ------------------------------------------------------------------- pull rounds
+def test_a_backlog_is_pulled_in_rounds_as_large_as_flow_control_allows(
+    cluster: FakeCluster,
+) -> None:
+    """With a backlog, a round from the broker asks for the room every queue has left
+    under pull_threshold_for_queue, not pull_batch_size: the queue fills up to the
+    threshold and no further while the listener is stuck; once it goes on, the queue
+    is pulled again at once (not after the hold time of the round the others wait in)
+    and every message is consumed once and committed."""
+    fill(cluster, "a", 1000)
+    gate = Gate()
+    gate.open.clear()
+    transport = SpyTransport(cluster)
+    svc = service(transport, gate, pull_batch_size=4, pull_threshold_for_queue=100)
+    pq_a = None
+
+    async def run() -> None:
+        nonlocal pq_a
+        await started(svc)
+        pq_a = svc.queues[QUEUES["a"]]
+        await until(lambda: pq_a.next_pull >= 100 and rounds_of(transport, "hold")[-1:] != [])
+        await asyncio.sleep(0.2)  # nothing more may be pulled while the listener is stuck
+        assert pq_a.count <= 100
+        gate.open.set()
+        await until(lambda: svc.consumed == 1000)
+        await svc.commit()
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(gate.offsets) == list(range(1000))
+    assert committed(cluster, "a") == 1000
+    direct = rounds_of(transport, "broker")
+    assert max(r.max_nums for r in direct) > 4  # larger than pull_batch_size
+    assert all(r.max_nums == 4 for r in rounds_of(transport, "hold"))
+
+
+def test_a_round_that_brought_messages_is_followed_by_one_from_the_broker(
+    cluster: FakeCluster,
+) -> None:
+    """Messages just came: the next round reads the broker directly (more may be there
+    already, one call instead of hold + broker); when it finds nothing, the round after
+    it waits at the hold service again."""
+    gate = Gate()
+    transport = SpyTransport(cluster)
+    svc = service(transport, gate)
+
+    async def run() -> None:
+        await started(svc)
+        await until(lambda: len(transport.rounds) == 1)
+        fill(cluster, "b", 1)
+        await until(lambda: svc.consumed == 1 and len(transport.rounds) >= 3)
+        await svc.shutdown()
+
+    asyncio.run(run())
+    kinds = [(k, r.suspend_ms > 0) for k, r in transport.rounds[:3]]
+    assert kinds == [("hold", True), ("broker", False), ("hold", True)]
+
+
+# ------------------------------------------------------------- listener hand-off
+def test_a_pulled_batch_is_one_pool_task_acked_in_slices_and_failures_go_back(
+    cluster: FakeCluster,
+) -> None:
+    """The listener sees slices of consume_message_batch_max_size, several slices in
+    one pool task; the messages after each slice's ack index are sent back (retried
+    through %RETRY%), the rest count as consumed, and the commit covers all of them."""
+    fill(cluster, "a", 200)
+    gate = Gate(result=lambda msgs: (ConsumeStatus.CONSUME_SUCCESS, 6))  # 7 of each 10 ok
+    sent_back: list[int] = []
+    svc = service(SpyTransport(cluster), gate, consume_message_batch_max_size=10,
+                  consume_thread=1)  # fmt: skip
+    submits = 0
+
+    async def run() -> None:
+        nonlocal submits
+        await started(svc)
+        submit = svc.pool.submit
+
+        def counting(*args: Any) -> Any:
+            nonlocal submits
+            submits += 1
+            return submit(*args)
+
+        svc.pool.submit = counting  # type: ignore[method-assign]
+        back = svc._send_back
+
+        async def recording(msgs: list[MessageExt], **kw: Any) -> list[MessageExt]:
+            sent_back.extend(m.queue_offset for m in msgs)
+            return await back(msgs, **kw)
+
+        svc._send_back = recording  # type: ignore[method-assign]
+        await until(lambda: len(gate.offsets) == 200 and svc.queues[QUEUES["a"]].count == 0)
+        await svc.commit()
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert all(1 <= len(call) <= 10 for call in gate.calls)
+    assert submits < len(gate.calls)  # slices share pool tasks
+    assert sorted(sent_back) == sorted(o for call in gate.calls for o in call[7:])
+    assert svc.consumed == 200 - len(sent_back) > 0
+    assert committed(cluster, "a") == 200
+    retried = cluster.server().schedule_stats(ScheduleStatsRequest())
+    assert sum(top - nxt for nxt, top in retried.levels.values()) == len(sent_back)
+
+
+def test_messages_whose_send_back_failed_are_consumed_again_here(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed message that cannot be sent back stays held (the commit stops below it)
+    and goes to the listener again, with its reconsume times counted."""
+    monkeypatch.setattr(consume_service, "SEND_BACK_RETRY_S", 0.05)
+    fill(cluster, "a", 5)
+    seen: list[tuple[int, int]] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        seen.extend((m.queue_offset, m.reconsume_times) for m in msgs)
+        bad = any(m.queue_offset == 2 and m.reconsume_times == 0 for m in msgs)
+        return ConsumeStatus.RECONSUME_LATER if bad else ConsumeStatus.CONSUME_SUCCESS
+
+    cluster.fail_next("broker-a", "send_back", BrokerUnavailableError)
+    svc = service(FakeTransport(cluster), listener)
+
+    async def run() -> None:
+        await started(svc)
+        await until(lambda: svc.consumed == 5)
+        await svc.commit()
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(seen) == [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0)]
+    assert committed(cluster, "a") == 5
+
+
+def test_orderly_consumption_of_large_rounds_keeps_queue_order(cluster: FakeCluster) -> None:
+    """Rounds of up to pull_threshold_for_queue messages go to an orderly listener in
+    queue order, batch by batch, and the queue never holds more than the threshold
+    (plus at most one pull_batch_size, as in RocketMQ)."""
+    fill(cluster, "a", 600)
+    seen: list[int] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        seen.extend(m.queue_offset for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    svc = service(FakeTransport(cluster), listener, orderly=True, pull_threshold_for_queue=100,
+                  consume_message_batch_max_size=7)  # fmt: skip
+    peak = 0
+
+    async def run() -> None:
+        nonlocal peak
+        await started(svc)
+        pq = svc.queues[QUEUES["a"]]
+        deadline = time.monotonic() + WAIT_S
+        while svc.consumed < 600 and time.monotonic() < deadline:
+            peak = max(peak, pq.count)
+            await asyncio.sleep(0)
+        await svc.commit()
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert seen == list(range(600))
+    assert peak <= 100 + svc.config.pull_batch_size
+    assert committed(cluster, "a") == 600
