@@ -297,7 +297,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="pull")
     async def pull(
-        self, req: PullRequest | bytes, park: Park | None = None
+        self, req: PullRequest | bytes, park: Park | bytes | None = None
     ) -> PullResponse | bytes:
         """Read without waiting (answered in bytes if asked in bytes). With ``park`` (the
         hold service's waiting pull), a read that finds nothing new leaves the pull
@@ -317,7 +317,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="pull")
     async def pull_many(
-        self, req: PullManyRequest | bytes, park: Park | None = None
+        self, req: PullManyRequest | bytes, park: Park | bytes | None = None
     ) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
         With ``park``: parked (on all its queues) if none of them has anything new."""

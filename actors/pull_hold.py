@@ -213,7 +213,7 @@ class PullHoldActor:
                 return await self._call(method, msgspec.structs.replace(req, suspend_ms=0))
         token = self.table.expect(req)
         try:
-            park = Park(token=token, hold_ms=max(int(hold_s * 1000), 0))
+            park = to_wire(Park(token=token, hold_ms=max(int(hold_s * 1000), 0)))
             first = await self._call(method, req, park)
             if not empty(first):
                 return first

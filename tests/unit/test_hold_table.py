@@ -13,6 +13,7 @@ from rayq.actors.protocol import (
     PullRequest,
     PullResponse,
     PullStatus,
+    check,
     follow_up,
     follow_up_token,
 )
@@ -96,10 +97,10 @@ class FakeBroker:
         self.offset = 5
         self.waited: list[bool] = []
 
-    async def __call__(self, method: str, req: PullRequest, park: Park | None = None) -> object:
+    async def __call__(self, method: str, req: PullRequest, park: bytes | None = None) -> object:
         self.calls.append((method, req))
-        if park is not None:
-            self.parked = (park.token, req)
+        if park is not None:  # sent as to_wire bytes, as the broker gets it
+            self.parked = (check(park, Park).token, req)
         return PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=req.queue_offset,
                             min_offset=0, max_offset=self.offset)  # fmt: skip
 
