@@ -188,18 +188,43 @@ class BrokerActor:
         for token, req in self._parked.take(tuple(keys)):
             self._answer(token, req)
 
+    def _read_for_hold(self, req: PullRequest | PullManyRequest) -> tuple[Any, bool]:
+        """A read answered through the hold service (at most HOLD_REPLY_BYTES), and
+        whether it found nothing new."""
+        if isinstance(req, PullManyRequest):
+            many = self.server.pull_many(req, HOLD_REPLY_BYTES)
+            return many, nothing_new(many.results)
+        one = self.server.pull(req, HOLD_REPLY_BYTES)
+        return one, nothing_new([one])
+
     def _read(self, req: PullRequest | PullManyRequest) -> tuple[Any, bool] | None:
-        """A fresh read for a parked pull, and whether it found nothing new; None if it
-        failed (logged: the waiting pull times out and is sent again)."""
+        """``_read_for_hold`` for a parked pull; None if it failed (logged: the waiting
+        pull times out and is sent again)."""
         try:
-            if isinstance(req, PullManyRequest):
-                many = self.server.pull_many(req, HOLD_REPLY_BYTES)
-                return many, nothing_new(many.results)
-            one = self.server.pull(req, HOLD_REPLY_BYTES)
-            return one, nothing_new([one])
+            return self._read_for_hold(req)
         except Exception:
             logger.exception("broker %s: answering a parked pull failed", self.server.name)
             return None
+
+    def _park(self, token: str, req: PullRequest | PullManyRequest) -> None:
+        hold_s = self.server.config.hold_s(req.suspend_ms)
+        self._parked.park(token, req, _keys_of(req), hold_s)
+
+    def _park_and_read(
+        self, token: str, req: PullRequest | PullManyRequest
+    ) -> tuple[Any, bool, bool]:
+        """Park ``req`` under ``token``, then read (park, then read; append, then take: an
+        append either is seen by the read or finds the token). A read that found news,
+        or failed, unparks it again. Returns the read, whether it found nothing new, and
+        whether this call unparked it for its news (False: still parked, or an append
+        took it meanwhile and answers it)."""
+        self._park(token, req)
+        try:
+            reply, empty = self._read_for_hold(req)
+        except BaseException:
+            self._parked.drop(token)
+            raise
+        return reply, empty, not empty and self._parked.drop(token)
 
     def _answer(self, token: str, req: PullRequest | PullManyRequest,
                 got: tuple[Any, bool] | None = None) -> None:  # fmt: skip
@@ -214,7 +239,7 @@ class BrokerActor:
             return
         reply, empty = got
         if empty:
-            self._parked.park(token, req, _keys_of(req), self._hold_s(req))
+            self._park(token, req)
             return
         hold = self._hold.get()
         if hold is not None:
@@ -235,15 +260,13 @@ class BrokerActor:
         if nxt is None:
             return
         token = follow_up_token(token)
-        self._parked.park(token, nxt, _keys_of(nxt), self._hold_s(nxt))  # park, then read
-        got = self._read(nxt)
-        if got is not None and not got[1] and self._parked.drop(token):
-            self._answer(token, nxt, got)
-
-    def _hold_s(self, req: PullRequest | PullManyRequest) -> float:
-        cfg = self.server.config
-        cap = cfg.broker_suspend_max_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
-        return min(req.suspend_ms, cap) / 1000
+        try:
+            reply, empty, found = self._park_and_read(token, nxt)
+        except Exception:  # not parked: the caller's next pull goes to the broker
+            logger.exception("broker %s: parking a follow-up pull failed", self.server.name)
+            return
+        if found:
+            self._answer(token, nxt, (reply, empty))
 
     async def _sync_flush(self, result: BatchSendResult) -> BatchSendResult:
         """SYNC_FLUSH: acknowledge only once the flusher reports the append durable;
@@ -308,11 +331,7 @@ class BrokerActor:
         if park is None:
             resp = self.server.pull(req)
         else:
-            park = check(park, Park)
-            self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
-            resp = self.server.pull(req, HOLD_REPLY_BYTES)
-            if not nothing_new([resp]):
-                self._parked.drop(park.token)
+            resp, _, _ = self._park_and_read(check(park, Park).token, req)
         return to_wire(resp) if wire else resp
 
     @ray.method(concurrency_group="pull")
@@ -324,11 +343,7 @@ class BrokerActor:
         req = check(req, PullManyRequest)
         if park is None:
             return self.server.pull_many(req)
-        park = check(park, Park)
-        self._parked.park(park.token, req, _keys_of(req), self._hold_s(req))
-        reply = self.server.pull_many(req, HOLD_REPLY_BYTES)
-        if not nothing_new(reply.results):
-            self._parked.drop(park.token)
+        reply, _, _ = self._park_and_read(check(park, Park).token, req)
         return reply
 
     # ------------------------------------------------ admin, offsets, locks

@@ -47,6 +47,16 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         check_fields(self)
         DelayLevels.parse(self.message_delay_level)  # ConfigError for a bad table
 
+    def hold_s(self, suspend_ms: int) -> float:
+        """How long a pull that found nothing is held: its suspend time, capped by the
+        broker's long-polling limit, or the short-polling time when long polling is off."""
+        cap = (
+            self.broker_suspend_max_ms
+            if self.long_polling_enable
+            else self.short_polling_time_mills
+        )
+        return min(suspend_ms, cap) / 1000
+
     @property
     def delay_levels(self) -> DelayLevels:
         return DelayLevels.parse(self.message_delay_level)

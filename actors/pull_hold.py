@@ -145,7 +145,7 @@ class PullHoldActor:
 
     def __init__(self, config: BrokerConfig, namespace: str) -> None:
         self.config = config
-        self.table = HoldTable(lambda request: self._hold_s(request.suspend_ms))
+        self.table = HoldTable(lambda request: config.hold_s(request.suspend_ms))
         self.broker = Peer(broker_actor_name(config.broker_name), namespace)
 
     async def deliver(self, token: str, answer: Any) -> bool:
@@ -196,7 +196,7 @@ class PullHoldActor:
         of the caller's last one), wait for its answer without a broker call. Else one
         broker call that parks the pull there if it finds nothing; then wait for the
         broker's ``deliver`` (an append to one of its queues) or the hold time."""
-        hold_s = self._hold_s(req.suspend_ms)
+        hold_s = self.config.hold_s(req.suspend_ms)
         adopted = self.table.adopt(req)
         if adopted is not None:
             token, parked_s = adopted
@@ -220,13 +220,6 @@ class PullHoldActor:
             return await self.table.wait(token, hold_s) or first
         finally:
             self.table.forget(token)
-
-    def _hold_s(self, suspend_ms: int) -> float:
-        """How long a pull that found nothing is held: its suspend time, capped by the
-        broker's long-polling limit, or the short-polling time when long polling is off."""
-        cap = (self.config.broker_suspend_max_ms if self.config.long_polling_enable
-               else self.config.short_polling_time_mills)  # fmt: skip
-        return min(suspend_ms, cap) / 1000
 
     async def ready(self) -> bool:
         return True

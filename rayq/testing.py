@@ -336,18 +336,12 @@ class FakeCluster:
             if held is not None:
                 self._held.append(held)
                 held.reply._on_cancel = lambda h=held: self._unhold(h)
-                held.timer = threading.Timer(self._hold_s(srv.config, req.suspend_ms),
+                held.timer = threading.Timer(srv.config.hold_s(req.suspend_ms),
                                              self._timeout, args=(held,))  # fmt: skip
                 held.timer.daemon = True
                 held.timer.start()
                 return held.reply
         return FakeReply.failed(error) if error is not None else FakeReply.of(resp)
-
-    @staticmethod
-    def _hold_s(config: BrokerConfig, suspend_ms: int) -> float:
-        cap = (config.broker_suspend_max_ms if config.long_polling_enable
-               else config.short_polling_time_mills)  # fmt: skip
-        return min(suspend_ms, cap) / 1000
 
     def _unhold(self, held: _Held) -> bool:
         with self._lock:
