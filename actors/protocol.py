@@ -176,6 +176,12 @@ class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
     buffer: bytes = b""
     count: int = 0
 
+    @property
+    def records_left(self) -> bool:
+        """The queue holds records past this answer: the consumer reads the broker
+        directly next, not through the hold service."""
+        return self.next_offset < self.max_offset
+
 
 def nothing_new(results: list[Any]) -> bool:
     """No queue of a pull has news: every answer is NO_NEW_MSG (no records, no moved
@@ -190,13 +196,13 @@ def follow_up(req: Any, answer: Any) -> Any | None:
     broker parks it ahead of time for the hold service, which hands it the consumer's
     next pull if that is exactly this one (actors/pull_hold.py)."""
     if type(req) is PullRequest:
-        if type(answer) is not PullResponse or answer.next_offset < answer.max_offset:
+        if type(answer) is not PullResponse or answer.records_left:
             return None  # more is there: the consumer reads it from the broker directly
         return msgspec.structs.replace(req, queue_offset=answer.next_offset)
     results = answer.results if type(answer) is PullManyResponse else None
     if type(req) is not PullManyRequest or results is None:
         return None
-    if any(type(r) is not PullResponse or r.next_offset < r.max_offset for r in results):
+    if any(type(r) is not PullResponse or r.records_left for r in results):
         return None
     if len(results) != len(req.items):
         return None

@@ -230,7 +230,7 @@ class PullRounds:
             pq.backlog = pq.found = False
             return False
         pq.found = found = resp.status is PullStatus.FOUND
-        pq.backlog = found and resp.next_offset < resp.max_offset
+        pq.backlog = found and resp.records_left
         if resp.status is PullStatus.OFFSET_ILLEGAL:
             logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, pq.next_pull,
                            resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip

@@ -286,7 +286,7 @@ class PullConsumer:
         except Exception as exc:  # logged; the queue is pulled again after a delay
             self._pull_failed(mq, s, exc)
             return []
-        s.backlog = resp.status is PullStatus.FOUND and resp.next_offset < resp.max_offset
+        s.backlog = resp.status is PullStatus.FOUND and resp.records_left
         if resp.status is PullStatus.OFFSET_ILLEGAL:
             logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, s.offset,
                            resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
