@@ -8,7 +8,8 @@ append msgs/s of batches encoded by the producer (``put_encoded``, what the brok
 does per batch), the producer's encoding rate (``encode_batch``), both in one
 process (``put_messages``); sequential ``get_messages`` (32 per call) msgs/s; abnormal
 recovery time of a ~1 GiB commit log (checkpoint, consume queues and index all
-gone: every record re-validated and re-dispatched); and anonymous memory
+gone: every record re-validated and re-dispatched), undamaged and with one damaged
+record in the middle (resynchronised past); and anonymous memory
 (RssAnon, which leaves out mapped file pages) after 1 M and 5 M stored messages.
 """
 
@@ -23,7 +24,15 @@ import time
 from pathlib import Path
 
 from rayq.store import DEFAULT_STORE_CONFIG as CFG
-from rayq.store import EncodedBatch, InnerMessage, MessageStore, UniqIdGenerator, encode_batch
+from rayq.store import (
+    EncodedBatch,
+    InnerMessage,
+    MessageStore,
+    UniqIdGenerator,
+    decode_records,
+    encode_batch,
+)
+from rayq.store.segment import segment_name
 
 BATCH = 100
 QUEUES = 8
@@ -143,6 +152,8 @@ def bench_throughput(root: Path, body_size: int, count: int) -> None:
 
 
 def bench_recovery(root: Path, target_bytes: int) -> None:
+    """Recovery of ~target_bytes with checkpoint, queues and index gone: undamaged, then
+    with one record's size field flipped in the middle of the log (resync past it)."""
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore(root)
     per_batch = encode(make_batches(1024, 100_000))
@@ -153,17 +164,30 @@ def bench_recovery(root: Path, target_bytes: int) -> None:
     size = store.written_offset
     store.flush()
     store.crash()
-    (root / "checkpoint").unlink()
-    shutil.rmtree(root / "consumequeue")
-    shutil.rmtree(root / "index")
-    t0 = time.perf_counter()
-    store = MessageStore(root)
-    seconds = time.perf_counter() - t0
-    rep = store.recovery
-    store.close()
-    print(f"recovery (abnormal, no checkpoint/queues/index) of {size / 2**30:.2f} GiB, "
-          f"{rep.records_validated:,} records: {seconds:.2f} s "
-          f"({seconds / (size / 2**30):.2f} s/GiB)")  # fmt: skip
+    for damaged in (False, True):
+        if damaged:
+            store = MessageStore(root)
+            topic = store.topics()[0]
+            middle = store.get_messages("bench", topic, 0, store.max_offset(topic, 0) // 2, 1)
+            offset = decode_records(middle.buffer)[0].commitlog_offset
+            store.close()
+            local = offset % CFG.commitlog_segment_size_bytes
+            with (root / "commitlog" / segment_name(offset - local)).open("r+b") as f:
+                f.seek(local + 1)
+                f.write(b"\x7f")  # the size field's second byte: the record cannot be framed
+        (root / "checkpoint").unlink(missing_ok=True)
+        shutil.rmtree(root / "consumequeue")
+        shutil.rmtree(root / "index")
+        t0 = time.perf_counter()
+        store = MessageStore(root)
+        seconds = time.perf_counter() - t0
+        rep = store.recovery
+        store.close()
+        what = "one damaged record in the middle" if damaged else "undamaged"
+        print(f"recovery (no checkpoint/queues/index), {what}: {size / 2**30:.2f} GiB, "
+              f"{rep.records_validated:,} records: {seconds:.2f} s "
+              f"({seconds / (size / 2**30):.2f} s/GiB); set aside {rep.spans_set_aside}, "
+              f"truncated at {rep.truncated_at}")  # fmt: skip
 
 
 def bench_memory(root: Path, counts: list[int]) -> None:

@@ -4,7 +4,7 @@ All integers are big-endian (as RocketMQ's Java ByteBuffers). A record::
 
     offset  size  type    field
     0       4     int32   total_size        whole record, this field included
-    4       4     uint32  magic             MAGIC "RAYQ" | BLANK_MAGIC | QUARANTINE_MAGIC
+    4       4     uint32  magic             MAGIC "RAYQ", BLANK_, QUARANTINE_ or SPAN_MAGIC
     8       4     uint32  crc               CRC-32C of bytes [44, total_size) then [12, 44)
     12      8     int64   queue_offset      \
     20      8     int64   commitlog_offset   | assigned by the store on append:
@@ -38,6 +38,12 @@ written, the rest stays zero). A total_size of 0 means "nothing written yet".
 
 Quarantine: recovery rewrites the magic of a record whose CRC fails but whose
 framing holds (a valid record follows it) to QUARANTINE_MAGIC; readers skip it.
+
+Damaged span: where recovery cannot frame what it finds (a damaged size or magic,
+zeros, a torn record) but a valid record follows further on, it sets the bytes
+between aside (resync.py): ``total_size`` = the span's length and ``magic`` =
+SPAN_MAGIC (8 bytes written over the span's first 8, which are kept in a copy);
+walkers step over it like a quarantined record.
 """
 
 from __future__ import annotations
@@ -97,6 +103,8 @@ BLANK_SIZE_MIN: Final[int] = PREFIX.size  # 8: a blank record must always fit
 MAGIC: Final[int] = 0x52415951
 BLANK_MAGIC: Final[int] = 0x424C4E4B
 QUARANTINE_MAGIC: Final[int] = 0x51524E54
+SPAN_MAGIC: Final[int] = 0x5350414E  # "SPAN": a damaged span set aside (resync.py)
+MAGIC_BYTES: Final[bytes] = MAGIC.to_bytes(4, "big")
 
 QUEUE_ID_MAX: Final[int] = 65535
 
@@ -173,7 +181,7 @@ class Check(enum.Enum):
     OK = "OK"
     END = "END"  # total_size 0: nothing written from here on
     BLANK = "BLANK"  # end-of-segment filler
-    QUARANTINED = "QUARANTINED"  # an earlier recovery set this record aside
+    QUARANTINED = "QUARANTINED"  # an earlier recovery set this record (or span) aside
     BAD_CRC = "BAD_CRC"  # framing holds, content does not
     BAD_FRAMING = "BAD_FRAMING"  # sizes or magic wrong, or cut short
 
@@ -203,6 +211,9 @@ def parse_record(
         return Check.END, 0, None
     if magic == BLANK_MAGIC:
         return (Check.BLANK if total_size == limit - pos else Check.BAD_FRAMING), total_size, None
+    if magic == SPAN_MAGIC:
+        fits = BLANK_SIZE_MIN <= total_size <= limit - pos
+        return (Check.QUARANTINED if fits else Check.BAD_FRAMING), total_size, None
     if magic not in (MAGIC, QUARANTINE_MAGIC) or not FIXED_SIZE <= total_size <= limit - pos:
         return Check.BAD_FRAMING, total_size, None
     header = HEADER.unpack_from(buf, pos)

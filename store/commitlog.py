@@ -6,6 +6,11 @@ laid out as codec.py describes; a segment that cannot hold the next record plus
 an 8-byte blank record is closed by a blank record and the record goes to the next
 segment. A record never spans two segments.
 
+``quarantine/<20-digit offset>`` (beside ``commitlog/``): the bytes of a damaged
+span recovery set aside (resync.py), as found from that commit-log offset, trailing
+zeros left out; in the commit log itself the span now starts with an 8-byte SPAN
+marker (codec.py) that walkers step over.
+
 The commit log knows nothing of consume queues: ``append`` returns a
 ``DispatchBatch`` (one column per field) that the store hands to the consume queues
 and the key index, and ``scan`` produces the same from the files during recovery.
@@ -14,6 +19,7 @@ and the key index, and ``scan`` produces the same from the files during recovery
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +31,7 @@ from . import codec
 from .consume_queue import HOLE_SIZE
 from .filters import tags_code
 from .index_file import topic_seed
-from .segment import Segment, SegmentedFile
+from .segment import Segment, SegmentedFile, segment_name
 
 if TYPE_CHECKING:
     from .scanner import GoodRun
@@ -184,6 +190,31 @@ class CommitLog:
             seg.mv, offset - seg.start, codec.PREFIX.unpack_from(seg.mv, offset - seg.start)[0],
             codec.QUARANTINE_MAGIC,
         )  # fmt: skip
+
+    def set_aside(self, start: int, end: int) -> None:
+        """Set ``[start, end)`` aside as damaged: its bytes copied to ``quarantine/``,
+        then a SPAN marker over its first 8 bytes in each segment it touches."""
+        pos = start
+        while pos < end:
+            seg = self.file.find(pos)
+            if seg is None:  # a missing segment file: nothing to keep or mark
+                pos = min([s.start for s in self.file.segments if s.start > pos] + [end])
+                continue
+            piece_end = min(end, seg.end)
+            local, length = pos - seg.start, piece_end - pos
+            self._keep_copy(pos, bytes(seg.mv[local : local + length]).rstrip(b"\0"))
+            if length >= codec.BLANK_SIZE_MIN:
+                seg.write(local, codec.PREFIX.pack(length, codec.SPAN_MAGIC))
+                seg.flush()
+            pos = piece_end
+
+    def _keep_copy(self, offset: int, data: bytes) -> None:
+        directory = self.file.directory.parent / "quarantine"
+        directory.mkdir(exist_ok=True)
+        with open(directory / segment_name(offset), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
 
     @staticmethod
     def dispatch(offset: int, size: int, parsed: tuple, batch: DispatchBatch) -> None:

@@ -174,7 +174,7 @@ class MessageStore:
                 owners[offset] = (cq.topic, cq.queue_id, queue_offset)
             report.cq_entries_dropped += cq.truncate_from_commitlog(start)
             self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
-        data_end = self._data_end()
+        data_end = cl.max_offset  # the last non-zero byte (set above)
         end = validate_tail(cl, start, report, self._dispatch, owners)
         if end < data_end:
             report.truncated_at, report.truncated_bytes = end, data_end - end
@@ -206,6 +206,11 @@ class MessageStore:
         rebuild_scan(self.commitlog, start, lambda b: self._dispatch(b, only=set()), indexed_to)
 
     def _recover_start(self, checkpointed: int) -> int:
+        """Where re-validation starts: the checkpoint, unless the files contradict it.
+
+        A segment found cut short lost bytes the checkpoint may call durable:
+        re-validate from that segment's start, so that a torn record there is found
+        and truncated (or set aside) before anything is appended after it."""
         cl = self.commitlog
         segs = cl.file.segments
         if not segs:
@@ -213,11 +218,12 @@ class MessageStore:
         start = max(checkpointed, cl.min_offset)
         if start >= segs[-1].end or cl.file.find(start) is None:
             start = segs[-1].start  # checkpoint beyond the files: re-validate the last segment
+        cut = [s for s in cl.file.cut if s < start]
+        if cut:
+            logger.error("commit-log segments %s were found cut short; re-validating from %d",
+                         cut, cut[0])  # fmt: skip
+            start = cut[0]
         return start
-
-    def _data_end(self) -> int:
-        segs = self.commitlog.file.segments
-        return segs[-1].start + segs[-1].data_end(0) if segs else 0
 
     def _rebuild_damaged(self, upto: int, report: RecoveryReport) -> None:
         damaged = set(self._damaged_queues())
@@ -238,7 +244,7 @@ class MessageStore:
         def sink(batch: DispatchBatch) -> None:
             self._dispatch(batch, only=damaged, index=rebuild_index)
 
-        rebuild_scan(self.commitlog, upto, sink)
+        rebuild_scan(self.commitlog, upto, sink, report=report)
         self._write_index()
         for key in damaged:
             if key not in self.queues:

@@ -7,8 +7,13 @@ there on is re-validated record by record (magic, sizes, CRC-32C):
 * a valid record is re-dispatched (consume-queue entry, index keys);
 * a record whose CRC fails but whose framing holds *and* is followed by a valid
   record is quarantined (magic rewritten, logged) and its queue gets a hole;
-* anything else (bad framing, a CRC failure at the tail, a cut file) is a torn
-  tail: the commit log is truncated there, stale bytes after it are zeroed;
+* anything else that fails (a damaged size or magic, zeros inside the data, a
+  missing segment file) is resynchronised past (resync.py): the walk goes on at the
+  next position where a complete record validates, the damaged span between is set
+  aside (copied to ``quarantine/``, marked, logged with its range, counted in the
+  report) and the queue offsets it held become holes;
+* only when nothing valid follows, up to the last non-zero byte of the last segment,
+  is it a torn tail: the commit log is truncated there, stale bytes after it zeroed;
 * consume-queue entries pointing at or past ``recover_from`` are cut off before
   re-dispatch; index entries are simply re-added (queries de-duplicate).
 
@@ -22,13 +27,15 @@ the end.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections.abc import Callable
 
 import msgspec
 
 from .codec import Check
 from .commitlog import CommitLog, DispatchBatch
-from .scanner import GoodRun, scan
+from .resync import Damage, walk
+from .scanner import GoodRun
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +50,8 @@ class RecoveryReport(msgspec.Struct, kw_only=True):
     end_offset: int = 0
     records_validated: int = 0
     records_quarantined: list[int] = []
+    spans_set_aside: list[tuple[int, int]] = []  # [start, end) of damaged spans
+    bytes_set_aside: int = 0
     truncated_at: int | None = None
     truncated_bytes: int = 0
     cq_entries_dropped: int = 0
@@ -60,91 +69,110 @@ def validate_tail(
     """Re-validate records from ``start``; returns the valid end offset.
 
     ``owners`` maps commit-log offsets to the (topic, queue id, queue offset) a
-    consume queue gave them before recovery: a quarantined record keeps its queue
-    offset as a hole.
+    consume queue gave them before recovery: a record lost to damage keeps its
+    queue offset as a hole.
     """
     valid_end = start
-    suspect: int | None = None  # offset of a BAD_CRC record awaiting its successor
+    holes = _Holes(owners)
     batch = DispatchBatch()
-    for item in scan(commitlog, start):
+    for item in walk(commitlog, start):
         if isinstance(item, GoodRun):
-            if suspect is not None:
-                _quarantine(commitlog, suspect, report, batch, owners)
-                suspect = None
             batch.add_run(item)
             report.records_validated += len(item.offsets)
             valid_end = item.offsets[-1] + item.sizes[-1]
-            if len(batch) >= DISPATCH_CHUNK:
-                sink(batch)
-                batch = DispatchBatch()
-            continue
-        verdict, offset, size, parsed = item
-        if suspect is not None:
-            if verdict in (Check.OK, Check.BLANK, Check.QUARANTINED):
-                _quarantine(commitlog, suspect, report, batch, owners)
-            else:
-                valid_end = suspect
+        elif isinstance(item, Damage):
+            if item.end is None:
+                valid_end = item.start
+                if item.verdict is not Check.END:
+                    logger.error("recovery: torn or damaged record at %d", item.start)
                 break
-            suspect = None
-        if verdict is Check.OK:
-            commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
-            report.records_validated += 1
+            set_aside(commitlog, item, report)
+            holes.add(batch, item.start, item.end)
+            valid_end = item.end
+        else:
+            verdict, offset, size, parsed = item
+            if verdict is Check.OK:
+                commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
+                report.records_validated += 1
             valid_end = offset + size
-            if len(batch) >= DISPATCH_CHUNK:
-                sink(batch)
-                batch = DispatchBatch()
-        elif verdict is Check.BLANK or verdict is Check.QUARANTINED:
-            valid_end = offset + size
-        elif verdict is Check.BAD_CRC:
-            suspect = offset
-            valid_end = offset
-        else:  # END or BAD_FRAMING
-            if verdict is Check.BAD_FRAMING:
-                logger.error("recovery: torn or damaged record at %d", offset)
-            valid_end = offset
-            break
+        if len(batch) >= DISPATCH_CHUNK:
+            sink(batch)
+            batch = DispatchBatch()
     sink(batch)
     return valid_end
 
 
-def _quarantine(commitlog: CommitLog, offset: int, report: RecoveryReport, batch: DispatchBatch,
-                owners: dict[int, tuple[str, int, int]] | None) -> None:  # fmt: skip
-    commitlog.quarantine(offset)
-    report.records_quarantined.append(offset)
-    logger.error("recovery: record at %d failed its CRC; quarantined", offset)
-    if owners and offset in owners:
-        batch.add_hole(*owners[offset], offset)
+def set_aside(commitlog: CommitLog, damage: Damage, report: RecoveryReport) -> None:
+    """Quarantine a damaged record, or set a damaged span aside; log and count it."""
+    assert damage.end is not None
+    if damage.record:
+        commitlog.quarantine(damage.start)
+        report.records_quarantined.append(damage.start)
+        logger.error("recovery: record at %d failed its CRC; quarantined", damage.start)
+        return
+    commitlog.set_aside(damage.start, damage.end)
+    report.spans_set_aside.append((damage.start, damage.end))
+    report.bytes_set_aside += damage.end - damage.start
+    logger.error(
+        "recovery: damaged bytes [%d, %d) (%s at %d) set aside; the next valid record is at %d",
+        damage.start, damage.end, damage.verdict.name, damage.start, damage.end,
+    )  # fmt: skip
+
+
+class _Holes:
+    """Queue offsets that records inside a damaged range had (from ``owners``)."""
+
+    def __init__(self, owners: dict[int, tuple[str, int, int]] | None) -> None:
+        self.owners = owners or {}
+        self._keys: list[int] | None = None
+
+    def add(self, batch: DispatchBatch, start: int, end: int) -> None:
+        if not self.owners:
+            return
+        if self._keys is None:
+            self._keys = sorted(self.owners)
+        keys = self._keys
+        i = bisect_left(keys, start)
+        while i < len(keys) and keys[i] < end:
+            batch.add_hole(*self.owners[keys[i]], keys[i])
+            i += 1
 
 
 def rebuild_scan(
-    commitlog: CommitLog, upto: int, sink: DispatchSink, start: int | None = None
+    commitlog: CommitLog,
+    upto: int,
+    sink: DispatchSink,
+    start: int | None = None,
+    report: RecoveryReport | None = None,
 ) -> int:
     """Dispatch every record from ``start`` (default: the log's start) to ``upto``.
 
-    For ranges already validated: no CRC checks.
+    For ranges already validated: no CRC checks on the way, but a walk that cannot
+    frame a record resynchronises (with every check) and sets the damage aside.
     """
     batch = DispatchBatch()
     count = 0
     begin = commitlog.min_offset if start is None else start
-    for item in scan(commitlog, begin, check_crc=False):
+    for item in walk(commitlog, begin, check_crc=False):
         if isinstance(item, GoodRun):
             keep = sum(1 for o in item.offsets if o < upto)
             batch.add_run(GoodRun(*(column[:keep] for column in item)))
             count += keep
             if keep < len(item.offsets):
                 break
-            if len(batch) >= DISPATCH_CHUNK:
-                sink(batch)
-                batch = DispatchBatch()
-            continue
-        verdict, offset, size, parsed = item
-        if offset >= upto or verdict in (Check.END, Check.BAD_FRAMING):
-            break
-        if verdict is Check.OK:
-            commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
-            count += 1
-            if len(batch) >= DISPATCH_CHUNK:
-                sink(batch)
-                batch = DispatchBatch()
+        elif isinstance(item, Damage):
+            if item.end is None or item.end > upto:
+                break  # damage reaching past ``upto`` is validate_tail's
+            set_aside(commitlog, item, report if report is not None else RecoveryReport())
+        else:
+            verdict, offset, size, parsed = item
+            if offset >= upto:
+                break
+            if verdict is Check.OK:
+                commitlog.dispatch(offset, size, parsed, batch)  # type: ignore[arg-type]
+                count += 1
+        if len(batch) >= DISPATCH_CHUNK:
+            sink(batch)
+            batch = DispatchBatch()
     sink(batch)
     return count

@@ -51,11 +51,15 @@ Item = GoodRun | tuple[Check, int, int, tuple | None]
 
 
 def scan(commitlog: CommitLog, start: int, *, check_crc: bool = True) -> Iterator[Item]:
-    """Good runs and single verdicts from ``start`` until END or BAD_FRAMING."""
+    """Good runs and single verdicts from ``start`` until END or BAD_FRAMING.
+
+    Past the last segment, or at a segment missing from the files, the last item is
+    ``(END, offset, 0, None)``."""
     pos = start
     while True:
         seg = commitlog.file.find(pos)
         if seg is None:
+            yield Check.END, pos, 0, None
             return
         buf, base, limit, local = seg.mv, seg.start, seg.size, pos - seg.start
         while True:
@@ -74,8 +78,8 @@ def scan(commitlog: CommitLog, start: int, *, check_crc: bool = True) -> Iterato
             yield verdict, base + local, size, parsed
             if verdict in (Check.END, Check.BAD_FRAMING):
                 return
-            if verdict is Check.BLANK:
-                break
+            if verdict is Check.BLANK or local + size == limit:
+                break  # the segment's end (a blank, or a span set aside up to it)
             local += size
         pos = seg.end
 

@@ -43,7 +43,7 @@ def _preallocate(fd: int, size: int) -> None:
 class Segment:
     """One mapped file; ``wrote`` is how many bytes of it hold data (set by its owner)."""
 
-    __slots__ = ("_fd", "mm", "mv", "path", "size", "start", "wrote")
+    __slots__ = ("_fd", "found_size", "mm", "mv", "path", "size", "start", "wrote")
 
     def __init__(self, path: Path, start: int, size: int) -> None:
         self.path = path
@@ -51,7 +51,7 @@ class Segment:
         self.size = size
         self.wrote = 0
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        actual = os.fstat(self._fd).st_size
+        actual = self.found_size = os.fstat(self._fd).st_size
         if actual != size:
             if actual > size:
                 os.close(self._fd)
@@ -133,6 +133,7 @@ class SegmentedFile:
         self.segment_size = segment_size
         self.segments: list[Segment] = []
         self.gaps: list[int] = []  # start offsets of missing segments between present ones
+        self.cut: list[int] = []  # start offsets of segments found shorter than segment_size
         self._load()
 
     def _load(self) -> None:
@@ -149,7 +150,10 @@ class SegmentedFile:
                 )
             if self.segments and start != self.segments[-1].end:
                 self.gaps.extend(range(self.segments[-1].end, start, self.segment_size))
-            self.segments.append(Segment(self.directory / name, start, self.segment_size))
+            seg = Segment(self.directory / name, start, self.segment_size)
+            if seg.found_size < self.segment_size:
+                self.cut.append(start)
+            self.segments.append(seg)
 
     @property
     def min_offset(self) -> int:

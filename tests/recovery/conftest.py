@@ -167,6 +167,8 @@ def scan_commitlog(root: Path) -> CommitLogScan:
                 scan.records.append(read_record(raw, pos, start + pos))
             elif verdict is Check.QUARANTINED:
                 scan.quarantined.append(start + pos)
+                if pos + size == len(raw):  # a damaged span set aside to the segment's end
+                    break
             elif verdict is Check.BAD_CRC:
                 scan.bad_crc.append(start + pos)
             elif verdict is Check.BLANK:
