@@ -180,11 +180,11 @@ class SegmentedFile:
         if not self.segments:
             return None
         first = self.segments[0].start
-        index = (offset - first) // self.segment_size
-        if offset < first or index >= len(self.segments):
+        if offset < first or offset >= self.segments[-1].end:
             return None
-        seg = self.segments[index]
-        if seg.start <= offset < seg.end:
+        index = (offset - first) // self.segment_size
+        seg = self.segments[index] if index < len(self.segments) else None
+        if seg is not None and seg.start <= offset < seg.end:
             return seg
         for seg in self.segments:  # only after gaps; rare
             if seg.start <= offset < seg.end:

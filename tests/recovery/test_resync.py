@@ -332,3 +332,25 @@ def test_the_issue_table_loses_no_complete_acknowledged_record(
     survivors = [s for s in sent if s not in lost]
     kit.assert_consistent(store, survivors)
     assert_not_served(store, lost, by_offset=damage is _flip_size_and)
+
+
+def test_a_missing_interior_segment_costs_only_its_records(
+    kit, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deleted commit-log segment file in the middle: the walk goes on at the next one."""
+    root = tmp_path / "store"
+    sent = write_store(kit, root)
+    size = kit.config.commitlog_segment_size_bytes
+    victim = sorted((root / "commitlog").iterdir())[1]
+    lost = [s for s in sent if s.commitlog_offset // size == int(victim.name) // size]
+    victim.unlink()
+    (root / "checkpoint").unlink()
+
+    store = reopen(kit, root, caplog)
+
+    assert store.recovery.truncated_at is None
+    assert store.recovery.spans_set_aside == [(int(victim.name), int(victim.name) + size)]
+    survivors = [s for s in sent if s not in lost]
+    kit.assert_holds_exactly(store, survivors)
+    assert_not_served(store, lost)
+    assert store.written_offset == max(s.end for s in sent)
