@@ -73,7 +73,9 @@ from .message import (
 from .names import NAME_PATTERN, validate_topic
 from .reader import QueueReader
 from .recovery import RecoveryReport, rebuild_scan, validate_tail
+from .replica import append_chunk, read_chunk, whole_records
 from .retention import RetentionPolicy, RetentionReport
+from .scanner import GoodRun
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +194,7 @@ class MessageStore:
             cq.correct_min_offset(cl.min_offset)
         self.flusher.reset(min(start, end))
         self._persist_manifest()
+        self._replica_dispatched = end
         return report
 
     def _reindex_gap(self, start: int) -> None:
@@ -372,6 +375,32 @@ class MessageStore:
         self._manifest.queues.setdefault(key[0], {})[key[1]] = [cq.min_offset, cq.max_offset]
         self._persist_manifest()
         return cq.max_offset
+
+    # ----------------------------------------------------------- replication
+    def replica_read(self, offset: int, max_bytes: int) -> bytes:
+        """A master's answer to a slave at ``offset``: raw commit-log bytes (replica.py)."""
+        self._check_open()
+        return read_chunk(self.commitlog, offset, max_bytes)
+
+    def replica_append(self, offset: int, data: bytes) -> int:
+        """A slave's append of its master's bytes at ``offset`` (its written offset), and
+        the dispatch of every record they complete; returns the new written offset."""
+        self._check_open()
+        append_chunk(self.commitlog, offset, data)
+        batch = DispatchBatch()
+        pos = self._replica_dispatched
+        for item in whole_records(self.commitlog, pos):
+            if isinstance(item, GoodRun):
+                batch.add_run(item)
+                pos = item.offsets[-1] + item.sizes[-1]
+            else:
+                offset_, size, parsed = item
+                self.commitlog.dispatch(offset_, size, parsed, batch)
+                pos = offset_ + size
+        if len(batch):
+            self._dispatch(batch)
+        self._replica_dispatched = max(pos, self._replica_dispatched)
+        return self.commitlog.max_offset
 
     # -------------------------------------------------------------- dispatch
     def _dispatch(
