@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 import msgspec
 import ray
 
-from rayq.store import EncodedBatch
+from rayq.store import SYSTEM_CLOCK, EncodedBatch
 from rayq.store.errors import ClosedError, InvalidRequestError
 
 from .config import BrokerConfig
@@ -47,11 +48,15 @@ from .protocol import (
     GroupConfigReply,
     GroupRequest,
     GroupsReply,
+    HaChunk,
+    HaFetch,
     ListGroupsRequest,
     LockQueuesReply,
     LockQueuesRequest,
     MaxOffsetRequest,
     MessagesReply,
+    MetadataReply,
+    MetadataRequest,
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
@@ -89,6 +94,8 @@ R = TypeVar("R")
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 30.0
+RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
+REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
 
 
 class BrokerActor:
@@ -100,15 +107,23 @@ class BrokerActor:
     """
 
     def __init__(self, config: BrokerConfig, store_dir: str, namespace: str) -> None:
-        from .protocol import COORDINATOR_NAME, flusher_actor_name, hold_actor_name
+        from .protocol import (
+            COORDINATOR_NAME,
+            broker_actor_name,
+            flusher_actor_name,
+            hold_actor_name,
+        )
 
         node_id = ray.get_runtime_context().get_node_id()
         self.server = BrokerServer(config, store_dir, node_id)
         self.namespace = namespace
-        name = self.server.name
-        self._hold = Peer(hold_actor_name(name), namespace)
-        self._flusher = Peer(flusher_actor_name(name), namespace)
+        replica = config.replica_name
+        self._hold = Peer(hold_actor_name(replica), namespace)
+        self._flusher = Peer(flusher_actor_name(replica), namespace)
         self._coordinator = Peer(COORDINATOR_NAME, namespace)
+        self._master = Peer(broker_actor_name(config.broker_name), namespace)  # a slave's
+        # the slaves' fetches waiting for an append: (their event loop, their event)
+        self._fetching: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._parked = ParkedPulls()  # the hold service's pulls waiting for appends
@@ -133,8 +148,12 @@ class BrokerActor:
                 asyncio.create_task(self._every(cfg.retention_check_interval_ms,
                                                 self.server.retention_tick)),
                 asyncio.create_task(self._heartbeat_loop(cfg.heartbeat_interval_ms)),
-                asyncio.create_task(self._schedule_loop()),
             ]  # fmt: skip
+            if self.server.slave is None:
+                self._tasks.append(asyncio.create_task(self._schedule_loop()))
+            else:
+                self._tasks += [asyncio.create_task(self._replicate_loop()),
+                                asyncio.create_task(self._metadata_loop())]  # fmt: skip
         return await self._register()
 
     async def _register(self) -> bool:
@@ -184,9 +203,17 @@ class BrokerActor:
             await asyncio.sleep(wait_ms / 1000)
 
     def _wake(self, keys: Iterable[tuple[str, int]]) -> None:
-        """Answer the pulls parked on ``keys`` (just appended to)."""
-        for token, req in self._parked.take(tuple(keys)):
+        """Answer the pulls parked on ``keys`` (just appended to), and the slaves' fetches."""
+        keys = tuple(keys)
+        if keys:
+            self._notify_append()
+        for token, req in self._parked.take(keys):
             self._answer(token, req)
+
+    def _notify_append(self) -> None:
+        """Wake the slaves' parked fetches (each waits on its own group's event loop)."""
+        for loop, event in list(self._fetching):
+            loop.call_soon_threadsafe(event.set)
 
     def _read_for_hold(self, req: PullRequest | PullManyRequest) -> tuple[Any, bool]:
         """A read answered through the hold service (at most HOLD_REPLY_BYTES), and
@@ -268,25 +295,58 @@ class BrokerActor:
         if found:
             self._answer(token, nxt, (reply, empty))
 
-    async def _sync_flush(self, result: BatchSendResult) -> BatchSendResult:
+    async def _sync_flush(self, written: int) -> SendStatus:
         """SYNC_FLUSH: acknowledge only once the flusher reports the append durable;
         FLUSH_DISK_TIMEOUT if it does not in time (or is unreachable)."""
         flusher = self._flusher.get()
-        written = self.server.store.written_offset
         timeout = self.server.config.store.sync_flush_timeout_ms / 1000
         if flusher is not None:
             try:
                 await asyncio.wait_for(flusher.sync.remote(written), timeout)
-                return result
+                return SendStatus.SEND_OK
             except PEER_LOST_ERRORS as exc:
                 logger.warning("broker %s: flusher unreachable (%s)", self.server.name,
                                type(exc).__name__)  # fmt: skip
                 self._flusher.forget()
             except TimeoutError:
                 pass
-        return BatchSendResult(status=SendStatus.FLUSH_DISK_TIMEOUT, msg_ids=result.msg_ids,
-                               offset_msg_ids=result.offset_msg_ids,
-                               queue_offsets=result.queue_offsets)  # fmt: skip
+        return SendStatus.FLUSH_DISK_TIMEOUT
+
+    async def _sync_slave(self, written: int) -> SendStatus:
+        """SYNC_MASTER: acknowledge only once a slave has the append (every concurrent send
+        waits on the same fetches: group commit); FLUSH_SLAVE_TIMEOUT if none has it in
+        ``sync_flush_timeout_ms``, SLAVE_NOT_AVAILABLE if no slave is connected or one is
+        more than ``ha_slave_fallbehind_max`` behind."""
+        master = self.server.master
+        assert master is not None
+        if not master.slave_available(written, _now_ms()):
+            return SendStatus.SLAVE_NOT_AVAILABLE
+        acked = master.wait(written)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(acked),
+                                   self.server.config.store.sync_flush_timeout_ms / 1000)
+            return SendStatus.SEND_OK
+        except TimeoutError:
+            acked.cancel()
+            return SendStatus.FLUSH_SLAVE_TIMEOUT
+
+    async def _wait_safe(self, result: BatchSendResult) -> BatchSendResult:
+        """The waits the flush type and the role ask for, side by side; the first status
+        that is not SEND_OK (the disk's first) is the send's."""
+        cfg = self.server.config
+        written = self.server.store.written_offset
+        waits = []
+        if cfg.flush_disk_type.value == "SYNC_FLUSH":
+            waits.append(self._sync_flush(written))
+        if cfg.broker_role.value == "SYNC_MASTER":
+            waits.append(self._sync_slave(written))
+        if not waits:
+            return result
+        statuses = await asyncio.gather(*waits)
+        bad = next((s for s in statuses if s is not SendStatus.SEND_OK), None)
+        if bad is None:
+            return result
+        return msgspec.structs.replace(result, status=bad)
 
     @ray.method(concurrency_group="send")
     async def put(self, batch: EncodedBatch | bytes, *chunks: bytes) -> BatchSendResult | bytes:
@@ -309,13 +369,13 @@ class BrokerActor:
             batch = msgspec.structs.replace(batch, records=b"".join(chunks))
         known = batch.topic in self.server.tables.topics
         result = self.server.put(batch)
+        self._notify_append()
         if not known:  # auto-created: routes must show it now, not at the next heartbeat
             await self._register()
         key = (batch.topic, batch.queue_id)
         if not batch.scheduled and self._parked.watched(key):
             asyncio.get_running_loop().call_soon(self._wake, (key,))  # after the reply
-        if self.server.config.flush_disk_type.value == "SYNC_FLUSH":
-            result = await self._sync_flush(result)
+        result = await self._wait_safe(result)
         return to_wire(result) if wire else result
 
     @ray.method(concurrency_group="pull")
@@ -450,6 +510,91 @@ class BrokerActor:
             await self._register()
         return result
 
+    # ------------------------------------------------ replication (server-internal)
+
+    @ray.method(concurrency_group="ha")
+    async def ha_fetch(self, req: HaFetch | bytes) -> HaChunk:
+        """A slave's fetch: the commit-log bytes from its offset, as soon as there are some
+        (or empty after its ``wait_ms``). Its offset acknowledges everything below."""
+        req = check(req, HaFetch)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.wait_ms / 1000
+        waiting = (loop, asyncio.Event())
+        self._fetching.add(waiting)  # before reading: an append either is read or wakes it
+        try:
+            while True:
+                waiting[1].clear()
+                chunk = self.server.ha_fetch(req)
+                if chunk is not None:
+                    return chunk
+                left = deadline - loop.time()
+                if left <= 0:
+                    return HaChunk(offset=req.offset,
+                                   master_offset=self.server.store.written_offset)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiting[1].wait(), left)
+        finally:
+            self._fetching.discard(waiting)
+
+    @ray.method(concurrency_group="ha")
+    async def ha_metadata(self, req: MetadataRequest | bytes) -> MetadataReply:
+        """A slave's metadata sync: its committed offsets in, this master's tables out."""
+        return self.server.ha_metadata(check(req, MetadataRequest))
+
+    async def _replicate_loop(self) -> None:
+        """A slave's life: fetch from the master, apply, fetch again (the fetch is its
+        acknowledgement); a master that is missing or refuses is retried, logged."""
+        name = self.server.config.replica_name
+        while not self._closed:
+            master = self._master.get()
+            if master is None:
+                await asyncio.sleep(RETRY_S)
+                continue
+            slave = self.server.slave
+            assert slave is not None
+            try:
+                chunk = await master.ha_fetch.remote(slave.request())
+                self._wake(slave.apply(chunk))
+            except PEER_LOST_ERRORS as exc:
+                logger.warning("slave %s: master %s unreachable (%s); retrying", name,
+                               self.server.name, type(exc).__name__)  # fmt: skip
+                self._master.forget()
+                await asyncio.sleep(RETRY_S)
+            except Exception as exc:  # refused (fencing), or bytes that fail their checks
+                logger.error("slave %s: replication from %s failed: %s; retrying in %.0f s",
+                             name, self.server.name, exc, REFUSED_RETRY_S)  # fmt: skip
+                await asyncio.sleep(REFUSED_RETRY_S)
+
+    async def _metadata_loop(self) -> None:
+        """A slave copies its master's topics, groups and offsets every interval."""
+        interval = self.server.config.slave_sync_metadata_interval_ms / 1000
+        while not self._closed:
+            try:
+                await self.sync_metadata()
+            except Exception as exc:
+                logger.warning("slave %s: metadata sync failed (%s); next in %.0f s",
+                               self.server.config.replica_name, exc, interval)  # fmt: skip
+            await asyncio.sleep(interval)
+
+    @ray.method(concurrency_group="admin")
+    async def sync_metadata(self) -> bool:
+        """One metadata sync now (a slave; the loop runs it every interval). False if the
+        master is not reachable."""
+        master = self._master.get()
+        if master is None or self.server.slave is None:
+            return False
+        req = self.server.metadata_request()
+        try:
+            reply = await master.ha_metadata.remote(req)
+        except PEER_LOST_ERRORS:
+            self._master.forget()
+            return False
+        version = self.server.tables.topics.data_version
+        self.server.apply_metadata(req, reply)
+        if self.server.tables.topics.data_version != version:
+            await self._register()
+        return True
+
     # ------------------------------------------------ internal (other actors)
 
     @ray.method(concurrency_group="admin")
@@ -493,8 +638,13 @@ def _keys_of(req: PullRequest | PullManyRequest) -> tuple[tuple[str, int], ...]:
     return ((req.topic, req.queue_id),)
 
 
+def _now_ms() -> int:
+    return SYSTEM_CLOCK.now_ms()
+
+
 def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:
-    """Start (or get) the named broker actor pinned to ``node_id``."""
+    """Start (or get) the named broker actor pinned to ``node_id`` (named after its
+    replica: the master under the broker name, a slave under ``<name>#<id>``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from .protocol import broker_actor_name
@@ -502,10 +652,10 @@ def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: 
     os.makedirs(store_dir, exist_ok=True)
     # "watch": the coordinator's never-returning park calls; one per coordinator life, so
     # they get a group of their own and cannot use up the admin slots.
-    groups = {"send": 64, "pull": 256, "admin": 16, "watch": 1024}
+    groups = {"send": 64, "pull": 256, "admin": 16, "watch": 1024, "ha": 16}
     cls = ray.remote(concurrency_groups=groups)(BrokerActor)
     return cls.options(
-        name=broker_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,
+        name=broker_actor_name(config.replica_name), namespace=namespace, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     ).remote(config, store_dir, namespace)  # fmt: skip

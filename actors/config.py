@@ -5,6 +5,7 @@ Frozen msgspec Structs with RocketMQ's defaults and field names in snake_case.
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated
 
 import msgspec
@@ -18,14 +19,45 @@ from rayq.store.names import validate_instance_name
 from .server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 
 NAMESPACE = "rayq"
+REPLICA_SEPARATOR = "#"
+
+
+def replica_name(broker_name: str, broker_id: int) -> str:
+    """What a broker replica's actors are named after: the master runs under the broker
+    name, a slave under ``<name>#<id>`` (actors/protocol.py ``broker_actor_name``)."""
+    return broker_name if broker_id == 0 else f"{broker_name}{REPLICA_SEPARATOR}{broker_id}"
+
+
 Positive = Annotated[int, Meta(gt=0)]
 NonNegative = Annotated[int, Meta(ge=0)]
+
+
+class BrokerRole(enum.Enum):
+    """A broker replica's role (RocketMQ ``BrokerRole``): broker id 0 is the master."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"  # acknowledges a send without waiting for a slave
+    SYNC_MASTER = "SYNC_MASTER"  # acknowledges a send once a slave has its bytes
+    SLAVE = "SLAVE"  # copies its master's commit log; serves reads only
+
+    @property
+    def is_master(self) -> bool:
+        return self is not BrokerRole.SLAVE
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Broker settings (RocketMQ ``BrokerConfig`` and ``MessageStoreConfig``)."""
 
     broker_name: str = "broker-a"
+    broker_id: NonNegative = 0  # 0: the master; a slave has an id > 0
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    # Replication (RocketMQ HAService): a slave more than this behind makes SYNC_MASTER
+    # sends SLAVE_NOT_AVAILABLE; chunks of at most ha_transfer_batch_bytes; a slave's
+    # fetch waits up to ha_fetch_wait_ms for new bytes; metadata copied every interval.
+    ha_slave_fallbehind_max: Positive = 256 * 1024 * 1024
+    ha_transfer_batch_bytes: Positive = 4 * 1024 * 1024
+    ha_fetch_wait_ms: Positive = 1_000
+    ha_housekeeping_ms: Positive = 20_000  # a slave silent this long is not connected
+    slave_sync_metadata_interval_ms: Positive = 10_000
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -46,6 +78,24 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def __post_init__(self) -> None:
         check_fields(self)
         DelayLevels.parse(self.message_delay_level)  # ConfigError for a bad table
+        if not self.broker_name or REPLICA_SEPARATOR in self.broker_name:
+            raise ConfigError(
+                f"broker_name {self.broker_name!r} must be non-empty and free of "
+                f"{REPLICA_SEPARATOR!r} (it separates a slave's broker id in actor names)",
+                value=self.broker_name,
+            )
+        if (self.broker_id == 0) != self.broker_role.is_master:
+            raise ConfigError(
+                f"broker {self.broker_name!r}: broker_id {self.broker_id} with role "
+                f"{self.broker_role.value}; broker id 0 is the master (ASYNC_MASTER or "
+                "SYNC_MASTER) and a SLAVE has an id > 0",
+                value=self.broker_id,
+            )
+
+    @property
+    def replica_name(self) -> str:
+        """This replica's name: the broker name for the master, ``<name>#<id>`` for a slave."""
+        return replica_name(self.broker_name, self.broker_id)
 
     def hold_s(self, suspend_ms: int) -> float:
         """How long a pull that found nothing is held: its suspend time, capped by the

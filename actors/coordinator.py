@@ -84,6 +84,7 @@ class CoordinatorActor:
         self._pending: set[asyncio.Task] = set()
         self.stream_plans = StreamPlans()
         self.lost: dict[str, BrokerInfo] = {}  # died or went silent, not back yet
+        self.slaves: dict[str, dict[int, BrokerInfo]] = {}  # broker name -> id -> last info
         # Set once the soft state is rebuilt by asking (see _rebuild): routes once the
         # brokers answered, groups once the push consumers re-joined.
         self._routes_ready = asyncio.Event()
@@ -160,6 +161,10 @@ class CoordinatorActor:
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
             self._scan = asyncio.create_task(self._scan_loop())
+        if info.broker_id != 0:  # a slave: known, never routed to for sends
+            new = info.broker_id not in self.slaves.get(info.broker_name, {})
+            self.slaves.setdefault(info.broker_name, {})[info.broker_id] = info
+            return new
         old = self.table.brokers.get(info.broker_name)
         changed = {t for t in set(info.topics) | set(old.topics if old else {})
                    if (old.topics.get(t) if old else None) != info.topics.get(t)}  # fmt: skip
@@ -180,8 +185,9 @@ class CoordinatorActor:
         while True:
             try:
                 await handle.park.remote()
-            except Exception:
-                logger.warning("broker %s died; dropping it until it is back", broker_name)
+            except Exception as exc:
+                logger.warning("broker %s died (%s); dropping it until it is back", broker_name,
+                               type(exc).__name__)  # fmt: skip
                 self._remove_broker(broker_name)
             try:  # restarted by Ray (max_restarts): wire it up again
                 await asyncio.wait_for(handle.start_services.remote(), RESTART_WAIT_S)

@@ -71,6 +71,10 @@ class FlushService:
         """One round of async flush."""
         least = 0 if thorough else self.config.flush_least_pages
         async with self._disk_lock:
+            if written < self.disk.commitlog_flushed:
+                # The broker cut its log (a slave fenced by its master's epochs): what
+                # is durable ends there now. (A stale ``written`` only makes it lower.)
+                self.disk.reset(written)
             await asyncio.to_thread(self.disk.flush_commitlog, written, least)
             if logics:
                 await asyncio.to_thread(self.disk.flush_logics, dispatched)

@@ -146,7 +146,7 @@ class PullHoldActor:
     def __init__(self, config: BrokerConfig, namespace: str) -> None:
         self.config = config
         self.table = HoldTable(lambda request: config.hold_s(request.suspend_ms))
-        self.broker = Peer(broker_actor_name(config.broker_name), namespace)
+        self.broker = Peer(broker_actor_name(config.replica_name), namespace)
 
     async def deliver(self, token: str, answer: Any) -> bool:
         """The broker's answer to a parked pull (internal: broker -> hold service); True
@@ -162,7 +162,7 @@ class PullHoldActor:
         broker = self.broker.get()
         if broker is None:
             raise BrokerUnavailableError(
-                f"broker {self.config.broker_name} is not running (yet); retry"
+                f"broker {self.config.replica_name} is not running (yet); retry"
             )
         try:
             reply = await getattr(broker, method).remote(to_wire(req), *args)
@@ -231,7 +231,7 @@ def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
     from .protocol import hold_actor_name
 
     return ray.remote(PullHoldActor).options(
-        name=hold_actor_name(config.broker_name), namespace=namespace, get_if_exists=True,
+        name=hold_actor_name(config.replica_name), namespace=namespace, get_if_exists=True,
         lifetime="detached", max_restarts=-1, num_cpus=0, max_concurrency=10_000,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
     ).remote(config, namespace)  # fmt: skip

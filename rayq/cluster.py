@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from rayq.actors.broker import spawn_broker
-from rayq.actors.config import NAMESPACE, BrokerConfig
+from rayq.actors.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
 from rayq.actors.coordinator import spawn_coordinator
 from rayq.actors.flusher import spawn_flusher
 from rayq.actors.protocol import (
@@ -45,9 +45,10 @@ class Cluster:
     """A running deployment started by :func:`start` (``shutdown()`` stops it)."""
 
     def __init__(self, namespace: str, broker_names: list[str], store_dir: Path,
-                 owns_ray: bool) -> None:  # fmt: skip
+                 owns_ray: bool, replicas: list[str] | None = None) -> None:  # fmt: skip
         self.namespace = namespace
         self.broker_names = broker_names
+        self.replicas = replicas or list(broker_names)  # masters' and slaves' actor names
         self.store_dir = store_dir
         self._owns_ray = owns_ray
         self._closed = False
@@ -57,7 +58,7 @@ class Cluster:
         if self._closed:
             return
         self._closed = True
-        for name in self.broker_names:
+        for name in [*self.replicas[len(self.broker_names) :], *self.broker_names]:  # slaves first
             for actor_name in (broker_actor_name(name), flusher_actor_name(name),
                                hold_actor_name(name)):  # fmt: skip
                 _stop(actor_name, self.namespace)
@@ -103,7 +104,8 @@ def default_store_dir() -> Path:
 
 
 def broker_nodes() -> dict[str, str]:
-    """Broker name -> node id of every live node with a ``rayq_broker:<name>`` resource."""
+    """Replica name -> node id of every live node with a ``rayq_broker:<replica>``
+    resource (``<name>`` for a master, ``<name>#<id>`` for its slave ``id``)."""
     found: dict[str, str] = {}
     for node in ray.nodes():
         if not node.get("Alive"):
@@ -128,13 +130,16 @@ def _head_node_id() -> str | None:
 
 def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
           config: BrokerConfig | None = None, namespace: str = NAMESPACE,
-          address: str | None = None, placement: str = "local") -> Cluster:  # fmt: skip
+          address: str | None = None, placement: str = "local",
+          slaves: int = 0) -> Cluster:  # fmt: skip
     """Start a coordinator and brokers; returns the Cluster.
 
-    ``placement="local"``: ``brokers`` brokers on this node. ``placement="resource"``:
-    one broker per node with a ``rayq_broker:<name>`` resource (``brokers`` ignored).
-    Raises ConfigError, and leaves it alone, if a deployment already runs in
-    ``namespace`` (attach to it with :func:`connect`).
+    ``placement="local"``: ``brokers`` brokers on this node, each a master (its role from
+    ``config.broker_role``) and ``slaves`` slaves (ids 1..slaves) replicating it.
+    ``placement="resource"``: one broker replica per node with a
+    ``rayq_broker:<replica>`` resource: ``<name>`` a master, ``<name>#<id>`` its slave
+    (``brokers`` and ``slaves`` ignored). Raises ConfigError, and leaves it alone, if a
+    deployment already runs in ``namespace`` (attach to it with :func:`connect`).
     """
     global _current_namespace
     if placement not in ("local", "resource"):
@@ -143,6 +148,12 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         raise ConfigError(f"brokers must be an int in 1..26, got {brokers!r}")
     if config is not None and not isinstance(config, BrokerConfig):
         raise ConfigError(f"config must be a rayq.BrokerConfig, got {type(config).__name__}")
+    if not isinstance(slaves, int) or isinstance(slaves, bool) or not 0 <= slaves <= 8:
+        raise ConfigError(f"slaves must be an int in 0..8, got {slaves!r}")
+    if config is not None and not config.broker_role.is_master:
+        raise ConfigError("rayq.start: config is the masters' (ASYNC_MASTER or SYNC_MASTER); "
+                          "slaves are started with slaves=<n> or a rayq_broker:<name>#<id> "
+                          "resource")  # fmt: skip
     owns_ray = not ray.is_initialized()
     if owns_ray:
         ray.init(address=address or "local", namespace=namespace, log_to_driver=False)
@@ -165,24 +176,60 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         if not pinned:
             raise ConfigError(f"placement='resource': no live node has a "
                               f"'{BROKER_RESOURCE_PREFIX}<name>' resource")  # fmt: skip
-        plan = [(name, base.listen_port, pinned[name]) for name in sorted(pinned)]
+        plan = resource_plan(pinned, base.listen_port)
     else:
-        plan = [(base.broker_name if brokers == 1 else f"{base.broker_name}-{i}",
-                 base.listen_port + i, node_id) for i in range(brokers)]  # fmt: skip
-    names = []
-    for name, port, node_id in plan:
-        cfg = BrokerConfig.from_dict({**_asdict(base), "broker_name": name, "listen_port": port})
-        store = str(root / name)
+        plan = [(base.broker_name if brokers == 1 else f"{base.broker_name}-{i}", broker_id,
+                 base.listen_port + i, node_id)
+                for i in range(brokers) for broker_id in range(slaves + 1)]  # fmt: skip
+    names, replicas = [], []
+    for name, broker_id, port, node_id in plan:  # masters first: their slaves find them
+        role = base.broker_role if broker_id == 0 else BrokerRole.SLAVE
+        cfg = BrokerConfig.from_dict(
+            {
+                **_asdict(base),
+                "broker_name": name,
+                "listen_port": port,
+                "broker_id": broker_id,
+                "broker_role": role.value,
+            }
+        )
+        replica = cfg.replica_name
+        store = str(root / replica)
         # Each finds the others by name; the broker last, so it finds its peers at once.
-        flusher = spawn_flusher(store, cfg.store_config, name, namespace, node_id)
+        flusher = spawn_flusher(store, cfg.store_config, replica, namespace, node_id)
         hold = spawn_hold(cfg, namespace, node_id)
         ray.get([flusher.ready.remote(), hold.ready.remote()])
         broker = spawn_broker(cfg, store, namespace, node_id)
         ray.get(broker.start_services.remote())  # registered: routes show it on return
-        names.append(name)
+        replicas.append(replica)
+        if broker_id == 0:
+            names.append(name)
     _current_namespace = namespace
-    logger.warning("rayq started: %d broker(s) %s, stores under %s", len(names), names, root)
-    return Cluster(namespace, names, root, owns_ray)
+    logger.warning("rayq started: %d broker(s) %s (replicas %s), stores under %s", len(names),
+                   names, replicas, root)  # fmt: skip
+    return Cluster(
+        namespace, names, root, owns_ray, [*names, *[r for r in replicas if r not in names]]
+    )
+
+
+def resource_plan(pinned: dict[str, str], port: int) -> list[tuple[str, int, int, str]]:
+    """(broker name, broker id, port, node id) for the replicas the nodes' resources name,
+    masters first; ConfigError for a slave without its master, or two masters."""
+    plan = []
+    for replica, node_id in pinned.items():
+        name, sep, raw_id = replica.partition(REPLICA_SEPARATOR)
+        if sep and not (raw_id.isdigit() and int(raw_id) > 0):
+            raise ConfigError(f"resource {BROKER_RESOURCE_PREFIX}{replica}: a slave's broker "
+                              "id must be an int > 0, as in broker-a#1")  # fmt: skip
+        plan.append((name, int(raw_id) if sep else 0, node_id))
+    masters = {name for name, broker_id, _ in plan if broker_id == 0}
+    orphans = sorted({name for name, broker_id, _ in plan if broker_id and name not in masters})
+    if orphans:
+        raise ConfigError(f"slaves of {orphans} have no master: no live node carries "
+                          f"{BROKER_RESOURCE_PREFIX}<name> for them")  # fmt: skip
+    ports = {name: port + i for i, name in enumerate(sorted(masters))}
+    return [(name, broker_id, ports[name], node_id)
+            for name, broker_id, node_id in sorted(plan, key=lambda p: (p[1], p[0]))]  # fmt: skip
 
 
 def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:

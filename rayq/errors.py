@@ -18,7 +18,8 @@ engine can raise them without importing anything above it) and re-exported here:
     ├── BrokerError                 the server side could not serve
     │   ├── BrokerUnavailableError
     │   ├── BrokerBusyError
-    │   └── DiskFullError
+    │   ├── DiskFullError
+    │   └── ReplicationError        a slave and its master disagree
     ├── StoreError                  the files on disk
     │   ├── CorruptRecordError
     │   └── StoreLockedError
@@ -45,6 +46,7 @@ from rayq.store.errors import (
     MessageTooLargeError,
     PermissionDeniedError,
     RayqError,
+    ReplicationError,
     StoreError,
     StoreLockedError,
     TopicNotFoundError,
@@ -70,6 +72,7 @@ __all__ = [
     "MessageTooLargeError",
     "PermissionDeniedError",
     "RayqError",
+    "ReplicationError",
     "StoreError",
     "StoreLockedError",
     "TopicNotFoundError",

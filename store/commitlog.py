@@ -6,10 +6,11 @@ laid out as codec.py describes; a segment that cannot hold the next record plus
 an 8-byte blank record is closed by a blank record and the record goes to the next
 segment. A record never spans two segments.
 
-``quarantine/<20-digit offset>`` (beside ``commitlog/``): the bytes of a damaged
-span recovery set aside (resync.py), as found from that commit-log offset, trailing
-zeros left out; in the commit log itself the span now starts with an 8-byte SPAN
-marker (codec.py) that walkers step over.
+``quarantine/<20-digit offset>`` (beside ``commitlog/``): bytes taken out of the log,
+as found from that commit-log offset: a damaged span recovery set aside (resync.py;
+trailing zeros left out, and in the log the span now starts with an 8-byte SPAN
+marker, codec.py, that walkers step over), or a slave's divergent tail cut by epoch
+fencing (``keep_copy``).
 
 The commit log knows nothing of consume queues: ``append`` returns a
 ``DispatchBatch`` (one column per field) that the store hands to the consume queues
@@ -207,6 +208,17 @@ class CommitLog:
                 seg.write(local, codec.PREFIX.pack(length, codec.SPAN_MAGIC))
                 seg.flush()
             pos = piece_end
+
+    def keep_copy(self, start: int, end: int) -> None:
+        """Copy ``[start, end)`` to ``quarantine/`` (one file per segment it touches)."""
+        pos = start
+        while pos < end:
+            seg = self.file.find(pos)
+            if seg is None:
+                return
+            stop = min(end, seg.end)
+            self._keep_copy(pos, bytes(seg.mv[pos - seg.start : stop - seg.start]))
+            pos = stop
 
     def _keep_copy(self, offset: int, data: bytes) -> None:
         directory = self.file.directory.parent / "quarantine"

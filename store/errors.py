@@ -103,6 +103,11 @@ class DiskFullError(BrokerError):
     retriable = True
 
 
+class ReplicationError(BrokerError):
+    """A slave and its master disagree: missing master, histories that fencing cannot
+    reconcile, bytes that fail their checks. The slave keeps its files and retries."""
+
+
 class StoreError(RayqError):
     """Something is wrong with the files on disk."""
 

@@ -382,9 +382,36 @@ class MessageStore:
         self._check_open()
         return read_chunk(self.commitlog, offset, max_bytes)
 
-    def replica_append(self, offset: int, data: bytes) -> int:
+    def truncate_to(self, offset: int) -> int:
+        """Cut the commit log at ``offset`` (a record boundary): a slave's divergent tail,
+        fenced by its master's epochs. The cut bytes are kept in ``quarantine/`` first;
+        consume queues lose their entries from there on. Returns the bytes cut."""
+        self._check_open()
+        cl = self.commitlog
+        end = cl.max_offset
+        if not cl.min_offset <= offset <= end:
+            raise InvalidOffsetError(
+                f"cannot truncate the commit log at {offset}: it holds [{cl.min_offset}, {end})",
+                offset=offset,
+            )  # fmt: skip
+        if offset == end:
+            return 0
+        self._write_index()
+        cl.keep_copy(offset, end)
+        cl.truncate(offset)
+        for cq in self.queues.values():
+            cq.truncate_from_commitlog(offset)
+            self._queue_offsets[(cq.topic, cq.queue_id)] = cq.max_offset
+        self._replica_dispatched = offset
+        self.flusher.reset(min(offset, self.flusher.commitlog_flushed))
+        self.flush()
+        logger.warning("store %s: commit log truncated at %d, %d bytes cut (kept in quarantine/)",
+                       self.root, offset, end - offset)  # fmt: skip
+        return end - offset
+
+    def replica_append(self, offset: int, data: bytes) -> set[tuple[str, int]]:
         """A slave's append of its master's bytes at ``offset`` (its written offset), and
-        the dispatch of every record they complete; returns the new written offset."""
+        the dispatch of every record they complete; returns the queues that grew."""
         self._check_open()
         append_chunk(self.commitlog, offset, data)
         batch = DispatchBatch()
@@ -400,7 +427,7 @@ class MessageStore:
         if len(batch):
             self._dispatch(batch)
         self._replica_dispatched = max(pos, self._replica_dispatched)
-        return self.commitlog.max_offset
+        return set(zip(batch.topics, batch.queue_ids, strict=True))
 
     # -------------------------------------------------------------- dispatch
     def _dispatch(

@@ -39,12 +39,16 @@ from rayq.actors.protocol import (
     GroupConfigReply,
     GroupRequest,
     GroupsReply,
+    HaChunk,
+    HaFetch,
     ListGroupsRequest,
     LockQueuesReply,
     LockQueuesRequest,
     MaxOffsetRequest,
     MessageQueue,
     MessagesReply,
+    MetadataReply,
+    MetadataRequest,
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
@@ -72,6 +76,7 @@ from rayq.actors.protocol import (
     ViewMessageRequest,
 )
 from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
+from rayq.store.epochs import EpochHistory
 from rayq.store.errors import (
     BrokerBusyError,
     DiskFullError,
@@ -82,6 +87,7 @@ from rayq.store.errors import (
     MessageTooLargeError,
     PermissionDeniedError,
     RayqError,
+    ReplicationError,
     TopicNotFoundError,
 )
 from rayq.store.message import GetStatus, PutResult
@@ -96,6 +102,13 @@ from rayq.store.names import (
 from . import columnar
 from .dedupe import Verdict, open_sequences
 from .queue_locks import QueueLocks
+from .replication import (
+    MasterReplication,
+    SlaveReplication,
+    apply_tables,
+    merge_slave_offsets,
+    snapshot_tables,
+)
 from .schedule import ScheduleService
 from .send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
 from .table_files import (
@@ -106,6 +119,7 @@ from .table_files import (
     TopicConfig,
     is_readable,
     is_writeable,
+    offset_key,
 )
 from .tables import ConfigStore
 
@@ -155,6 +169,17 @@ class BrokerServer:
         )  # fmt: skip
         self.sequences = open_sequences(self.tables.config_dir, self.store.commitlog,
                                         SYSTEM_CLOCK.now_ms())  # fmt: skip
+        self.role = config.broker_role
+        self.epochs = EpochHistory(self.tables.config_dir)
+        self.master: MasterReplication | None = None
+        self.slave: SlaveReplication | None = None
+        if self.role.is_master:
+            self.master = MasterReplication(self.store, self.epochs, config)
+        else:
+            self.slave = SlaveReplication(self.store, self.epochs, config)
+        # consumer offsets committed here while a slave: they go to the master at the next
+        # metadata sync ("topic@group" -> queue -> offset)
+        self.slave_commits: dict[str, dict[int, int]] = {}
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
@@ -208,14 +233,19 @@ class BrokerServer:
                                     write_queue_nums=t.write_queue_nums, perm=t.perm)
             for t in (self.tables.topics.get(n) for n in self.tables.topics.topics()) if t
         }  # fmt: skip
+        now = SYSTEM_CLOCK.now_ms()
         return BrokerInfo(broker_name=self.name, node_id=self.node_id, store_dir=str(self.root),
-                          topics=queues, data_version=self.tables.topics.data_version)  # fmt: skip
+                          topics=queues, data_version=self.tables.topics.data_version,
+                          broker_id=self.config.broker_id, role=self.role.value,
+                          epoch=self.epochs.current, written_offset=self.store.written_offset,
+                          replicas=self.master.status(now) if self.master else [])  # fmt: skip
 
     # --------------------------------------------------------------- send
     def put(self, batch: EncodedBatch) -> BatchSendResult:
         """Append one producer batch; raises RayqErrors for what the sender must fix."""
         if not isinstance(batch, EncodedBatch):
             raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}")
+        self._check_master("takes no sends")
         check_client_write_topic(validate_topic(batch.topic))  # send-back and delays: not here
         cfg = self.topic_config(batch.topic, create=True)
         if not is_writeable(cfg.perm):
@@ -406,6 +436,8 @@ class BrokerServer:
                     fresh[qid] = offset
             offsets = fresh
         self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        if self.slave is not None and offsets:
+            self.slave_commits.setdefault(offset_key(topic, group), {}).update(offsets)
         return CommitOffsetsReply(stale=stale)
 
     def lock_queues(self, req: LockQueuesRequest) -> LockQueuesReply:
@@ -485,6 +517,7 @@ class BrokerServer:
         per batch, all or none (store/send_back.py). Bad input raises a RayqError and
         writes nothing."""
         items = request.items
+        self._check_master("takes no send-backs")
         msgs = prepare_send_back(self.store, request.group,
                                  [(i.commitlog_offset, i.delay_level) for i in items],
                                  request.max_reconsume_times)  # fmt: skip
@@ -497,7 +530,10 @@ class BrokerServer:
                               reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
 
     def schedule_tick(self) -> dict[tuple[str, int], int]:
-        """Deliver due delayed messages: {(topic, queue): new max offset} of what was written."""
+        """Deliver due delayed messages: {(topic, queue): new max offset} of what was written.
+        A slave delivers nothing: its master does, and the slave copies the result."""
+        if self.slave is not None:
+            return {}
         with self.writing:
             return self.schedule.tick()
 
@@ -526,8 +562,9 @@ class BrokerServer:
                             dispatched=self.store.dispatched_offset)  # fmt: skip
 
     def persist(self) -> None:
-        with self.writing:
-            self.schedule.sync_progress()
+        if self.slave is None:  # a slave's delay offsets are its master's (metadata sync)
+            with self.writing:
+                self.schedule.sync_progress()
         self.tables.persist_all()
         self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
 
@@ -535,11 +572,54 @@ class BrokerServer:
         self.store.retention_tick()
 
     def close(self) -> None:
-        with self.writing:
-            self.schedule.sync_progress()
+        if self.slave is None:
+            with self.writing:
+                self.schedule.sync_progress()
         self.tables.close()
         self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
         self.store.close()
+
+    # ------------------------------------------------------- replication
+    def _check_master(self, what: str) -> None:
+        if self.slave is not None:
+            raise PermissionDeniedError(
+                f"broker {self.config.replica_name} is a SLAVE: it {what}; they go to its "
+                f"master {self.name}", broker=self.config.replica_name,
+            )  # fmt: skip
+
+    def ha_fetch(self, req: HaFetch) -> HaChunk | None:
+        """A slave's fetch (None: it has everything; the actor parks it)."""
+        if self.master is None:
+            raise ReplicationError(
+                f"broker {self.config.replica_name} is a SLAVE, not a master: slave "
+                f"{req.broker_id} fetches from the wrong broker", offset=req.offset,
+            )  # fmt: skip
+        return self.master.fetch(req, SYSTEM_CLOCK.now_ms())
+
+    def ha_metadata(self, req: MetadataRequest) -> MetadataReply:
+        """A slave's metadata sync: merge the offsets committed on it, answer the tables."""
+        if self.master is None:
+            raise ReplicationError(f"broker {self.config.replica_name} is a SLAVE, not a master")
+        if merge_slave_offsets(self.tables, req):
+            self.tables.consumer_offsets.persist()
+        return snapshot_tables(self.tables)
+
+    def metadata_request(self) -> MetadataRequest:
+        assert self.slave is not None
+        return MetadataRequest(
+            broker_id=self.config.broker_id,
+            offsets={k: dict(v) for k, v in self.slave_commits.items()},
+        )
+
+    def apply_metadata(self, sent: MetadataRequest, reply: MetadataReply) -> None:
+        """Take the master's tables; the offsets committed here since ``sent`` stay."""
+        keep: dict[str, dict[int, int]] = {}
+        for key, queues in self.slave_commits.items():
+            newer = {q: o for q, o in queues.items() if sent.offsets.get(key, {}).get(q) != o}
+            if newer:
+                keep[key] = newer
+        self.slave_commits = {k: dict(v) for k, v in keep.items()}
+        apply_tables(self.tables, reply, keep)
 
 
 def _check_not_system(topic: str) -> None:
