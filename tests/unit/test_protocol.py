@@ -31,7 +31,17 @@ from rayq.store.errors import InvalidRequestError
 from rayq.transport import BrokerClient, CoordinatorClient
 
 # Methods for the other rayq actors and rayq.start only: not in the client transport.
-INTERNAL = {"start_services", "broker_info", "flush_targets", "park", "ready", "shutdown"}
+INTERNAL = {
+    "start_services",
+    "broker_info",
+    "flush_targets",
+    "park",
+    "ready",
+    "shutdown",
+    "ha_fetch",
+    "ha_metadata",
+    "sync_metadata",
+}  # replication: slave -> master
 COORDINATOR_INTERNAL = {"register_broker", "unregister_broker", "ready"}  # brokers, rayq.start
 
 
