@@ -149,23 +149,31 @@ def test_a_held_pull_times_out_with_no_new_msg(ctx: ClientContext) -> None:
 def test_a_held_pull_over_damaged_records_is_answered_at_once(ctx: ClientContext) -> None:
     """The last records of a queue damaged on disk: a waiting pull from them is answered
     by the broker's first read (NO_MATCHED_MSG, the offset past them), not held for its
-    suspend time; the pull from there waits for news as usual."""
+    suspend time; the pull from there waits for news as usual. The damage is undone at
+    the end: the module's later tests restart this broker, and recovery would meet it."""
     put(ctx, "damaged", 0, 5)
     broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
     root = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
-    for m in decode_records(pull(ctx, "damaged", 0, 2).buffer):
+    damaged = decode_records(pull(ctx, "damaged", 0, 2).buffer)
+    for m in damaged:
         flip_body_byte(root, m)
-    req = PullRequest(group="g", topic="damaged", queue_id=0, queue_offset=2, suspend_ms=60_000)
-    resp = ctx.hold("broker-a").pull(req).result(10)  # held, it would take 15 s
-    assert (resp.status, resp.count, resp.next_offset) == (PullStatus.NO_MATCHED_MSG, 0, 5)
-    waiting = ctx.hold("broker-a").pull(msgspec.structs.replace(req, queue_offset=5))
-    assert not ctx.transport.wait([waiting], 0.5)  # nothing new at 5: parked
-    put(ctx, "damaged", 0, 1)
-    assert [m.queue_offset for m in decode_records(waiting.result(20).buffer)] == [5]
+    try:
+        req = PullRequest(group="g", topic="damaged", queue_id=0, queue_offset=2,
+                          suspend_ms=60_000)  # fmt: skip
+        resp = ctx.hold("broker-a").pull(req).result(10)  # held, it would take 15 s
+        assert (resp.status, resp.count, resp.next_offset) == (PullStatus.NO_MATCHED_MSG, 0, 5)
+        waiting = ctx.hold("broker-a").pull(msgspec.structs.replace(req, queue_offset=5))
+        assert not ctx.transport.wait([waiting], 0.5)  # nothing new at 5: parked
+        put(ctx, "damaged", 0, 1)
+        assert [m.queue_offset for m in decode_records(waiting.result(20).buffer)] == [5]
+    finally:
+        for m in damaged:
+            flip_body_byte(root, m)  # back as it was
 
 
 def flip_body_byte(commitlog_dir: Path, m: MessageExt) -> None:
-    """Flip a body byte of record ``m`` in its segment file (the broker's mapping sees it)."""
+    """Flip a body byte of record ``m`` in its segment file (the broker's mapping sees it);
+    flipping it again restores it."""
     files = [int(p.name) for p in commitlog_dir.iterdir() if p.name.isdigit()]
     start = max(f for f in files if f <= m.commitlog_offset)
     position = m.commitlog_offset - start + codec.HEADER_SIZE + len(m.body) // 2
