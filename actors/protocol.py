@@ -89,6 +89,16 @@ class SendStatus(enum.Enum):
 
 
 class PullStatus(enum.Enum):
+    """What a pull found (``PullResponse.next_offset`` is where to pull next):
+
+    - FOUND: records;
+    - NO_NEW_MSG: nothing past the offset yet; a long poll waits for news;
+    - NO_MATCHED_MSG: nothing readable in what was scanned (tags that do not match, or
+      damaged or removed records) but ``next_offset`` moved past it: answered at once,
+      never held; pull again from there at once;
+    - OFFSET_ILLEGAL: the offset is outside the queue; ``next_offset`` is the nearest end.
+    """
+
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"

@@ -52,8 +52,6 @@ from rayq.actors.protocol import (
     NamesReply,
     PullManyRequest,
     PullRequest,
-    PullResponse,
-    PullStatus,
     RecordStreamPlanRequest,
     RouteReply,
     RouteRequest,
@@ -311,7 +309,7 @@ class FakeCluster:
                     if method == "pull":
                         req = protocol.check(req, PullRequest)
                         resp = srv.pull(req)
-                        if resp.status is PullStatus.NO_NEW_MSG and req.suspend_ms > 0:
+                        if req.suspend_ms > 0 and protocol.nothing_new([resp]):
                             beyond = {
                                 (req.topic, req.queue_id): max(req.queue_offset, resp.max_offset)
                             }
@@ -319,10 +317,7 @@ class FakeCluster:
                     elif method == "pull_many":
                         req = protocol.check(req, PullManyRequest)
                         reply = srv.pull_many(req)
-                        if req.suspend_ms > 0 and all(
-                            isinstance(r, PullResponse) and r.status is PullStatus.NO_NEW_MSG
-                            for r in reply.results
-                        ):
+                        if req.suspend_ms > 0 and protocol.nothing_new(reply.results):
                             beyond = {
                                 (i.topic, i.queue_id): max(i.queue_offset, r.max_offset)
                                 for i, r in zip(req.items, reply.results, strict=True)

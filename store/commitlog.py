@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -128,8 +129,9 @@ def _seed(topic: str) -> int:
 class CommitLog:
     """Segments of records plus the write position."""
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
-        self.file = SegmentedFile(directory, segment_size)
+    def __init__(self, directory: Path, segment_size: int,
+                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
+        self.file = SegmentedFile(directory, segment_size, on_create)
         self.segment_size = segment_size
 
     @property
@@ -140,6 +142,11 @@ class CommitLog:
     def max_offset(self) -> int:
         """One past the last valid byte: the next record's physical offset."""
         return self.file.max_offset
+
+    def needs_segment(self, size: int) -> bool:
+        """Whether appending ``size`` bytes of records (one batch) starts a new segment."""
+        seg = self.file.last()
+        return seg is None or seg.wrote + size + codec.BLANK_SIZE_MIN > seg.size
 
     def writable_segment(self, size: int) -> Segment:
         """The segment the next record of ``size`` bytes goes to (rolling if needed)."""

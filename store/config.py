@@ -53,6 +53,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     disk_max_used_space_ratio: Ratio = 0.75
     disk_clean_forcibly_ratio: Ratio = 0.85
     disk_warning_ratio: Ratio = 0.90
+    disk_check_interval_ms: Positive = 1_000  # puts re-measure disk usage at most this often
     delete_files_batch_max: Positive = 10
     max_message_size_bytes: Positive = 4 * MiB
     max_properties_size_bytes: Annotated[int, Meta(gt=0, le=32767)] = 32767

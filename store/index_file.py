@@ -38,7 +38,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -193,12 +193,15 @@ class IndexFile:
 
 
 class IndexService:
-    """The index files of a store, newest last (RocketMQ ``IndexService``)."""
+    """The index files of a store, newest last (RocketMQ ``IndexService``); ``on_create``
+    is called after a new file was allocated."""
 
-    def __init__(self, directory: Path, slots: int, entries_max: int) -> None:
+    def __init__(self, directory: Path, slots: int, entries_max: int,
+                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.directory = directory
         self.slots = slots
         self.entries_max = entries_max
+        self.on_create = on_create
         directory.mkdir(parents=True, exist_ok=True)
         names = sorted(p.name for p in directory.iterdir() if p.name.isdigit())
         self.files = [IndexFile(directory / n, slots, entries_max) for n in names]
@@ -219,6 +222,8 @@ class IndexService:
             self.files.append(
                 IndexFile(self.directory / f"{name:020d}", self.slots, self.entries_max, now_ms)
             )
+            if self.on_create is not None:
+                self.on_create()
         return self.files[-1]
 
     def put(self, hashes: Sequence[int], phys: Sequence[int], times_ms: Sequence[int]) -> None:

@@ -18,7 +18,9 @@ One writer: ``put_messages`` appends a batch to the commit log and dispatches it
 to consume queues and the index in the same call. Readers use ``get_messages``
 (raw records, RocketMQ's statuses) and the lookups. ``flush`` makes everything
 durable and writes the checkpoint; the same steps can run in another process
-(flush.py). ``retention_tick`` deletes expired segments (retention.py).
+(flush.py). ``retention_tick`` deletes expired segments (retention.py). Past
+``disk_warning_ratio`` puts are refused with DISK_FULL; the disk is measured only
+when that is due (disk_gauge.py).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import CommitLog, DispatchBatch
 from .config import DEFAULT_STORE_CONFIG, StoreConfig
 from .consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
+from .disk_gauge import DiskGauge
 from .errors import (
     ClosedError,
     InvalidMessageError,
@@ -106,10 +109,13 @@ class MessageStore:
         self._closed = False
         self._store_host = codec.encode_host(store_host)
         self._store_host_hex = self._store_host.hex().upper()
-        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_size_bytes)
-        self.index = IndexService(
-            self.root / "index", config.index_hash_slots, config.index_entries_max
-        )
+        measure = disk_usage or _disk_used_ratio
+        self.disk = DiskGauge(self.root, measure, config.disk_warning_ratio,
+                              config.disk_check_interval_ms)  # fmt: skip
+        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_size_bytes,
+                                   self.disk.stale)  # fmt: skip
+        self.index = IndexService(self.root / "index", config.index_hash_slots,
+                                  config.index_entries_max, self.disk.stale)  # fmt: skip
         self.queues: dict[QueueKey, ConsumeQueue] = {}
         self._queue_offsets: dict[QueueKey, int] = {}
         self._pending_index: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -118,8 +124,7 @@ class MessageStore:
         self._manifest_file = JsonFile(self.root / "config" / "dispatch.json", DispatchManifest)
         self._manifest = self._manifest_file.load() or DispatchManifest()
         self._manifest_saved = msgspec.json.encode(self._manifest)
-        self.retention = RetentionPolicy(config, disk_usage or _disk_used_ratio)
-        self._disk_full = False
+        self.retention = RetentionPolicy(config, measure)
         self._reader = QueueReader(self.commitlog, config)
         self.flusher = DiskFlusher(self.root, config.commitlog_segment_size_bytes, clock)
         try:
@@ -143,7 +148,8 @@ class MessageStore:
                     self._open_queue(topic_dir.name, int(queue_dir.name))
 
     def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(self.root, topic, queue_id, self.config.cq_entries_per_file)
+        cq = ConsumeQueue(self.root, topic, queue_id, self.config.cq_entries_per_file,
+                          self.disk.stale)  # fmt: skip
         self.queues[(topic, queue_id)] = cq
         self._queue_offsets[(topic, queue_id)] = cq.max_offset
         return cq
@@ -304,12 +310,6 @@ class MessageStore:
         return self._put_batches([batch])
 
     def _put_batches(self, batches: list[EncodedBatch]) -> PutResult:
-        if self._disk_full:
-            return PutResult(
-                status=PutStatus.DISK_FULL,
-                error=f"disk usage is past disk_warning_ratio={self.config.disk_warning_ratio}; "
-                "writes are refused until retention frees space",
-            )
         checked = []
         for b in batches:
             try:
@@ -317,6 +317,14 @@ class MessageStore:
             except (BatchRejected, RayqError) as exc:
                 return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         now = self.clock.now_ms()
+        allocating = self.commitlog.needs_segment(sum(len(b.records) for b in batches))
+        if self.disk.check(now, allocating=allocating):
+            return PutResult(
+                status=PutStatus.DISK_FULL,
+                error=f"disk usage {self.disk.ratio:.1%} is past disk_warning_ratio="
+                f"{self.config.disk_warning_ratio}; writes are refused until retention (or "
+                "someone else) frees space",
+            )
         out = PutResult(status=PutStatus.PUT_OK, store_timestamp=now,
                         store_host=self._store_host_hex)  # fmt: skip
         for b, (starts, crcs) in checked:
@@ -639,7 +647,9 @@ class MessageStore:
     def retention_tick(self) -> RetentionReport:
         """Delete expired segments if it is time (or the disk is filling), update disk state."""
         self._check_open()
-        report = self.retention.tick(self.root, self.clock.now_ms(), self._segment_ages())
+        now = self.clock.now_ms()
+        report = self.retention.tick(self.root, now, self._segment_ages())
+        self.disk.update(report.disk_ratio, now)
         for _ in range(report.segments_to_delete):
             self.commitlog.delete_first_segment()
         if report.segments_to_delete:
@@ -650,7 +660,7 @@ class MessageStore:
             report.index_files_deleted = self.index.delete_before(cl_min)
             self._persist_manifest()
             logger.info("retention: %s", report)
-        self._disk_full = report.disk_full
+            self.disk.stale()  # space was freed: the next put measures again
         return report
 
     def _segment_ages(self) -> list[int | None]:

@@ -1,12 +1,20 @@
 """Reading a consume queue: RocketMQ's ``getMessage`` after the argument checks.
 
-From a queue offset, consume-queue entries are read in one slice, holes, records
-already deleted and tag mismatches are skipped, and the records are copied out
-of the commit log, whole runs of back-to-back records in one slice, each one
+From a queue offset, consume-queue entries are read in one slice (the scan window:
+``max_nums`` entries, or ``max_filter_scan_entries`` with a tag filter), holes,
+records already deleted and tag mismatches are skipped, and the records are copied
+out of the commit log, whole runs of back-to-back records in one slice, each one
 checked (size, magic, CRC) so that no damaged byte is ever served. Per-pull caps
 follow RocketMQ: 32 messages / 256 KiB when the data is recent (within
 ``access_message_in_memory_max_ratio`` of RAM from the end of the log), 8 / 64 KiB
 when it is old.
+
+Unreadable entries do not use up the caps: a record that fails its check is logged
+and skipped, and the read goes on with the entries after it in the window until the
+caps are full (FOUND, the next offset past what it returned). Only a window with
+nothing readable answers without records (OFFSET_FOUND_NULL, MESSAGE_WAS_REMOVING
+or NO_MATCHED_MESSAGE), and then with the next offset past the whole window, so a
+reader moves past damage at once instead of waiting for news.
 """
 
 from __future__ import annotations
@@ -82,6 +90,19 @@ class QueueReader:
         else:
             scanned, wanted, removed, filtered = self._pick_entries(entries, caps, codes)
         parts, count = self._read_records(wanted, cq) if wanted else ([], 0)
+        lost = len(wanted) - count
+        while lost and scanned < len(entries):
+            # Damaged records were left out: fill their place from the rest of the window.
+            rest = (caps[0] - count, caps[1] - sum(map(len, parts)))
+            more, wanted, gone, unmatched = self._pick_entries(entries[scanned:], rest, codes,
+                                                               first_free=not count)  # fmt: skip
+            scanned += more
+            removed += gone
+            filtered += unmatched
+            found, n = self._read_records(wanted, cq) if wanted else ([], 0)
+            parts += found
+            count += n
+            lost = len(wanted) - n
         if count:
             status = GetStatus.FOUND
         elif filtered:
@@ -115,9 +136,10 @@ class QueueReader:
 
     def _pick_entries(
         self, entries: list[tuple[int, int, int]], caps: tuple[int, int],
-        codes: frozenset[int] | None,
+        codes: frozenset[int] | None, first_free: bool = True,
     ) -> tuple[int, list[tuple[int, int]], int, int]:  # fmt: skip
-        """Entries to read, one by one: holes, removed records and the tag filter."""
+        """Entries to read, one by one: holes, removed records and the tag filter. The
+        first record may be larger than the byte cap if ``first_free``."""
         cl_min = self.commitlog.min_offset
         cap_n, cap_b = caps
         wanted: list[tuple[int, int]] = []
@@ -126,7 +148,7 @@ class QueueReader:
             if size == HOLE_SIZE or size == 0:
                 scanned += 1
                 continue
-            if len(wanted) >= cap_n or (wanted and total + size > cap_b):
+            if len(wanted) >= cap_n or ((wanted or not first_free) and total + size > cap_b):
                 break
             scanned += 1
             if phys < cl_min:

@@ -10,7 +10,8 @@ deleted, oldest first and at most ``delete_files_batch_max`` per tick, when
 
 above ``disk_clean_forcibly_ratio`` the oldest segments go even if not expired.
 Above ``disk_warning_ratio`` the store refuses writes (``PutStatus.DISK_FULL``)
-until a tick finds usage below it again. Consume-queue segments and index files
+until a measurement finds usage below it again: a tick's, or one the put path takes
+when it is due (disk_gauge.py, which also logs the change). Consume-queue segments and index files
 whose entries all point below the commit log's new first byte follow (the store
 does that), and reads of removed ranges then report OFFSET_TOO_SMALL or
 MESSAGE_WAS_REMOVING.
@@ -54,11 +55,6 @@ class RetentionPolicy:
         cfg = self.config
         ratio = self.disk_usage(root)
         report = RetentionReport(disk_ratio=ratio, disk_full=ratio > cfg.disk_warning_ratio)
-        if report.disk_full:
-            logger.error(
-                "disk usage %.1f%% is past disk_warning_ratio %.0f%%: writes are refused",
-                ratio * 100, cfg.disk_warning_ratio * 100,
-            )  # fmt: skip
         force = ratio > cfg.disk_clean_forcibly_ratio
         if force:
             report.reason = "disk past disk_clean_forcibly_ratio"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import StoreError
@@ -126,11 +127,16 @@ class Segment:
 
 
 class SegmentedFile:
-    """The ordered segments of one directory (RocketMQ ``MappedFileQueue``)."""
+    """The ordered segments of one directory (RocketMQ ``MappedFileQueue``).
 
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    ``on_create`` is called after ``create`` allocated a new segment (the store's disk
+    gauge: see disk_gauge.py)."""
+
+    def __init__(self, directory: Path, segment_size: int,
+                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
         self.directory = directory
         self.segment_size = segment_size
+        self.on_create = on_create
         self.segments: list[Segment] = []
         self.gaps: list[int] = []  # start offsets of missing segments between present ones
         self.cut: list[int] = []  # start offsets of segments found shorter than segment_size
@@ -173,6 +179,8 @@ class SegmentedFile:
         self.directory.mkdir(parents=True, exist_ok=True)
         seg = Segment(self.directory / segment_name(start), start, self.segment_size)
         self.segments.append(seg)
+        if self.on_create is not None:
+            self.on_create()
         return seg
 
     def find(self, offset: int) -> Segment | None:

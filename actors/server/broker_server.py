@@ -127,13 +127,17 @@ logger = logging.getLogger(__name__)
 
 _TOTAL_SIZE = struct.Struct(">i")  # at a record's start (store/codec.py)
 _QUEUE_OFFSET = struct.Struct(">12xq")
+# Nothing readable in what the store scanned (tag mismatches; damaged, quarantined or
+# removed records) while the offset moved past it: NO_MATCHED_MSG, answered at once and
+# never parked, so the consumer pulls again from the moved offset (RocketMQ answers
+# these PULL_RETRY_IMMEDIATELY, which its client sees as NO_MATCHED_MSG).
 _PULL_STATUS = {
     GetStatus.FOUND: PullStatus.FOUND,
     GetStatus.NO_MATCHED_MESSAGE: PullStatus.NO_MATCHED_MSG,
+    GetStatus.OFFSET_FOUND_NULL: PullStatus.NO_MATCHED_MSG,
+    GetStatus.MESSAGE_WAS_REMOVING: PullStatus.NO_MATCHED_MSG,
     GetStatus.OFFSET_OVERFLOW_ONE: PullStatus.NO_NEW_MSG,
     GetStatus.NO_MESSAGE_IN_QUEUE: PullStatus.NO_NEW_MSG,
-    GetStatus.OFFSET_FOUND_NULL: PullStatus.NO_NEW_MSG,
-    GetStatus.MESSAGE_WAS_REMOVING: PullStatus.NO_NEW_MSG,
     GetStatus.NO_MATCHED_LOGIC_QUEUE: PullStatus.NO_NEW_MSG,
     GetStatus.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,
     GetStatus.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,
@@ -328,6 +332,8 @@ class BrokerServer:
         status = PullStatus.FOUND if count else _PULL_STATUS[first.status]
         next_offset = offset if count or first.status is GetStatus.NO_MATCHED_MESSAGE else (
             first.next_begin_offset)  # fmt: skip
+        if status is PullStatus.NO_MATCHED_MSG and next_offset <= req.queue_offset:
+            status = PullStatus.NO_NEW_MSG  # nothing scanned (a missing file): wait for news
         return PullResponse(status=status, next_offset=next_offset, min_offset=first.min_offset,
                             max_offset=max(first.max_offset, got.max_offset),
                             buffer=b"".join(parts), count=count)  # fmt: skip

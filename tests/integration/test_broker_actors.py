@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import msgspec
@@ -25,8 +27,16 @@ from rayq.actors.protocol import (
 )
 from rayq.client import ClientContext
 from rayq.cluster import Cluster
-from rayq.store import InnerMessage, StoreConfig, UniqIdGenerator, decode_records, encode_batch
+from rayq.store import (
+    InnerMessage,
+    StoreConfig,
+    UniqIdGenerator,
+    codec,
+    decode_records,
+    encode_batch,
+)
 from rayq.store.errors import InvalidOffsetError, TopicNotFoundError
+from rayq.store.message import MessageExt
 
 T = TypeVar("T")
 
@@ -134,6 +144,44 @@ def test_a_held_pull_times_out_with_no_new_msg(ctx: ClientContext) -> None:
     resp = pull(ctx, "quiet", 0, 1, suspend_ms=300)
     assert resp.status is PullStatus.NO_NEW_MSG
     assert resp.next_offset == 1
+
+
+def test_a_held_pull_over_damaged_records_is_answered_at_once(ctx: ClientContext) -> None:
+    """The last records of a queue damaged on disk: a waiting pull from them is answered
+    by the broker's first read (NO_MATCHED_MSG, the offset past them), not held for its
+    suspend time; the pull from there waits for news as usual. The damage is undone at
+    the end: the module's later tests restart this broker, and recovery would meet it."""
+    put(ctx, "damaged", 0, 5)
+    broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
+    root = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
+    damaged = decode_records(pull(ctx, "damaged", 0, 2).buffer)
+    for m in damaged:
+        flip_body_byte(root, m)
+    try:
+        req = PullRequest(group="g", topic="damaged", queue_id=0, queue_offset=2,
+                          suspend_ms=60_000)  # fmt: skip
+        resp = ctx.hold("broker-a").pull(req).result(10)  # held, it would take 15 s
+        assert (resp.status, resp.count, resp.next_offset) == (PullStatus.NO_MATCHED_MSG, 0, 5)
+        waiting = ctx.hold("broker-a").pull(msgspec.structs.replace(req, queue_offset=5))
+        assert not ctx.transport.wait([waiting], 0.5)  # nothing new at 5: parked
+        put(ctx, "damaged", 0, 1)
+        assert [m.queue_offset for m in decode_records(waiting.result(20).buffer)] == [5]
+    finally:
+        for m in damaged:
+            flip_body_byte(root, m)  # back as it was
+
+
+def flip_body_byte(commitlog_dir: Path, m: MessageExt) -> None:
+    """Flip a body byte of record ``m`` in its segment file (the broker's mapping sees it);
+    flipping it again restores it."""
+    files = [int(p.name) for p in commitlog_dir.iterdir() if p.name.isdigit()]
+    start = max(f for f in files if f <= m.commitlog_offset)
+    position = m.commitlog_offset - start + codec.HEADER_SIZE + len(m.body) // 2
+    fd = os.open(commitlog_dir / f"{start:020d}", os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes([os.pread(fd, 1, position)[0] ^ 0x01]), position)
+    finally:
+        os.close(fd)
 
 
 def test_bad_requests_raise_rayq_errors_and_the_broker_keeps_serving(ctx: ClientContext) -> None:

@@ -219,19 +219,25 @@ def test_disk_above_warning_ratio_refuses_writes_until_it_drops(tmp_path: Path) 
     store.close()
 
 
-def test_disk_full_is_not_lifted_without_a_tick(tmp_path: Path) -> None:
-    """The disk state changes only on retention_tick, not on the next put."""
+def test_disk_full_is_lifted_by_the_next_measurement_not_by_every_put(tmp_path: Path) -> None:
+    """A tick's disk state holds for disk_check_interval_ms: puts in that time do not ask
+    the disk again (still refused after usage dropped); the first put after it measures
+    and is accepted, without another tick."""
     disk = Disk()
-    store = make_store(tmp_path, FakeClock(T0), disk, delete_at_ms=T0, at_hour=False)
-    disk.ratio = WARNING
-    store.retention_tick()
-    disk.ratio = LOW
-    assert (
-        store.put_messages([InnerMessage(topic="T", queue_id=0, body=b"x")]).status
-        is PutStatus.DISK_FULL
-    )
-    store.retention_tick()
+    clock = FakeClock(T0)
+    store = make_store(tmp_path, clock, disk, delete_at_ms=T0, at_hour=False)
     assert store.put_messages([InnerMessage(topic="T", queue_id=0, body=b"x")]).ok
+    disk.ratio = WARNING
+    store.retention_tick()  # one segment: nothing to delete, so nothing freed
+    disk.ratio = LOW
+    measured = len(disk.calls)
+    clock.advance(store.config.disk_check_interval_ms - 1)
+    refused = store.put_messages([InnerMessage(topic="T", queue_id=0, body=b"x")])
+    assert refused.status is PutStatus.DISK_FULL
+    assert len(disk.calls) == measured
+    clock.advance(1)
+    assert store.put_messages([InnerMessage(topic="T", queue_id=0, body=b"x")]).ok
+    assert len(disk.calls) == measured + 1
     store.close()
 
 

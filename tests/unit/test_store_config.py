@@ -50,6 +50,7 @@ def test_default_store_config_constant_is_the_default() -> None:
         ("cq_entries_per_file", 0),
         ("flush_least_pages", -1),
         ("disk_warning_ratio", 1.5),
+        ("disk_check_interval_ms", 0),
         ("access_message_in_memory_max_ratio", 0.0),
         ("max_properties_size_bytes", 40_000),
         ("message_index_enable", "yes"),
