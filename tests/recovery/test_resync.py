@@ -354,3 +354,31 @@ def test_a_missing_interior_segment_costs_only_its_records(
     kit.assert_holds_exactly(store, survivors)
     assert_not_served(store, lost)
     assert store.written_offset == max(s.end for s in sent)
+
+
+@pytest.mark.parametrize("adjacent", [True, False])
+def test_two_records_failing_their_crc_after_the_checkpoint(
+    kit, tmp_path: Path, caplog: pytest.LogCaptureFixture, adjacent: bool
+) -> None:
+    """Bodies flipped in two records past the checkpoint: only those two are lost (before
+    resync, the second CRC failure in a row made recovery truncate at the first)."""
+    root = tmp_path / "store"
+    sent = write_store(kit, root)
+    size = kit.config.commitlog_segment_size_bytes
+    first = interior(sent, size)[8]
+    in_order = sorted(sent, key=lambda s: s.commitlog_offset)
+    second = in_order[in_order.index(first) + (1 if adjacent else 3)]
+    assert second in interior(sent, size)
+    for target in (first, second):
+        path, local = kit.segment_of(root, target.commitlog_offset)
+        kit.flip_byte(path, local + codec.HEADER_SIZE + len(target.body) // 2, mask=0x01)
+    (root / "checkpoint").unlink()
+
+    store = reopen(kit, root, caplog)
+
+    report = store.recovery
+    if adjacent:
+        assert report.spans_set_aside == [(first.commitlog_offset, second.end)]
+    else:
+        assert report.records_quarantined == [first.commitlog_offset, second.commitlog_offset]
+    assert_recovered(kit, store, sent, [first, second])
