@@ -106,7 +106,8 @@ class BrokerActor:
     that Ray restarted serves and shows in the routes without anyone re-wiring it.
     """
 
-    def __init__(self, config: BrokerConfig, store_dir: str, namespace: str) -> None:
+    def __init__(self, config: BrokerConfig, store_dir: str, namespace: str,
+                 epoch: int = 0) -> None:  # fmt: skip
         from .protocol import (
             COORDINATOR_NAME,
             broker_actor_name,
@@ -116,6 +117,11 @@ class BrokerActor:
 
         node_id = ray.get_runtime_context().get_node_id()
         self.server = BrokerServer(config, store_dir, node_id)
+        if epoch > self.server.epochs.current and self.server.master is not None:
+            # promoted (actors/failover.py): what this store holds now starts the new epoch
+            self.server.epochs.begin(epoch, self.server.store.written_offset)
+            logger.warning("broker %s: master in epoch %d from commit-log offset %d",
+                           config.broker_name, epoch, self.server.store.written_offset)  # fmt: skip
         self.namespace = namespace
         replica = config.replica_name
         self._hold = Peer(hold_actor_name(replica), namespace)
@@ -530,7 +536,8 @@ class BrokerActor:
                 left = deadline - loop.time()
                 if left <= 0:
                     return HaChunk(offset=req.offset,
-                                   master_offset=self.server.store.written_offset)
+                                   master_offset=self.server.store.written_offset,
+                                   topics_version=self.server.tables.topics.data_version)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiting[1].wait(), left)
         finally:
@@ -555,6 +562,8 @@ class BrokerActor:
             try:
                 chunk = await master.ha_fetch.remote(slave.request())
                 self._wake(slave.apply(chunk))
+                if chunk.topics_version != self.server.tables.topics.data_version:
+                    await self.sync_metadata()  # a topic changed: now, not at the next tick
             except PEER_LOST_ERRORS as exc:
                 logger.warning("slave %s: master %s unreachable (%s); retrying", name,
                                self.server.name, type(exc).__name__)  # fmt: skip
@@ -603,6 +612,11 @@ class BrokerActor:
         return self.server.info()
 
     @ray.method(concurrency_group="admin")
+    async def broker_config(self) -> BrokerConfig:
+        """For the coordinator's failover: this replica's settings."""
+        return self.server.config
+
+    @ray.method(concurrency_group="admin")
     async def flush_targets(self) -> FlushTargets:
         """For the flusher: how far the files are written."""
         return self.server.flush_targets()
@@ -642,7 +656,8 @@ def _now_ms() -> int:
     return SYSTEM_CLOCK.now_ms()
 
 
-def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> Any:
+def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str,
+                 epoch: int = 0) -> Any:  # fmt: skip
     """Start (or get) the named broker actor pinned to ``node_id`` (named after its
     replica: the master under the broker name, a slave under ``<name>#<id>``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -658,4 +673,4 @@ def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: 
         name=broker_actor_name(config.replica_name), namespace=namespace, get_if_exists=True,
         lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config, store_dir, namespace)  # fmt: skip
+    ).remote(config, store_dir, namespace, epoch)  # fmt: skip

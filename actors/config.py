@@ -58,6 +58,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ha_fetch_wait_ms: Positive = 1_000
     ha_housekeeping_ms: Positive = 20_000  # a slave silent this long is not connected
     slave_sync_metadata_interval_ms: Positive = 10_000
+    # When the master's actor or node is lost, the coordinator promotes the slave that is
+    # furthest ahead (actors/failover.py); off: slaves serve reads only (RocketMQ 4).
+    auto_failover: bool = True
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True

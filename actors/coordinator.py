@@ -23,8 +23,9 @@ from typing import Any
 import ray
 
 from rayq.store.clock import SYSTEM_CLOCK
-from rayq.store.errors import InvalidRequestError
+from rayq.store.errors import ClosedError, InvalidRequestError
 
+from .failover import RESTART_GRACE_S, node_alive, place_replicas, promote
 from .protocol import (
     BROKER_ACTOR_PREFIX,
     CONSUMER_ACTOR_PREFIX,
@@ -66,6 +67,7 @@ SAFETY_REBALANCE_MS = 20_000  # every push-consumer group, in case an event was 
 MEMBER_CALL_TIMEOUT_S = 30.0  # a revoke waits for in-flight work; a member slower is dropped
 REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
 REBUILD_WAIT_S = 10.0  # how long a query waits for the rebuild before answering anyway
+PLACEMENT_INTERVAL_S = 2.0  # how often lost replicas are looked for (with slaves only)
 
 
 class CoordinatorActor:
@@ -85,6 +87,9 @@ class CoordinatorActor:
         self.stream_plans = StreamPlans()
         self.lost: dict[str, BrokerInfo] = {}  # died or went silent, not back yet
         self.slaves: dict[str, dict[int, BrokerInfo]] = {}  # broker name -> id -> last info
+        self._failover_locks: dict[str, asyncio.Lock] = {}
+        self._placement: asyncio.Task | None = None
+        self._suspects: set[str] = set()
         # Set once the soft state is rebuilt by asking (see _rebuild): routes once the
         # brokers answered, groups once the push consumers re-joined.
         self._routes_ready = asyncio.Event()
@@ -164,6 +169,7 @@ class CoordinatorActor:
         if info.broker_id != 0:  # a slave: known, never routed to for sends
             new = info.broker_id not in self.slaves.get(info.broker_name, {})
             self.slaves.setdefault(info.broker_name, {})[info.broker_id] = info
+            self._ensure_placement()
             return new
         old = self.table.brokers.get(info.broker_name)
         changed = {t for t in set(info.topics) | set(old.topics if old else {})
@@ -189,10 +195,56 @@ class CoordinatorActor:
                 logger.warning("broker %s died (%s); dropping it until it is back", broker_name,
                                type(exc).__name__)  # fmt: skip
                 self._remove_broker(broker_name)
+                shut_down = isinstance(getattr(exc, "cause", None), ClosedError)  # on purpose
+                if self.slaves.get(broker_name) and not shut_down:
+                    self._spawn(self._failover(broker_name))
             try:  # restarted by Ray (max_restarts): wire it up again
                 await asyncio.wait_for(handle.start_services.remote(), RESTART_WAIT_S)
             except Exception:
                 return  # killed for good: a later registration starts a new watch
+
+    async def _failover(self, name: str) -> None:
+        """The master of ``name`` died: promote its slave furthest ahead (failover.py),
+        at once if its node is dead, after RESTART_GRACE_S if Ray could restart it."""
+        lost = self.lost.get(name)
+        if lost is None or not lost.auto_failover:
+            return
+        if await node_alive(lost.node_id):
+            deadline = asyncio.get_running_loop().time() + RESTART_GRACE_S
+            while asyncio.get_running_loop().time() < deadline:
+                if name in self.table.brokers:
+                    return  # restarted by Ray where it was
+                await asyncio.sleep(0.2)
+        lock = self._failover_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            if name in self.table.brokers or name not in self.lost:
+                return
+            watch = self._watches.pop(name, None)
+            if watch is not None:
+                watch.cancel()
+            try:
+                promoted = await promote(name, lost, self.slaves.get(name, {}), self.namespace)
+            except Exception:
+                logger.exception("failover of %s failed", name)
+                return
+            if promoted is not None:
+                self.slaves.get(name, {}).pop(promoted[0], None)
+                await self.register_broker(promoted[1])
+                self._ensure_placement()
+
+    def _ensure_placement(self) -> None:
+        if self._placement is None or self._placement.done():
+            self._placement = asyncio.create_task(self._placement_loop())
+
+    async def _placement_loop(self) -> None:
+        """Bring lost replicas back as slaves when their node is up (failover.py)."""
+        while True:
+            await asyncio.sleep(PLACEMENT_INTERVAL_S)
+            try:
+                await place_replicas(dict(self.table.brokers), self.slaves, self.namespace,
+                                     self._suspects)  # fmt: skip
+            except Exception:
+                logger.exception("placing replicas failed; trying again")
 
     async def _scan_loop(self) -> None:
         while True:

@@ -292,6 +292,7 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     epoch: int = 0
     written_offset: int = 0
     replicas: list[ReplicaStatus] = []  # a master's slaves
+    auto_failover: bool = True
 
 
 class HaFetch(msgspec.Struct, frozen=True, kw_only=True):
@@ -318,6 +319,7 @@ class HaChunk(msgspec.Struct, frozen=True, kw_only=True):
     epochs: list[tuple[int, int]] = []
     truncate_to: int = -1
     tail: bytes = b""
+    topics_version: int = 0  # the master's topic table version: a slave behind syncs at once
 
 
 class MetadataRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -178,7 +178,8 @@ class BrokerServer:
         self.master: MasterReplication | None = None
         self.slave: SlaveReplication | None = None
         if self.role.is_master:
-            self.master = MasterReplication(self.store, self.epochs, config)
+            self.master = MasterReplication(self.store, self.epochs, config,
+                                            lambda: self.tables.topics.data_version)
         else:
             self.slave = SlaveReplication(self.store, self.epochs, config)
         # consumer offsets committed here while a slave: they go to the master at the next
@@ -242,7 +243,8 @@ class BrokerServer:
                           topics=queues, data_version=self.tables.topics.data_version,
                           broker_id=self.config.broker_id, role=self.role.value,
                           epoch=self.epochs.current, written_offset=self.store.written_offset,
-                          replicas=self.master.status(now) if self.master else [])  # fmt: skip
+                          replicas=self.master.status(now) if self.master else [],
+                          auto_failover=self.config.auto_failover)  # fmt: skip
 
     # --------------------------------------------------------------- send
     def put(self, batch: EncodedBatch) -> BatchSendResult:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+from collections.abc import Callable
 
 import msgspec
 
@@ -52,10 +53,12 @@ class _Slave(msgspec.Struct, kw_only=True):
 class MasterReplication:
     """A master's view of its slaves, and the sends waiting for them."""
 
-    def __init__(self, store: MessageStore, epochs: EpochHistory, config: BrokerConfig) -> None:
+    def __init__(self, store: MessageStore, epochs: EpochHistory, config: BrokerConfig,
+                 topics_version: Callable[[], int] = lambda: 0) -> None:  # fmt: skip
         self.store = store
         self.epochs = epochs
         self.config = config
+        self.topics_version = topics_version
         self.slaves: dict[int, _Slave] = {}
         # Thread-safe: sends wait on one event loop, fetches answer on another (the actor's
         # concurrency groups), so the waiters are concurrent.futures under a lock.
@@ -78,7 +81,8 @@ class MasterReplication:
             req.offset, min(req.max_bytes, self.config.ha_transfer_batch_bytes)
         )
         epochs = self.epochs.entries if req.epoch != self.epochs.current else []
-        return HaChunk(offset=req.offset, data=data, master_offset=written, epochs=epochs)
+        return HaChunk(offset=req.offset, data=data, master_offset=written, epochs=epochs,
+                       topics_version=self.topics_version())  # fmt: skip
 
     def _fence(self, req: HaFetch, written: int) -> HaChunk | None:
         current = self.epochs.current

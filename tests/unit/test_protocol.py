@@ -41,7 +41,8 @@ INTERNAL = {
     "ha_fetch",
     "ha_metadata",
     "sync_metadata",
-}  # replication: slave -> master
+    "broker_config",
+}  # replication: slave -> master, and the coordinator's failover
 COORDINATOR_INTERNAL = {"register_broker", "unregister_broker", "ready"}  # brokers, rayq.start
 
 

@@ -1,0 +1,214 @@
+"""Failover: promoting a slave when its master is lost, and bringing lost replicas back.
+
+The coordinator runs this (RocketMQ 5's controller role). Clients never learn about
+it: a broker's master always runs under the broker's own actor name
+(``rayq-broker-<name>``, its flusher and hold service likewise), so a client whose
+call to the old master failed looks the name up again and finds the new one.
+
+**Promotion** (``promote``), when a master's actor is dead and its node is dead too
+(at once), or its node is alive but Ray has not brought the actor back within
+``RESTART_GRACE_S``, and ``auto_failover`` is on:
+
+1. every live slave is asked how far it has the log; the one furthest ahead wins
+   (under SYNC_MASTER every acknowledged send is on the slave that acknowledged it,
+   and no slave acknowledges past its own end, so the furthest one has them all);
+2. the old master's actors are killed for good (on a dead node they could only
+   linger), the chosen slave closes its store cleanly and its actors end;
+3. a new master (broker id 0, the old master's role) is started on the slave's node
+   over the slave's store, under the broker's name, in epoch = the highest epoch seen
+   + 1, beginning at the slave's end of log (store/epochs.py);
+4. other slaves fetch from the new master by name; their epoch is older, so the new
+   master fences them (actors/server/replication.py).
+
+**Rejoin** (``place_replicas``, on the coordinator's scan): a node whose resource
+``rayq_broker:<name>`` or ``rayq_broker:<name>#<id>`` names a replica whose store is
+not being served (the old master's node came back, or any lost replica's) gets that
+replica back as a slave of the current master. Its store is where it was
+(``<root>/<replica>``); its broker id is its own (``#<id>``), or for the original
+master (no ``#``) the id that the promoted slave left free. The new master fences
+it: a tail written after the last byte the new master had is cut (and kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import ray
+
+from .broker import spawn_broker
+from .config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
+from .flusher import spawn_flusher
+from .protocol import BrokerInfo, broker_actor_name, flusher_actor_name, hold_actor_name
+from .pull_hold import spawn_hold
+
+logger = logging.getLogger(__name__)
+
+RESTART_GRACE_S = 5.0  # a master whose node lives gets this long to be restarted by Ray
+ASK_TIMEOUT_S = 3.0
+NAME_FREE_TIMEOUT_S = 20.0
+BROKER_RESOURCE_PREFIX = "rayq_broker:"
+
+
+async def node_alive(node_id: str) -> bool:
+    nodes = await asyncio.to_thread(ray.nodes)
+    return any(n.get("NodeID") == node_id and n.get("Alive") for n in nodes)
+
+
+async def ask(handle: Any, method: str, timeout_s: float = ASK_TIMEOUT_S) -> Any:
+    return await asyncio.wait_for(getattr(handle, method).remote(), timeout_s)
+
+
+def _handle(name: str, namespace: str) -> Any | None:
+    try:
+        return ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return None
+
+
+async def kill_replica(replica: str, namespace: str) -> None:
+    """End a replica's broker, flusher and hold actors for good, and wait until their
+    names are free (a new replica may take them)."""
+    for actor in (broker_actor_name(replica), flusher_actor_name(replica),
+                  hold_actor_name(replica)):  # fmt: skip
+        handle = _handle(actor, namespace)
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
+    names = [broker_actor_name(replica), flusher_actor_name(replica), hold_actor_name(replica)]
+    while names and time.monotonic() < deadline:  # GCS frees a killed actor's name soon
+        names = [n for n in names if _handle(n, namespace) is not None]
+        await asyncio.sleep(0.05 if names else 0)
+
+
+async def start_replica(config: BrokerConfig, store_dir: str, namespace: str, node_id: str,
+                        epoch: int = 0) -> Any:  # fmt: skip
+    """A replica's three actors on ``node_id`` (flusher and hold first), registered."""
+    replica = config.replica_name
+    flusher = spawn_flusher(store_dir, config.store_config, replica, namespace, node_id)
+    hold = spawn_hold(config, namespace, node_id)
+    await asyncio.gather(flusher.ready.remote(), hold.ready.remote())
+    broker = spawn_broker(config, store_dir, namespace, node_id, epoch)
+    await broker.start_services.remote()
+    return broker
+
+
+def _with(config: BrokerConfig, **changes: Any) -> BrokerConfig:
+    values = msgspec.to_builtins(config)
+    values.update({k: (v.value if isinstance(v, BrokerRole) else v) for k, v in changes.items()})
+    return BrokerConfig.from_dict(values)
+
+
+async def promote(name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo],
+                  namespace: str) -> tuple[int, BrokerInfo] | None:  # fmt: skip
+    """Make the live slave furthest ahead the master of ``name``: its former broker id
+    and new info, or None if there is no live slave (logged)."""
+    alive: list[tuple[int, int, Any]] = []
+    epochs = [lost.epoch]
+    for broker_id in sorted(slaves):
+        handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
+        if handle is None:
+            continue
+        try:
+            info = await ask(handle, "broker_info")
+        except Exception:
+            continue
+        alive.append((info.written_offset, broker_id, handle))
+        epochs.append(info.epoch)
+    if not alive:
+        logger.error("failover of %s: no live slave to promote; it stays unavailable", name)
+        return None
+    written, broker_id, handle = max(alive)
+    config: BrokerConfig = await ask(handle, "broker_config")
+    store_dir = (await ask(handle, "broker_info")).store_dir
+    node_id = slaves[broker_id].node_id
+    epoch = max(epochs) + 1
+    logger.warning("failover of %s: promoting slave %d (log up to %d) to master in epoch %d",
+                   name, broker_id, written, epoch)  # fmt: skip
+    await kill_replica(name, namespace)
+    with contextlib.suppress(Exception):  # closes its store cleanly, then ends
+        await asyncio.wait_for(handle.shutdown.remote(), 30)
+    await kill_replica(replica_name(name, broker_id), namespace)
+    role = BrokerRole(lost.role) if lost.role != BrokerRole.SLAVE.value else (
+        BrokerRole.ASYNC_MASTER)  # fmt: skip
+    master_config = _with(config, broker_id=0, broker_role=role)
+    broker = await start_replica(master_config, store_dir, namespace, node_id, epoch)
+    return broker_id, await ask(broker, "broker_info", 30.0)
+
+
+def replica_nodes(nodes: list[dict[str, Any]]) -> dict[str, str]:
+    """Replica name -> node id for every live node with a ``rayq_broker:`` resource."""
+    found: dict[str, str] = {}
+    for node in nodes:
+        if node.get("Alive"):
+            for resource in node.get("Resources", {}):
+                if resource.startswith(BROKER_RESOURCE_PREFIX):
+                    found[resource[len(BROKER_RESOURCE_PREFIX) :]] = node["NodeID"]
+    return found
+
+
+async def place_replicas(masters: dict[str, BrokerInfo], slaves: dict[str, dict[int, BrokerInfo]],
+                         namespace: str, suspects: set[str]) -> list[str]:  # fmt: skip
+    """Start, as slaves, the replicas whose node is up but whose store nobody serves;
+    the replicas started. A replica whose actor exists but does not answer is restarted
+    only when it did not answer at the previous scan either (``suspects``): one that is
+    still starting is left alone."""
+    nodes = replica_nodes(await asyncio.to_thread(ray.nodes))
+    started = []
+    for replica, node_id in sorted(nodes.items()):
+        name, sep, raw = replica.partition(REPLICA_SEPARATOR)
+        master = masters.get(name)
+        if master is None or not master.store_dir:
+            continue
+        root = Path(master.store_dir).parent
+        store_dir = str(root / replica)
+        if store_dir == master.store_dir:
+            continue  # it is the master
+        served = [i for i, s in slaves.get(name, {}).items() if s.store_dir == store_dir]
+        if served and await _answers(replica_name(name, served[0]), namespace):
+            continue
+        own = int(raw) if sep and raw.isdigit() else 0
+        master_home = Path(master.store_dir).name.partition(REPLICA_SEPARATOR)[2]
+        broker_id = own or (int(master_home) if master_home.isdigit() else 0)
+        if broker_id <= 0:
+            continue
+        slave = replica_name(name, broker_id)
+        if _handle(broker_actor_name(slave), namespace) is not None:
+            if await _answers(slave, namespace):
+                suspects.discard(slave)
+                continue  # a live slave (still registering, or serving another store)
+            if slave not in suspects:
+                suspects.add(slave)
+                continue  # maybe still starting: look again at the next scan
+        suspects.discard(slave)
+        handle = _handle(broker_actor_name(name), namespace)
+        if handle is None:
+            continue
+        try:
+            config: BrokerConfig = await ask(handle, "broker_config")
+        except Exception:
+            continue
+        logger.warning("replica %s of %s is back on node %s: rejoining as slave %d",
+                       replica, name, node_id, broker_id)  # fmt: skip
+        await kill_replica(replica_name(name, broker_id), namespace)
+        slave_config = _with(config, broker_id=broker_id, broker_role=BrokerRole.SLAVE)
+        await start_replica(slave_config, store_dir, namespace, node_id)
+        started.append(replica)
+    return started
+
+
+async def _answers(replica: str, namespace: str) -> bool:
+    handle = _handle(broker_actor_name(replica), namespace)
+    if handle is None:
+        return False
+    try:
+        await ask(handle, "ready")
+        return True
+    except Exception:
+        return False
