@@ -329,8 +329,9 @@ class BrokerActor:
             return SendStatus.SLAVE_NOT_AVAILABLE
         acked = master.wait(written)
         try:
-            await asyncio.wait_for(asyncio.wrap_future(acked),
-                                   self.server.config.store.sync_flush_timeout_ms / 1000)
+            await asyncio.wait_for(
+                asyncio.wrap_future(acked), self.server.config.store.sync_flush_timeout_ms / 1000
+            )
             return SendStatus.SEND_OK
         except TimeoutError:
             acked.cancel()
@@ -535,9 +536,11 @@ class BrokerActor:
                     return chunk
                 left = deadline - loop.time()
                 if left <= 0:
-                    return HaChunk(offset=req.offset,
-                                   master_offset=self.server.store.written_offset,
-                                   topics_version=self.server.tables.topics.data_version)
+                    return HaChunk(
+                        offset=req.offset,
+                        master_offset=self.server.store.written_offset,
+                        topics_version=self.server.tables.topics.data_version,
+                    )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiting[1].wait(), left)
         finally:

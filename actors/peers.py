@@ -17,11 +17,12 @@ import ray
 
 logger = logging.getLogger(__name__)
 
-# What a call to an actor that died, or is being restarted, raises (ActorDiedError is
+# What a call to an actor that died, is being restarted or lost its node raises (ActorDiedError is
 # a RayActorError).
 PEER_LOST_ERRORS: tuple[type[BaseException], ...] = (
     ray.exceptions.RayActorError,
     ray.exceptions.ActorUnavailableError,
+    ray.exceptions.ActorUnschedulableError,  # pinned to a node that is gone
 )
 LOOKUP_RETRY_S = 0.5  # a missing peer is looked up again at most this often
 

@@ -44,7 +44,12 @@ def unwrap(exc: BaseException) -> BaseException:
             return cause
     if isinstance(exc, RayqError):
         return exc
-    if isinstance(exc, ray.exceptions.RayActorError | ray.exceptions.ActorUnavailableError):
+    if isinstance(
+        exc,
+        ray.exceptions.RayActorError
+        | ray.exceptions.ActorUnavailableError
+        | ray.exceptions.ActorUnschedulableError,
+    ):  # the last: its node is gone
         return BrokerUnavailableError(f"a rayq actor is not reachable: {exc}")
     if isinstance(exc, ray.exceptions.GetTimeoutError | TimeoutError):
         return BrokerUnavailableError(f"a rayq actor did not answer in time: {exc}")

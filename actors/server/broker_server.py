@@ -178,8 +178,9 @@ class BrokerServer:
         self.master: MasterReplication | None = None
         self.slave: SlaveReplication | None = None
         if self.role.is_master:
-            self.master = MasterReplication(self.store, self.epochs, config,
-                                            lambda: self.tables.topics.data_version)
+            self.master = MasterReplication(
+                self.store, self.epochs, config, lambda: self.tables.topics.data_version
+            )
         else:
             self.slave = SlaveReplication(self.store, self.epochs, config)
         # consumer offsets committed here while a slave: they go to the master at the next

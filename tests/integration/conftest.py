@@ -62,3 +62,17 @@ def retried() -> Callable[[Callable[[], T]], T]:
                 time.sleep(0.5)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def replication_kit():
+    """tests/integration/replication_kit.py as a module (the replication tests' helpers)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).with_name("replication_kit.py")
+    spec = importlib.util.spec_from_file_location("rayq_tests_replication_kit", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
