@@ -69,6 +69,8 @@ from .protocol import (
     QueryOffsetsRequest,
     QueueBoundsReply,
     ReadArrowRequest,
+    ReplicationRequest,
+    ReplicationStats,
     ResetOffsetsRequest,
     ScheduleStats,
     ScheduleStatsRequest,
@@ -497,6 +499,10 @@ class BrokerActor:
     @ray.method(concurrency_group="admin")
     async def schedule_stats(self, req: ScheduleStatsRequest) -> ScheduleStats:
         return await self._serve(self.server.schedule_stats, req, ScheduleStatsRequest)
+
+    @ray.method(concurrency_group="admin")
+    async def replication(self, req: ReplicationRequest) -> ReplicationStats:
+        return await self._serve(self.server.replication, req, ReplicationRequest)
 
     @ray.method(concurrency_group="admin")
     async def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:

@@ -477,6 +477,22 @@ class ScheduleStatsRequest(_Request, frozen=True, kw_only=True):
     pass
 
 
+class ReplicationRequest(_Request, frozen=True, kw_only=True):
+    pass
+
+
+class ReplicationStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A broker's replication: its role and epoch, how far its log is written, and for a
+    master each slave's acknowledged offset and lag in bytes and in time."""
+
+    broker_name: str
+    broker_id: int
+    role: str
+    epoch: int
+    written_offset: int
+    replicas: list[ReplicaStatus] = []
+
+
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     """Offsets ``[start, end)`` of one queue as Arrow IPC, one page of ~``max_bytes``."""
 

@@ -32,6 +32,8 @@ from rayq.actors.protocol import (
     QueryOffsetsRequest,
     QueueProgress,
     QueueStats,
+    ReplicationRequest,
+    ReplicationStats,
     ResetOffsetsRequest,
     RoutesRequest,
     ScheduleStats,
@@ -298,6 +300,13 @@ class Admin:
         max offset) of its queue, and the deliver-at backlog."""
         req = ScheduleStatsRequest(client_id=self.client_id)
         return self._gather({b: lambda c: c.schedule_stats(req) for b in self._live_brokers()})
+
+    def replication(self) -> list[ReplicationStats]:
+        """Every live broker's replication: role, epoch, written offset, and for a master
+        each slave's acknowledged offset and lag in bytes and in milliseconds."""
+        req = ReplicationRequest(client_id=self.client_id)
+        found = self._gather({b: lambda c: c.replication(req) for b in self._live_brokers()})
+        return [found[b] for b in sorted(found)]
 
     def _gather(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]]) -> dict[K, T]:
         """Ask several brokers at once (keys: a broker name or (broker, ...))."""

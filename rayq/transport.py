@@ -63,6 +63,8 @@ from rayq.actors.protocol import (
     QueueBoundsReply,
     ReadArrowRequest,
     RecordStreamPlanRequest,
+    ReplicationRequest,
+    ReplicationStats,
     ResetOffsetsRequest,
     RouteReply,
     RouteRequest,
@@ -212,6 +214,9 @@ class BrokerClient(_Client):
 
     def schedule_stats(self, req: ScheduleStatsRequest) -> Reply[ScheduleStats]:
         return self._invoke("schedule_stats", req)
+
+    def replication(self, req: ReplicationRequest) -> Reply[ReplicationStats]:
+        return self._invoke("replication", req)
 
     def read_arrow(self, req: ReadArrowRequest) -> Reply[ArrowPage]:
         return self._invoke("read_arrow", req)

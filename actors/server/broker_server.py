@@ -64,6 +64,8 @@ from rayq.actors.protocol import (
     QueueRef,
     QueueStats,
     ReadArrowRequest,
+    ReplicationRequest,
+    ReplicationStats,
     ResetOffsetsRequest,
     ScheduleStats,
     ScheduleStatsRequest,
@@ -604,6 +606,14 @@ class BrokerServer:
                 f"{req.broker_id} fetches from the wrong broker", offset=req.offset,
             )  # fmt: skip
         return self.master.fetch(req, SYSTEM_CLOCK.now_ms())
+
+    def replication(self, req: ReplicationRequest) -> ReplicationStats:
+        """This broker's role, epoch and written offset; a master's slaves and their lag."""
+        slaves = self.master.status(SYSTEM_CLOCK.now_ms()) if self.master else []
+        return ReplicationStats(broker_name=self.name, broker_id=self.config.broker_id,
+                                role=self.role.value, epoch=self.epochs.current,
+                                written_offset=self.store.written_offset,
+                                replicas=slaves)  # fmt: skip
 
     def ha_metadata(self, req: MetadataRequest) -> MetadataReply:
         """A slave's metadata sync: merge the offsets committed on it, answer the tables."""
