@@ -564,6 +564,10 @@ class BrokerActor:
         while not self._closed:
             master = self._master.get()
             if master is None:
+                self._replication_failed(
+                    f"slave {name}: its master {self.server.name} is not running (no actor "
+                    f"{self._master.name} in namespace {self.namespace}); "
+                    f"retrying every {RETRY_S:.0f} s")  # fmt: skip
                 await asyncio.sleep(RETRY_S)
                 continue
             slave = self.server.slave
@@ -571,17 +575,27 @@ class BrokerActor:
             try:
                 chunk = await master.ha_fetch.remote(slave.request())
                 self._wake(slave.apply(chunk))
+                self.server.replication_error = ""
                 if chunk.topics_version != self.server.tables.topics.data_version:
                     await self.sync_metadata()  # a topic changed: now, not at the next tick
             except PEER_LOST_ERRORS as exc:
-                logger.warning("slave %s: master %s unreachable (%s); retrying", name,
-                               self.server.name, type(exc).__name__)  # fmt: skip
+                self._replication_failed(
+                    f"slave {name}: master {self.server.name} unreachable "
+                    f"({type(exc).__name__}); retrying every {RETRY_S:.0f} s")  # fmt: skip
                 self._master.forget()
                 await asyncio.sleep(RETRY_S)
             except Exception as exc:  # refused (fencing), or bytes that fail their checks
-                logger.error("slave %s: replication from %s failed: %s; retrying in %.0f s",
-                             name, self.server.name, exc, REFUSED_RETRY_S)  # fmt: skip
+                self._replication_failed(
+                    f"slave {name}: replication from {self.server.name} failed: {exc}; "
+                    f"retrying every {REFUSED_RETRY_S:.0f} s")  # fmt: skip
                 await asyncio.sleep(REFUSED_RETRY_S)
+
+    def _replication_failed(self, why: str) -> None:
+        """Log a slave's replication problem once (until it changes or clears) and keep it
+        for ``replication`` (Admin, operators)."""
+        if why != self.server.replication_error:
+            logger.error("%s", why)
+        self.server.replication_error = why
 
     async def _metadata_loop(self) -> None:
         """A slave copies its master's topics, groups and offsets every interval."""

@@ -491,6 +491,7 @@ class ReplicationStats(msgspec.Struct, frozen=True, kw_only=True):
     epoch: int
     written_offset: int
     replicas: list[ReplicaStatus] = []
+    error: str = ""  # a slave: why it is not replicating now ("" while it is)
 
 
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):

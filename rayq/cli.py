@@ -2,6 +2,7 @@
 
     rayq start  [--address auto] [--namespace rayq] [--brokers 1] [--store-dir DIR]
                 [--placement local|resource] [--wait-brokers N] [--wait-timeout S]
+                [--slaves N] [--role ASYNC_MASTER|SYNC_MASTER] [--no-failover]
     rayq status [--address auto] [--namespace rayq]
     rayq stop   [--address auto] [--namespace rayq]
 
@@ -42,6 +43,21 @@ def make_argument_parser() -> argparse.ArgumentParser:
                 default=300.0,
                 help="seconds to wait for --wait-brokers (default 300)",
             )
+            cmd.add_argument(
+                "--slaves",
+                type=int,
+                default=0,
+                help="with --placement local: slaves per broker (default 0); "
+                "with resource: nodes with rayq_broker:<name>#<id> are slaves",
+            )
+            cmd.add_argument(
+                "--role",
+                choices=("ASYNC_MASTER", "SYNC_MASTER"),
+                default="ASYNC_MASTER",
+                help="the masters' replication role",
+            )
+            cmd.add_argument("--no-failover", action="store_true",
+                             help="never promote a slave (it then serves reads only)")  # fmt: skip
     return parser
 
 
@@ -50,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     import ray
 
-    from rayq.actors.protocol import ClientRequest
+    from rayq.actors.config import BrokerConfig, BrokerRole
+    from rayq.actors.protocol import ClientRequest, broker_actor_name
     from rayq.client import CALL_TIMEOUT_S
-    from rayq.cluster import Cluster, connect, start
+    from rayq.cluster import Cluster, connect, running_actors, start
     from rayq.ray_transport import RayTransport
     from rayq.store.errors import RayqError
 
@@ -60,11 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "start":
             if args.wait_brokers:
                 _wait_for_broker_nodes(args)
+            config = BrokerConfig(broker_role=BrokerRole(args.role),
+                                  auto_failover=not args.no_failover)  # fmt: skip
             cluster = start(args.store_dir, args.brokers, namespace=args.namespace,
-                            address=args.address, placement=args.placement)  # fmt: skip
+                            address=args.address, placement=args.placement,
+                            slaves=args.slaves, config=config)  # fmt: skip
             print(
-                f"rayq running in namespace {args.namespace!r}: brokers {cluster.broker_names}, "
-                f"stores under {cluster.store_dir}"
+                f"rayq running in namespace {args.namespace!r}: brokers {cluster.broker_names} "
+                f"(replicas {cluster.replicas}), stores under {cluster.store_dir}"
             )
             return 0
         connect(args.namespace, address=args.address)
@@ -74,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"brokers: {brokers}")
             print(f"topics: {coordinator.topics(ClientRequest()).result(CALL_TIMEOUT_S).names}")
             return 0
-        Cluster(args.namespace, brokers, None, owns_ray=False).shutdown()  # type: ignore[arg-type]
+        prefix = broker_actor_name("")
+        replicas = [
+            a[len(prefix) :] for a in running_actors(args.namespace) if a.startswith(prefix)
+        ]
+        slaves = [r for r in replicas if r not in brokers]
+        Cluster(args.namespace, brokers, None, owns_ray=False,  # type: ignore[arg-type]
+                replicas=[*brokers, *slaves]).shutdown()  # fmt: skip
         print(f"rayq stopped in namespace {args.namespace!r}")
         return 0
     except RayqError as exc:

@@ -188,6 +188,7 @@ class BrokerServer:
         # consumer offsets committed here while a slave: they go to the master at the next
         # metadata sync ("topic@group" -> queue -> offset)
         self.slave_commits: dict[str, dict[int, int]] = {}
+        self.replication_error = ""  # a slave: why it is not replicating now
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
@@ -613,7 +614,7 @@ class BrokerServer:
         return ReplicationStats(broker_name=self.name, broker_id=self.config.broker_id,
                                 role=self.role.value, epoch=self.epochs.current,
                                 written_offset=self.store.written_offset,
-                                replicas=slaves)  # fmt: skip
+                                replicas=slaves, error=self.replication_error)  # fmt: skip
 
     def ha_metadata(self, req: MetadataRequest) -> MetadataReply:
         """A slave's metadata sync: merge the offsets committed on it, answer the tables."""

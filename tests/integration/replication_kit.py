@@ -38,6 +38,7 @@ class Deployment:
         config = rayq.BrokerConfig(store=STORE, broker_role=role,
                                    slave_sync_metadata_interval_ms=1000)  # fmt: skip
         self.rayq = rayq.start(root, placement="resource", namespace=namespace, config=config)
+        self.rayq_store = STORE
 
     def add_node(self, replica: str) -> Any:
         node = self.cluster.add_node(num_cpus=0, resources={f"rayq_broker:{replica}": 1})

@@ -48,6 +48,27 @@ def test_async_slave_catches_up_byte_for_byte(dep, replication_kit) -> None:
     assert log_bytes(dep.root / "broker-a#1", upto) == log_bytes(dep.root / "broker-a", upto)
 
 
+def test_a_slave_restarted_by_ray_resumes_from_its_own_end(dep, replication_kit) -> None:
+    before = dep.info("broker-a#1").written_offset
+    ray.kill(dep.actor("broker-a#1"), no_restart=False)  # Ray restarts it on its node
+    with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
+        for i in range(20):
+            producer.send_batch([rayq.Message("Rep", f"r{i}:{j}".encode()) for j in range(50)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            master, slave = dep.caught_up(timeout_s=5)
+            if slave.written_offset == master.written_offset:
+                break
+        except ray.exceptions.RayError:
+            time.sleep(0.2)
+    assert slave.written_offset == master.written_offset > before
+    assert slave.node_id == dep.slave_node.node_id
+    log_bytes = replication_kit.log_bytes
+    upto = master.written_offset
+    assert log_bytes(dep.root / "broker-a#1", upto) == log_bytes(dep.root / "broker-a", upto)
+
+
 def test_lag_is_reported_and_bounds_what_a_lost_master_loses(dep, replication_kit) -> None:
     kit = replication_kit
     admin = rayq.Admin(namespace=NAMESPACE)
@@ -78,3 +99,27 @@ def test_lag_is_reported_and_bounds_what_a_lost_master_loses(dep, replication_ki
     got = kit.read_all(NAMESPACE, "Lag", len(acked) - lag_messages)
     missing = [b for b, _ in acked if b not in got]
     assert len(missing) <= lag_messages
+
+
+def test_a_slave_whose_master_is_missing_says_so_and_keeps_trying(dep) -> None:
+    from rayq.actors.broker import spawn_broker
+    from rayq.actors.protocol import ReplicationRequest
+
+    config = rayq.BrokerConfig(broker_name="ghost", broker_id=1, broker_role=rayq.BrokerRole.SLAVE,
+                               store=dep.rayq_store)  # fmt: skip
+    slave = spawn_broker(config, str(dep.root / "ghost#1"), NAMESPACE, dep.slave_node.node_id)
+    try:
+        deadline = time.monotonic() + 30
+        errors = []
+        while time.monotonic() < deadline and len(set(errors)) < 1:
+            stats = ray.get(slave.replication.remote(ReplicationRequest()), timeout=30)
+            if stats.error:
+                errors.append(stats.error)
+            time.sleep(0.2)
+        assert stats.role == "SLAVE"
+        assert "master ghost is not running" in stats.error
+        time.sleep(1.5)  # still alive, still trying
+        again = ray.get(slave.replication.remote(ReplicationRequest()), timeout=30)
+        assert again.error == stats.error
+    finally:
+        ray.kill(slave, no_restart=True)

@@ -30,3 +30,14 @@ def test_start_placement_is_local_or_resource() -> None:
     assert parser.parse_args(["start", "--placement", "resource"]).placement == "resource"
     with pytest.raises(SystemExit):
         parser.parse_args(["start", "--placement", "anywhere"])
+
+
+def test_start_takes_slaves_role_and_failover() -> None:
+    """Replication options: slaves per broker, the masters' role, failover off."""
+    parser = make_argument_parser()
+    args = parser.parse_args(["start"])
+    assert (args.slaves, args.role, args.no_failover) == (0, "ASYNC_MASTER", False)
+    args = parser.parse_args(["start", "--slaves", "1", "--role", "SYNC_MASTER", "--no-failover"])
+    assert (args.slaves, args.role, args.no_failover) == (1, "SYNC_MASTER", True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["start", "--role", "SLAVE"])  # slaves come from --slaves/resources
