@@ -41,6 +41,8 @@ from .protocol import (
     MembersReply,
     MessageQueue,
     NamesReply,
+    ReadReplicaReply,
+    ReadReplicaRequest,
     RecordStreamPlanRequest,
     RouteReply,
     RouteRequest,
@@ -67,6 +69,7 @@ SAFETY_REBALANCE_MS = 20_000  # every push-consumer group, in case an event was 
 MEMBER_CALL_TIMEOUT_S = 30.0  # a revoke waits for in-flight work; a member slower is dropped
 REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
 REBUILD_WAIT_S = 10.0  # how long a query waits for the rebuild before answering anyway
+_FREE = asyncio.Lock()
 PLACEMENT_INTERVAL_S = 2.0  # how often lost replicas are looked for (with slaves only)
 
 
@@ -169,8 +172,13 @@ class CoordinatorActor:
         if info.broker_id != 0:  # a slave: known, never routed to for sends
             new = info.broker_id not in self.slaves.get(info.broker_name, {})
             self.slaves.setdefault(info.broker_name, {})[info.broker_id] = info
+            if info.broker_name in self.lost:  # its master is lost: it serves the reads
+                self._read_from_slave(info.broker_name)
             self._ensure_placement()
             return new
+        if self.table.read_only.pop(info.broker_name, None) is not None:
+            logger.warning("broker %s: its master is back; reads go to it again",
+                           info.broker_name)  # fmt: skip
         old = self.table.brokers.get(info.broker_name)
         changed = {t for t in set(info.topics) | set(old.topics if old else {})
                    if (old.topics.get(t) if old else None) != info.topics.get(t)}  # fmt: skip
@@ -240,9 +248,12 @@ class CoordinatorActor:
         """Bring lost replicas back as slaves when their node is up (failover.py)."""
         while True:
             await asyncio.sleep(PLACEMENT_INTERVAL_S)
+            restartable = {n: info for n, info in self.lost.items()
+                           if not (info.auto_failover and self.slaves.get(n))
+                           and not self._failover_locks.get(n, _FREE).locked()}  # fmt: skip
             try:
                 await place_replicas(dict(self.table.brokers), self.slaves, self.namespace,
-                                     self._suspects)  # fmt: skip
+                                     self._suspects, restartable)  # fmt: skip
             except Exception:
                 logger.exception("placing replicas failed; trying again")
 
@@ -258,14 +269,36 @@ class CoordinatorActor:
 
     def _remove_broker(self, broker_name: str, *, lost: bool = True) -> None:
         """Drop a broker from the routes; a ``lost`` one (died or silent) is remembered,
-        so reads of its topics report it unavailable rather than gone."""
+        so reads of its topics report it unavailable rather than gone, or, if it has a
+        slave, are served by the slave (read-only routes) until a master is back."""
         info = self.table.brokers.get(broker_name)
         self.table.remove(broker_name)
         if lost:
             self.lost[broker_name] = info or BrokerInfo(broker_name=broker_name, node_id="",
                                                         store_dir="", topics={})  # fmt: skip
+            self._read_from_slave(broker_name)
+            self._ensure_placement()  # brought back when its node is (failover.py)
         if info is not None:
             self._routes_changed(set(info.topics))
+
+    def _read_from_slave(self, broker_name: str) -> None:
+        """The master of ``broker_name`` is lost: its slave furthest ahead serves reads."""
+        slaves = self.slaves.get(broker_name)
+        if not slaves:
+            return
+        best = max(slaves.values(), key=lambda s: s.written_offset)
+        old = self.table.read_only.get(broker_name)
+        self.table.read_only[broker_name] = best
+        if old is None or old.broker_id != best.broker_id:
+            logger.warning("broker %s: master lost; slave %d serves its reads", broker_name,
+                           best.broker_id)  # fmt: skip
+            self._routes_changed(set(best.topics))
+
+    async def read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
+        """Which replica of a broker serves calls now (a client resolving its name)."""
+        req = check(req, ReadReplicaRequest)
+        await self._ready(self._routes_ready)
+        return ReadReplicaReply(replica=self.table.replica(req.broker_name))
 
     async def unregister_broker(self, broker_name: str) -> None:
         self._remove_broker(broker_name, lost=False)
@@ -457,7 +490,8 @@ class CoordinatorActor:
         topic = check(req, LostBrokersRequest).topic
         await self._ready(self._routes_ready)
         return NamesReply(names=sorted(b for b, info in self.lost.items()
-                          if topic is None or topic in info.topics or not info.topics))  # fmt: skip
+                          if (topic is None or topic in info.topics or not info.topics)
+                          and b not in self.table.read_only))  # fmt: skip
 
     # Streaming batches in flight (stream_plans.py), for rayq/streaming.py.
     async def stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:

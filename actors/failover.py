@@ -154,16 +154,25 @@ def replica_nodes(nodes: list[dict[str, Any]]) -> dict[str, str]:
 
 
 async def place_replicas(masters: dict[str, BrokerInfo], slaves: dict[str, dict[int, BrokerInfo]],
-                         namespace: str, suspects: set[str]) -> list[str]:  # fmt: skip
+                         namespace: str, suspects: set[str],
+                         restartable: dict[str, BrokerInfo]) -> list[str]:  # fmt: skip
     """Start, as slaves, the replicas whose node is up but whose store nobody serves;
     the replicas started. A replica whose actor exists but does not answer is restarted
     only when it did not answer at the previous scan either (``suspects``): one that is
-    still starting is left alone."""
+    still starting is left alone. A lost master that no failover replaces
+    (``restartable``: failover off, or no slave) is started again as master when the
+    node of its store is back."""
     nodes = replica_nodes(await asyncio.to_thread(ray.nodes))
     started = []
     for replica, node_id in sorted(nodes.items()):
         name, sep, raw = replica.partition(REPLICA_SEPARATOR)
         master = masters.get(name)
+        lost = restartable.get(name)
+        if master is None and lost is not None and lost.store_dir:
+            if str(Path(lost.store_dir).parent / replica) == lost.store_dir:
+                await _restart_master(name, lost, node_id, slaves.get(name, {}), namespace)
+                started.append(replica)
+            continue
         if master is None or not master.store_dir:
             continue
         root = Path(master.store_dir).parent
@@ -201,6 +210,23 @@ async def place_replicas(masters: dict[str, BrokerInfo], slaves: dict[str, dict[
         await start_replica(slave_config, store_dir, namespace, node_id)
         started.append(replica)
     return started
+
+
+async def _restart_master(name: str, lost: BrokerInfo, node_id: str,
+                          slaves: dict[int, BrokerInfo], namespace: str) -> None:  # fmt: skip
+    """The lost master's node is back and nobody took its place: start it there again
+    (its settings from a slave, or the defaults with its role if it has none)."""
+    config = BrokerConfig(broker_name=name, broker_role=BrokerRole(lost.role))
+    for broker_id in sorted(slaves):
+        handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                config = _with(await ask(handle, "broker_config"), broker_id=0,
+                               broker_role=BrokerRole(lost.role))  # fmt: skip
+                break
+    logger.warning("master %s: its node is back; starting it again on node %s", name, node_id)
+    await kill_replica(name, namespace)
+    await start_replica(config, lost.store_dir, namespace, node_id)
 
 
 async def _answers(replica: str, namespace: str) -> bool:

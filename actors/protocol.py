@@ -238,6 +238,9 @@ class QueueData(msgspec.Struct, frozen=True, kw_only=True):
     read_queue_nums: int
     write_queue_nums: int
     perm: int
+    # While the broker's master is lost and a slave serves its reads: that slave's
+    # replica name (``<name>#<id>``); the queues are then read-only.
+    read_from: str = ""
 
 
 class TopicRoute(msgspec.Struct, frozen=True, kw_only=True):
@@ -662,6 +665,19 @@ class RouteRequest(_Request, frozen=True, kw_only=True):
 
 class RoutesRequest(_Request, frozen=True, kw_only=True):
     topics: Annotated[list[Text], Meta(max_length=1 << 20)]
+
+
+class ReadReplicaRequest(_Request, frozen=True, kw_only=True):
+    """Which replica of ``broker_name`` serves calls now."""
+
+    broker_name: Text
+
+
+class ReadReplicaReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The replica to call: the broker name while its master serves, a slave's
+    ``<name>#<id>`` while the master is lost and that slave serves reads."""
+
+    replica: str
 
 
 class LostBrokersRequest(_Request, frozen=True, kw_only=True):

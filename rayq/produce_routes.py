@@ -72,7 +72,8 @@ class QueueSelector:
         routes = self._routes()
         queues = sorted(routes.write_queues(topic, refresh=True))
         if not queues:
-            if routes.route(topic) is not None:
+            route = routes.route(topic)
+            if route is not None and not any(q.read_from for q in route.queues):
                 raise PermissionDeniedError(f"topic {topic!r} has no writeable queue")
             raise BrokerUnavailableError(f"no live broker can take topic {topic!r}", topic=topic)
         self.queues[topic] = (queues, time.monotonic() + self._refresh_s)

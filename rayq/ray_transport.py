@@ -9,6 +9,7 @@ in rayq/transport.py becomes one ``handle.<method>.remote(...)`` call.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ import ray
 
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
+    ReadReplicaRequest,
     broker_actor_name,
     from_wire,
     hold_actor_name,
@@ -32,6 +34,8 @@ logger = logging.getLogger(__name__)
 INLINE_BYTES = 100 * 1024 - 2048
 # Beyond this many chunks one object-store transfer is faster (benchmarks/inline_bench.py).
 INLINE_CHUNKS_MAX = 6
+REPLICA_LOOKUP_TIMEOUT_S = 5.0
+SLAVE_READ_RECHECK_S = 5.0  # reading from a slave: ask again this often if the master is back
 
 T = TypeVar("T")
 
@@ -115,11 +119,14 @@ class RayTransport:
         self._coordinator = CoordinatorClient(_invoker(lambda: handle, CoordinatorClient))
         self._brokers: dict[str, BrokerClient] = {}
         self._holds: dict[str, HoldClient] = {}
+        # broker name -> (replica serving it, until when): a slave while its master is
+        # lost (asked of the coordinator after a failure), looked up again soon
+        self._replicas: dict[str, tuple[str, float]] = {}
 
     def broker(self, broker_name: str) -> BrokerClient:
         client = self._brokers.get(broker_name)
-        if client is None:
-            handle = self._actor(broker_actor_name(broker_name))
+        if client is None or self._stale(broker_name):
+            handle = self._actor(broker_actor_name(self._replica(broker_name)))
             client = self._brokers[broker_name] = BrokerClient(
                 _invoker(lambda: handle, BrokerClient)
             )
@@ -127,10 +134,40 @@ class RayTransport:
 
     def hold(self, broker_name: str) -> HoldClient:
         client = self._holds.get(broker_name)
-        if client is None:
-            handle = self._actor(hold_actor_name(broker_name))
+        if client is None or self._stale(broker_name):
+            handle = self._actor(hold_actor_name(self._replica(broker_name)))
             client = self._holds[broker_name] = HoldClient(_invoker(lambda: handle, HoldClient))
         return client
+
+    def _stale(self, broker_name: str) -> bool:
+        """A slave serves this broker and it is time to ask whether the master is back."""
+        found = self._replicas.get(broker_name)
+        if found is None or found[1] > time.monotonic():
+            return False
+        self._brokers.pop(broker_name, None)
+        self._holds.pop(broker_name, None)
+        self._replicas.pop(broker_name, None)
+        return True
+
+    def _replica(self, broker_name: str) -> str:
+        """Which replica serves ``broker_name``: the broker itself unless a call to it has
+        failed (``forget``); then the coordinator says (a slave while the master is lost)."""
+        found = self._replicas.get(broker_name)
+        if found is not None:
+            return found[0]
+        replica = broker_name
+        try:
+            req = ReadReplicaRequest(broker_name=broker_name)
+            replica = self._coordinator.read_replica(req).result(REPLICA_LOOKUP_TIMEOUT_S).replica
+        except RayqError:  # the coordinator is restarting: the broker itself, as before
+            pass
+        if replica != broker_name:
+            logger.warning("broker %s: its master is lost; reading from %s", broker_name,
+                           replica)  # fmt: skip
+            self._replicas[broker_name] = (replica, time.monotonic() + SLAVE_READ_RECHECK_S)
+        else:
+            self._replicas[broker_name] = (replica, float("inf"))
+        return replica
 
     def coordinator(self) -> CoordinatorClient:
         return self._coordinator
@@ -138,6 +175,7 @@ class RayTransport:
     def forget(self, broker_name: str) -> None:
         self._brokers.pop(broker_name, None)
         self._holds.pop(broker_name, None)
+        self._replicas.pop(broker_name, None)  # ask the coordinator at the next use
 
     def wait(self, replies: Sequence[Reply[Any]], timeout_s: float) -> list[Reply[Any]]:
         """The replies that are ready: the first ones within ``timeout_s``, and then every

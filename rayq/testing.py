@@ -52,6 +52,8 @@ from rayq.actors.protocol import (
     NamesReply,
     PullManyRequest,
     PullRequest,
+    ReadReplicaReply,
+    ReadReplicaRequest,
     RecordStreamPlanRequest,
     RouteReply,
     RouteRequest,
@@ -413,6 +415,9 @@ class FakeCluster:
 
     def _coordinator_brokers(self, req: ClientRequest) -> NamesReply:
         return NamesReply(names=sorted(self.route_table().brokers))
+
+    def _coordinator_read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
+        return ReadReplicaReply(replica=req.broker_name)  # no slaves in the fake cluster
 
     def _coordinator_lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
         topic = req.topic

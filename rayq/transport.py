@@ -62,6 +62,8 @@ from rayq.actors.protocol import (
     QueryOffsetsRequest,
     QueueBoundsReply,
     ReadArrowRequest,
+    ReadReplicaReply,
+    ReadReplicaRequest,
     RecordStreamPlanRequest,
     ReplicationRequest,
     ReplicationStats,
@@ -253,6 +255,9 @@ class CoordinatorClient(_Client):
 
     def lost_brokers(self, req: LostBrokersRequest) -> Reply[NamesReply]:
         return self._invoke("lost_brokers", req)
+
+    def read_replica(self, req: ReadReplicaRequest) -> Reply[ReadReplicaReply]:
+        return self._invoke("read_replica", req)
 
     def group_share(self, req: GroupShareRequest) -> Reply[ShareReply]:
         return self._invoke("group_share", req)

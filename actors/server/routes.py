@@ -3,7 +3,10 @@ pull-consumer members of each group per topic (group shares)."""
 
 from __future__ import annotations
 
+from rayq.actors.config import replica_name
 from rayq.actors.protocol import BrokerInfo, QueueData, TopicRoute
+
+from .table_files import PERM_WRITE
 
 
 class RouteTable:
@@ -12,6 +15,8 @@ class RouteTable:
     def __init__(self) -> None:
         self.brokers: dict[str, BrokerInfo] = {}
         self.last_seen_ms: dict[str, int] = {}
+        # Brokers whose master is lost, and the slave serving their reads meanwhile.
+        self.read_only: dict[str, BrokerInfo] = {}
 
     def register(self, info: BrokerInfo, now_ms: int) -> bool:
         """Record a registration; True if the broker is new."""
@@ -28,12 +33,26 @@ class RouteTable:
         queues: list[QueueData] = [
             info.topics[topic] for info in self.brokers.values() if topic in info.topics
         ]
+        for name, slave in self.read_only.items():
+            q = slave.topics.get(topic)
+            if q is not None and name not in self.brokers:
+                queues.append(QueueData(broker_name=name, read_queue_nums=q.read_queue_nums,
+                                        write_queue_nums=0, perm=q.perm & ~PERM_WRITE,
+                                        read_from=replica_name(name, slave.broker_id)))  # fmt: skip
         if not queues:
             return None
         return TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name))
 
+    def replica(self, broker_name: str) -> str:
+        """The replica that serves ``broker_name``'s calls now (see ``read_only``)."""
+        slave = self.read_only.get(broker_name)
+        if slave is None or broker_name in self.brokers:
+            return broker_name
+        return replica_name(broker_name, slave.broker_id)
+
     def topics(self) -> list[str]:
-        return sorted({t for info in self.brokers.values() for t in info.topics})
+        return sorted({t for info in [*self.brokers.values(), *self.read_only.values()]
+                       for t in info.topics})  # fmt: skip
 
 
 class GroupTable:

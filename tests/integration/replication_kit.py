@@ -28,14 +28,15 @@ STORE = StoreConfig.for_tests(
 class Deployment:
     """A Ray cluster of a head and two broker nodes (the master's and its slave's)."""
 
-    def __init__(self, namespace: str, root: Path, role: rayq.BrokerRole) -> None:
+    def __init__(self, namespace: str, root: Path, role: rayq.BrokerRole,
+                 auto_failover: bool = True) -> None:  # fmt: skip
         self.namespace = namespace
         self.root = root
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
         self.master_node = self.add_node("broker-a")
         self.slave_node = self.add_node("broker-a#1")
         ray.init(address=self.cluster.address, namespace=namespace, log_to_driver=False)
-        config = rayq.BrokerConfig(store=STORE, broker_role=role,
+        config = rayq.BrokerConfig(store=STORE, broker_role=role, auto_failover=auto_failover,
                                    slave_sync_metadata_interval_ms=1000)  # fmt: skip
         self.rayq = rayq.start(root, placement="resource", namespace=namespace, config=config)
         self.rayq_store = STORE

@@ -1,0 +1,113 @@
+"""Failover off (RocketMQ 4): while the master's node is lost its slave serves reads.
+Consumers go on from the slave (their commits kept there), producers get
+BrokerUnavailableError, and when the master's node is back the master is started
+again, the offsets committed on the slave reach it, and reads go back to it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import ray
+
+import rayq
+from rayq.actors.protocol import QueryOffsetsRequest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+NAMESPACE = "rayq-test-replication-reads"
+GROUP = "slave-readers"
+
+
+@pytest.fixture(scope="module")
+def dep(replication_kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialized in this process; this module starts its own")
+    deployment = replication_kit.Deployment(NAMESPACE, tmp_path_factory.mktemp("stores"),
+                                            rayq.BrokerRole.ASYNC_MASTER,
+                                            auto_failover=False)  # fmt: skip
+    try:
+        yield deployment
+    finally:
+        deployment.close()
+
+
+def consume(count: int, timeout_s: float = 60) -> list[bytes]:
+    consumer = rayq.PullConsumer(GROUP, namespace=NAMESPACE, auto_commit=False,
+                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+                                 config=rayq.ClientConfig(poll_max_messages=100))  # fmt: skip
+    consumer.subscribe("Reads")
+    consumer.start()
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            try:
+                batch = consumer.poll(timeout=1.0)
+            except rayq.BrokerUnavailableError:
+                time.sleep(0.2)
+                continue
+            got += [m.body for m in batch]
+            if batch:
+                consumer.commit()
+    finally:
+        consumer.shutdown()
+    return got
+
+
+def test_slave_serves_reads_and_keeps_commits_while_the_master_is_lost(dep) -> None:
+    rayq.Admin(namespace=NAMESPACE).create_topic("Reads", queues=1)
+    with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
+        for i in range(10):
+            producer.send_batch([rayq.Message("Reads", f"{i}:{j}".encode()) for j in range(50)])
+    first = consume(200)
+    assert 200 <= len(first) < 500
+    dep.caught_up()
+    slave = dep.actor("broker-a#1")
+    req = QueryOffsetsRequest(group=GROUP, topic="Reads")
+    deadline = time.monotonic() + 30  # the slave copies offsets every second
+    while ray.get(slave.query_offsets.remote(req)).offsets != {0: len(first)}:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    dep.cluster.remove_node(dep.master_node)
+
+    rest = consume(500 - len(first))  # from the slave: the master's node is gone, no failover
+    assert sorted(first + rest) == sorted(f"{i}:{j}".encode() for i in range(10) for j in range(50))
+    assert ray.get(slave.query_offsets.remote(req)).offsets == {0: 500}  # committed on the slave
+    with (rayq.Producer(group="pg", namespace=NAMESPACE) as producer,
+          pytest.raises(rayq.BrokerUnavailableError)):  # fmt: skip
+        producer.send(rayq.Message("Reads", b"nowhere to write"))
+    assert dep.info("broker-a#1").role == "SLAVE"  # not promoted
+
+
+def test_master_back_gets_the_slave_commits_and_serves_again(dep) -> None:
+    dep.master_node = dep.add_node("broker-a")
+    deadline = time.monotonic() + 90
+    offsets = None
+    while time.monotonic() < deadline:
+        try:
+            master = dep.actor("broker-a")
+            if ray.get(master.broker_info.remote(), timeout=5).node_id == dep.master_node.node_id:
+                req = QueryOffsetsRequest(group=GROUP, topic="Reads")
+                offsets = ray.get(master.query_offsets.remote(req), timeout=5).offsets
+                if offsets == {0: 500}:
+                    break
+        except (ValueError, ray.exceptions.RayError):
+            pass
+        time.sleep(0.3)
+    assert offsets == {0: 500}  # the commits made on the slave reached the master
+    with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                producer.send(rayq.Message("Reads", b"after the master is back"))
+                break
+            except rayq.BrokerUnavailableError:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+    assert consume(1) == [b"after the master is back"]
