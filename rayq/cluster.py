@@ -25,6 +25,7 @@ import ray
 from rayq.actors.broker import spawn_broker
 from rayq.actors.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
 from rayq.actors.coordinator import spawn_coordinator
+from rayq.actors.failover import BROKER_RESOURCE_PREFIX
 from rayq.actors.flusher import spawn_flusher
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
@@ -38,7 +39,6 @@ from rayq.store.errors import BrokerUnavailableError, ConfigError
 logger = logging.getLogger(__name__)
 
 _current_namespace = NAMESPACE
-BROKER_RESOURCE_PREFIX = "rayq_broker:"
 
 
 class Cluster:
