@@ -98,6 +98,8 @@ logger = logging.getLogger(__name__)
 REGISTER_TIMEOUT_S = 30.0
 RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
+ASYNC_LINGER_S = 0.01  # a slave of an ASYNC master that got a small chunk waits this long
+ASYNC_LINGER_BELOW = 1 << 20  # ... before fetching again
 
 
 class BrokerActor:
@@ -578,6 +580,10 @@ class BrokerActor:
                 self.server.replication_error = ""
                 if chunk.topics_version != self.server.tables.topics.data_version:
                     await self.sync_metadata()  # a topic changed: now, not at the next tick
+                if not chunk.sync and 0 < len(chunk.data) < ASYNC_LINGER_BELOW:
+                    # An ASYNC master waits for nobody: let the bytes gather a moment, so
+                    # that a busy master is copied in fewer, larger fetches.
+                    await asyncio.sleep(ASYNC_LINGER_S)
             except PEER_LOST_ERRORS as exc:
                 self._replication_failed(
                     f"slave {name}: master {self.server.name} unreachable "

@@ -323,6 +323,7 @@ class HaChunk(msgspec.Struct, frozen=True, kw_only=True):
     truncate_to: int = -1
     tail: bytes = b""
     topics_version: int = 0  # the master's topic table version: a slave behind syncs at once
+    sync: bool = False  # the master is a SYNC_MASTER: sends wait for the slave's next fetch
 
 
 class MetadataRequest(msgspec.Struct, frozen=True, kw_only=True):

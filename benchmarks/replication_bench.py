@@ -1,6 +1,7 @@
 """Replication figures: what a slave costs the producer, how far it lags, how fast failover is.
 
-Run: ``.venv/bin/python benchmarks/replication_bench.py [--quick] [--part produce|chunks|failover]``
+Run: ``.venv/bin/python benchmarks/replication_bench.py [--quick] [--part PART]`` with
+PART one of produce, concurrent, chunks, failover (default: all).
 
 * **produce**: one producer sending 1 KiB messages in batches of 100 (each acknowledged,
   as the anchors harness does), to one broker with no slave, then to an ASYNC_MASTER
@@ -8,6 +9,8 @@ Run: ``.venv/bin/python benchmarks/replication_bench.py [--quick] [--part produc
   ratio to the no-slave figure (targets: async >= 0.9, sync >= 0.6). Under the
   replicated loads, the master's reported replication lag is sampled every 20 ms
   (bytes and ms; p50 and p99).
+* **concurrent**: the same with four senders at once, no slave against SYNC_MASTER
+  (concurrent sends share the slave's fetches: group commit).
 * **chunks**: the SYNC_MASTER run with the slave's chunks capped at 96 KiB (passed
   inline by Ray), 1 MiB and 4 MiB (through the object store), to choose the default.
 * **failover**: a Ray cluster of a head and two broker nodes (master, slave) on this
@@ -37,8 +40,8 @@ BATCH = 100
 
 
 def produce_run(root: Path, role: rayq.BrokerRole, slaves: int, batches: int,
-                chunk: int = 4 << 20) -> tuple:  # fmt: skip
-    ns = f"bench-repl-{role.value.lower()}-{slaves}-{chunk}"
+                chunk: int = 4 << 20, senders: int = 1) -> tuple:  # fmt: skip
+    ns = f"bench-repl-{role.value.lower()}-{slaves}-{chunk}-{senders}"
     ray.init(address="local", num_cpus=2, namespace=ns, log_to_driver=False)
     config = rayq.BrokerConfig(store=STORE, broker_role=role, ha_transfer_batch_bytes=chunk)
     cluster = rayq.start(root / ns, config=config, slaves=slaves, namespace=ns)
@@ -62,10 +65,20 @@ def produce_run(root: Path, role: rayq.BrokerRole, slaves: int, batches: int,
             if slaves:
                 sampler.start()
             statuses: set = set()
+
+            def send(n: int) -> None:
+                for _ in range(n):
+                    statuses.update(r.status for r in producer.send_batch(msgs))
+
             t0 = time.perf_counter()
-            for _ in range(batches):
-                statuses |= {r.status for r in producer.send_batch(msgs)}
+            threads = [threading.Thread(target=send, args=(batches // senders,))
+                       for _ in range(senders)]  # fmt: skip
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
             seconds = time.perf_counter() - t0
+            batches = batches // senders * senders
             stop.set()
             if slaves:
                 sampler.join()
@@ -98,6 +111,17 @@ def bench_produce(batches: int) -> None:
             print(f"    replication lag under that load ({len(lags)} samples): bytes p50 "
                   f"{pct(lag_bytes, 0.5):,.0f} p99 {pct(lag_bytes, 0.99):,.0f}; ms p50 "
                   f"{pct(lag_ms, 0.5):.1f} p99 {pct(lag_ms, 0.99):.1f}")  # fmt: skip
+
+
+def bench_concurrent(batches: int) -> None:
+    """Four senders at once: SYNC_MASTER sends share the slave's round trips."""
+    with tempfile.TemporaryDirectory(prefix="rayq-repl-bench-") as tmp:
+        base, _, _ = produce_run(Path(tmp), rayq.BrokerRole.ASYNC_MASTER, 0, batches, senders=4)
+        rate, _, _ = produce_run(Path(tmp), rayq.BrokerRole.SYNC_MASTER, 1, batches, senders=4)
+        print(
+            f"4 senders, 1 KiB x {BATCH}: no slave {base:,.0f} msgs/s, SYNC_MASTER + slave "
+            f"{rate:,.0f} msgs/s ({rate / base:.2f}x)"
+        )
 
 
 def bench_chunks(batches: int) -> None:
@@ -184,10 +208,13 @@ def bench_failover() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--part", choices=("produce", "chunks", "failover"), default=None)
+    parts = ("produce", "concurrent", "chunks", "failover")
+    parser.add_argument("--part", choices=parts, default=None)
     args = parser.parse_args()
     if args.part in (None, "produce"):
         bench_produce(100 if args.quick else 400)
+    if args.part in (None, "concurrent"):
+        bench_concurrent(100 if args.quick else 400)
     if args.part in (None, "chunks"):
         bench_chunks(100 if args.quick else 300)
     if args.part in (None, "failover"):

@@ -82,7 +82,8 @@ class MasterReplication:
         )
         epochs = self.epochs.entries if req.epoch != self.epochs.current else []
         return HaChunk(offset=req.offset, data=data, master_offset=written, epochs=epochs,
-                       topics_version=self.topics_version())  # fmt: skip
+                       topics_version=self.topics_version(),
+                       sync=self.config.broker_role.value == "SYNC_MASTER")  # fmt: skip
 
     def _fence(self, req: HaFetch, written: int) -> HaChunk | None:
         current = self.epochs.current
