@@ -76,3 +76,19 @@ def replication_kit():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def dep(request: pytest.FixtureRequest, replication_kit, tmp_path_factory: pytest.TempPathFactory):
+    """A replicated deployment on three Ray nodes for one module: its ``NAMESPACE``,
+    ``ROLE`` (the master's) and ``AUTO_FAILOVER`` (default on); always shut down."""
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialized in this process; this module starts its own")
+    module = request.module
+    deployment = replication_kit.Deployment(module.NAMESPACE, tmp_path_factory.mktemp("stores"),
+                                            module.ROLE,
+                                            getattr(module, "AUTO_FAILOVER", True))  # fmt: skip
+    try:
+        yield deployment
+    finally:
+        deployment.close()

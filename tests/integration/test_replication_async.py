@@ -6,7 +6,6 @@ lag the master reported just before."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import ray
@@ -21,18 +20,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 NAMESPACE = "rayq-test-replication-async"
-
-
-@pytest.fixture(scope="module")
-def dep(replication_kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process; this module starts its own")
-    deployment = replication_kit.Deployment(NAMESPACE, tmp_path_factory.mktemp("stores"),
-                                            rayq.BrokerRole.ASYNC_MASTER)  # fmt: skip
-    try:
-        yield deployment
-    finally:
-        deployment.close()
+ROLE = rayq.BrokerRole.ASYNC_MASTER
 
 
 def test_async_slave_catches_up_byte_for_byte(dep, replication_kit) -> None:

@@ -6,7 +6,6 @@ again, the offsets committed on the slave reach it, and reads go back to it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import ray
@@ -21,20 +20,9 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 NAMESPACE = "rayq-test-replication-reads"
+ROLE = rayq.BrokerRole.ASYNC_MASTER
+AUTO_FAILOVER = False
 GROUP = "slave-readers"
-
-
-@pytest.fixture(scope="module")
-def dep(replication_kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process; this module starts its own")
-    deployment = replication_kit.Deployment(NAMESPACE, tmp_path_factory.mktemp("stores"),
-                                            rayq.BrokerRole.ASYNC_MASTER,
-                                            auto_failover=False)  # fmt: skip
-    try:
-        yield deployment
-    finally:
-        deployment.close()
 
 
 def consume(count: int, timeout_s: float = 60) -> list[bytes]:

@@ -9,7 +9,6 @@ divergent tail is cut (and kept) and its log equals the new master's."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import ray
@@ -25,18 +24,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 NAMESPACE = "rayq-test-replication-sync"
-
-
-@pytest.fixture(scope="module")
-def dep(replication_kit, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process; this module starts its own")
-    deployment = replication_kit.Deployment(NAMESPACE, tmp_path_factory.mktemp("stores"),
-                                            rayq.BrokerRole.SYNC_MASTER)  # fmt: skip
-    try:
-        yield deployment
-    finally:
-        deployment.close()
+ROLE = rayq.BrokerRole.SYNC_MASTER
 
 
 def test_slave_on_another_node_has_the_same_log_byte_for_byte(dep, replication_kit) -> None:
