@@ -98,8 +98,8 @@ logger = logging.getLogger(__name__)
 REGISTER_TIMEOUT_S = 30.0
 RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
-ASYNC_LINGER_S = 0.01  # a slave of an ASYNC master that got a small chunk waits this long
-ASYNC_LINGER_BELOW = 1 << 20  # ... before fetching again
+LINGER_BELOW = 1 << 20  # a slave of an ASYNC master waits ha_fetch_linger_ms after chunks
+# smaller than this before it fetches again
 
 
 class BrokerActor:
@@ -574,16 +574,26 @@ class BrokerActor:
                 continue
             slave = self.server.slave
             assert slave is not None
+            linger = self.server.config.ha_fetch_linger_ms / 1000
             try:
-                chunk = await master.ha_fetch.remote(slave.request())
-                self._wake(slave.apply(chunk))
-                self.server.replication_error = ""
-                if chunk.topics_version != self.server.tables.topics.data_version:
-                    await self.sync_metadata()  # a topic changed: now, not at the next tick
-                if not chunk.sync and 0 < len(chunk.data) < ASYNC_LINGER_BELOW:
-                    # An ASYNC master waits for nobody: let the bytes gather a moment, so
-                    # that a busy master is copied in fewer, larger fetches.
-                    await asyncio.sleep(ASYNC_LINGER_S)
+                fetch = master.ha_fetch.remote(slave.request())
+                while not self._closed:
+                    chunk = await fetch
+                    slave.write(chunk)
+                    self.server.replication_error = ""
+                    if chunk.sync or not chunk.data or len(chunk.data) >= LINGER_BELOW:
+                        # the next fetch (the acknowledgement of these bytes) goes at once,
+                        # and the records are dispatched while it travels
+                        fetch = master.ha_fetch.remote(slave.request())
+                        self._wake(slave.dispatch())
+                    else:
+                        # An ASYNC master waits for nobody: let the bytes gather a moment,
+                        # so that a busy master is copied in fewer, larger fetches.
+                        self._wake(slave.dispatch())
+                        await asyncio.sleep(linger)
+                        fetch = master.ha_fetch.remote(slave.request())
+                    if chunk.topics_version != self.server.tables.topics.data_version:
+                        await self.sync_metadata()  # a topic changed: now, not at the tick
             except PEER_LOST_ERRORS as exc:
                 self._replication_failed(
                     f"slave {name}: master {self.server.name} unreachable "

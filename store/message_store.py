@@ -420,8 +420,18 @@ class MessageStore:
     def replica_append(self, offset: int, data: bytes) -> set[tuple[str, int]]:
         """A slave's append of its master's bytes at ``offset`` (its written offset), and
         the dispatch of every record they complete; returns the queues that grew."""
+        self.replica_write(offset, data)
+        return self.replica_dispatch()
+
+    def replica_write(self, offset: int, data: bytes) -> None:
+        """A slave's append of its master's bytes at ``offset`` (its written offset)."""
         self._check_open()
         append_chunk(self.commitlog, offset, data)
+
+    def replica_dispatch(self) -> set[tuple[str, int]]:
+        """Dispatch every record the replicated bytes completed (each checked: framing,
+        CRC, position); returns the queues that grew."""
+        self._check_open()
         batch = DispatchBatch()
         pos = self._replica_dispatched
         for item in whole_records(self.commitlog, pos):

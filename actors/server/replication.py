@@ -197,15 +197,24 @@ class SlaveReplication:
                        wait_ms=self.config.ha_fetch_wait_ms)  # fmt: skip
 
     def apply(self, chunk: HaChunk) -> set[tuple[str, int]]:
-        """Fence, adopt epochs, append; returns the queues that grew."""
+        """Fence, adopt epochs, append, dispatch; returns the queues that grew."""
+        self.write(chunk)
+        return self.dispatch()
+
+    def write(self, chunk: HaChunk) -> None:
+        """Fence, adopt epochs and append the bytes: after this the next fetch may carry
+        the acknowledgement, while ``dispatch`` indexes what came."""
         self.master_offset = chunk.master_offset
         if chunk.truncate_to >= 0:
             self._truncate(chunk)
         if chunk.epochs:
             self.epochs.adopt(chunk.epochs)
         if chunk.data:
-            return self.store.replica_append(chunk.offset, chunk.data)
-        return set()
+            self.store.replica_write(chunk.offset, chunk.data)
+
+    def dispatch(self) -> set[tuple[str, int]]:
+        """Consume-queue and index entries for the records the last writes completed."""
+        return self.store.replica_dispatch()
 
     def _truncate(self, chunk: HaChunk) -> None:
         cut, mine = chunk.truncate_to, self.store.written_offset
