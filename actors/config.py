@@ -64,6 +64,9 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # When the master's actor or node is lost, the coordinator promotes the slave that is
     # furthest ahead (actors/failover.py); off: slaves serve reads only (RocketMQ 4).
     auto_failover: bool = True
+    # A consumer far behind (past access_message_in_memory_max_ratio of RAM from the end of
+    # the log) is told to pull from a slave (the group's which_broker_when_consume_slowly).
+    slave_read_enable: bool = False
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True

@@ -190,6 +190,10 @@ class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
     max_offset: int
     buffer: bytes = b""
     count: int = 0
+    # RocketMQ's suggestWhichBrokerId: the replica to pull this queue from next ("<name>#<id>"
+    # for a slave, "" for the master): a consumer far behind reads from a slave when the
+    # broker has slave_read_enable on.
+    suggest_replica: str = ""
 
     @property
     def records_left(self) -> bool:

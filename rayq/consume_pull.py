@@ -67,6 +67,7 @@ class PullRounds:
     queues: dict[MessageQueue, ProcessQueue]
     broker_loops: dict[str, asyncio.Task]
     freed: dict[str, asyncio.Event]
+    read_from: dict[str, str]  # broker -> the slave it suggested (far behind)
     filters: dict[str, TagFilter]
     config: Any
     ctx: Any
@@ -175,7 +176,8 @@ class PullRounds:
             items=[PullItem(mq.topic, mq.queue_id, pq.next_pull,
                             self.filters[mq.topic].expression) for mq, pq in ready],
         )  # fmt: skip
-        target = self.ctx.broker(broker) if direct else self.ctx.hold(broker)
+        source = self.read_from.get(broker) or broker  # a slave the broker suggested
+        target = self.ctx.broker(source) if direct else self.ctx.hold(broker)
         return _Round(target.pull_many(req), ready, [] if direct else waiting)
 
     async def _answer(self, broker: str, rnd: _Round) -> list[Any] | None:
@@ -190,10 +192,22 @@ class PullRounds:
             logger.warning("consumer %s: pull from %s failed (%s); again in %.1f s",
                            self.client_id, broker, exc,
                            cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
-            self.ctx.forget(broker)
+            self.ctx.forget(self.read_from.pop(broker, "") or broker)
             await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
             return None
-        return None if reply is None else reply.results
+        if reply is None:
+            return None
+        # RocketMQ's suggestWhichBrokerId, per broker: a slave while these queues are far
+        # behind and the broker has slave_read_enable, else the master.
+        self.read_from[broker] = next(
+            (
+                r.suggest_replica
+                for r in reply.results
+                if isinstance(r, PullResponse) and r.suggest_replica
+            ),
+            "",
+        )
+        return reply.results
 
     async def _answer_or_room(self, broker: str, rnd: _Round) -> Any | None:
         """A round through the hold service may wait ``broker_suspend_max_ms``; a queue

@@ -103,6 +103,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}  # orderly consume loops
         self.broker_loops: dict[str, asyncio.Task] = {}  # one pull loop per broker
         self.freed: dict[str, asyncio.Event] = {}  # per broker: its queues' messages got done
+        self.read_from: dict[str, str] = {}  # per broker: a slave it suggested (far behind)
         self.background: set[asyncio.Task] = set()
         self.history: list[tuple[MessageQueue, float, float]] = []  # (queue, owned from, to)
         self._owned_since: dict[MessageQueue, float] = {}

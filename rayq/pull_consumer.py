@@ -103,6 +103,7 @@ class _QueueState:
     sent_at: float = 0.0
     retry_at: float = 0.0  # monotonic time before which no pull is sent
     backlog: bool = False  # the last pull left messages behind: read the broker directly
+    read_from: str = ""  # a slave the broker suggested (far behind), "" for the master
 
 
 class PullConsumer:
@@ -253,9 +254,12 @@ class PullConsumer:
                               expression=s.tag_filter.expression,
                               suspend_ms=0 if s.backlog else self._config.broker_suspend_max_ms,
                               client_id=self.client_id)  # fmt: skip
-            try:  # behind: one hop to the broker; caught up: wait at the hold service
-                target = self._ctx.broker if s.backlog else self._ctx.hold
-                s.inflight = target(mq.broker_name).pull(req)
+            try:  # behind: one hop to the broker (or the slave it suggested); caught up:
+                # wait at the hold service
+                if s.backlog:
+                    s.inflight = self._ctx.broker(s.read_from or mq.broker_name).pull(req)
+                else:
+                    s.inflight = self._ctx.hold(mq.broker_name).pull(req)
             except RayqError as exc:
                 self._pull_failed(mq, s, exc)
                 continue
@@ -287,6 +291,7 @@ class PullConsumer:
             self._pull_failed(mq, s, exc)
             return []
         s.backlog = resp.status is PullStatus.FOUND and resp.records_left
+        s.read_from = resp.suggest_replica if s.backlog else ""
         if resp.status is PullStatus.OFFSET_ILLEGAL:
             logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, s.offset,
                            resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
@@ -302,7 +307,8 @@ class PullConsumer:
         logger.warning("pull of %s failed (%s: %s); trying again in %.0f s", mq,
                        type(exc).__name__, exc, PULL_RETRY_DELAY_S)  # fmt: skip
         if isinstance(exc, BrokerUnavailableError):
-            self._ctx.forget(mq.broker_name)
+            self._ctx.forget(s.read_from or mq.broker_name)
+        s.read_from = ""  # the master again
         s.retry_at = time.monotonic() + PULL_RETRY_DELAY_S
 
     # ---------------------------------------------------------- positions

@@ -79,7 +79,10 @@ class QueueReader:
         codes = tag_filter.codes if tag_filter is not None else None
         scan = max_nums if codes is None else cfg.max_filter_scan_entries
         entries = list(ENTRY.iter_unpack(cq.read(offset, scan)))
-        if entries and self.commitlog.max_offset - entries[0][0] > self._memory_bytes:
+        # Far behind (RocketMQ: past accessMessageInMemoryMaxRatio of RAM from the end):
+        # the data is likely on disk, not in the page cache; a slave may serve it instead.
+        far = bool(entries) and self.commitlog.max_offset - entries[0][0] > self._memory_bytes
+        if far:
             caps = min(cfg.max_transfer_count_on_disk, max_nums), cfg.max_transfer_bytes_on_disk
         else:
             caps = min(cfg.max_transfer_count_in_memory, max_nums), cfg.max_transfer_bytes_in_memory
@@ -112,7 +115,8 @@ class QueueReader:
         else:
             status = GetStatus.OFFSET_FOUND_NULL
         return GetResult(status=status, next_begin_offset=offset + scanned, min_offset=lo,
-                         max_offset=hi, buffer=b"".join(parts), count=count)  # fmt: skip
+                         max_offset=hi, buffer=b"".join(parts), count=count,
+                         suggest_pull_from_slave=far)  # fmt: skip
 
     def _pick_contiguous(
         self, entries: list[tuple[int, int, int]], caps: tuple[int, int]

@@ -24,7 +24,7 @@ import struct
 import threading
 from pathlib import Path
 
-from rayq.actors.config import BrokerConfig
+from rayq.actors.config import BrokerConfig, replica_name
 from rayq.actors.protocol import (
     ArrowPage,
     BatchSendResult,
@@ -335,6 +335,7 @@ class BrokerServer:
                 break
             got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
                                           want - count, tag_filter)  # fmt: skip
+        suggest = self._suggest_replica(group, first.suggest_pull_from_slave)
         status = PullStatus.FOUND if count else _PULL_STATUS[first.status]
         next_offset = offset if count or first.status is GetStatus.NO_MATCHED_MESSAGE else (
             first.next_begin_offset)  # fmt: skip
@@ -342,7 +343,24 @@ class BrokerServer:
             status = PullStatus.NO_NEW_MSG  # nothing scanned (a missing file): wait for news
         return PullResponse(status=status, next_offset=next_offset, min_offset=first.min_offset,
                             max_offset=max(first.max_offset, got.max_offset),
-                            buffer=b"".join(parts), count=count)  # fmt: skip
+                            buffer=b"".join(parts), count=count,
+                            suggest_replica=suggest)  # fmt: skip
+
+    def _suggest_replica(self, group: SubscriptionGroupConfig, far_behind: bool) -> str:
+        """RocketMQ's suggestWhichBrokerId: with ``slave_read_enable``, a pull far behind
+        is pointed at the group's ``which_broker_when_consume_slowly`` slave (or another
+        connected one); a slave keeps such a pull and sends one that caught up back."""
+        if not self.config.slave_read_enable or not far_behind:
+            return ""
+        if self.slave is not None:
+            return self.config.replica_name
+        assert self.master is not None
+        connected = [r.broker_id for r in self.master.status(SYSTEM_CLOCK.now_ms())
+                     if r.connected]  # fmt: skip
+        if not connected:
+            return ""
+        wanted = group.which_broker_when_consume_slowly
+        return replica_name(self.name, wanted if wanted in connected else connected[0])
 
     def pull_many(self, req: PullManyRequest, max_bytes: int | None = None) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.

@@ -81,13 +81,15 @@ def replication_kit():
 @pytest.fixture(scope="module")
 def dep(request: pytest.FixtureRequest, replication_kit, tmp_path_factory: pytest.TempPathFactory):
     """A replicated deployment on three Ray nodes for one module: its ``NAMESPACE``,
-    ``ROLE`` (the master's) and ``AUTO_FAILOVER`` (default on); always shut down."""
+    ``ROLE`` (the master's), ``AUTO_FAILOVER`` (default on) and ``SLAVE_READ``
+    (slave_read_enable with "far behind" at ~50 KB; default off); always shut down."""
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     module = request.module
     deployment = replication_kit.Deployment(module.NAMESPACE, tmp_path_factory.mktemp("stores"),
                                             module.ROLE,
-                                            getattr(module, "AUTO_FAILOVER", True))  # fmt: skip
+                                            getattr(module, "AUTO_FAILOVER", True),
+                                            getattr(module, "SLAVE_READ", False))  # fmt: skip
     try:
         yield deployment
     finally:

@@ -17,6 +17,7 @@ from ray.cluster_utils import Cluster
 
 import rayq
 from rayq.store import StoreConfig, codec
+from rayq.store.reader import MEMORY_BYTES
 
 STORE = StoreConfig.for_tests(
     commitlog_segment_size_bytes=1 << 20, cq_entries_per_file=4096, index_hash_slots=1024,
@@ -29,17 +30,21 @@ class Deployment:
     """A Ray cluster of a head and two broker nodes (the master's and its slave's)."""
 
     def __init__(self, namespace: str, root: Path, role: rayq.BrokerRole,
-                 auto_failover: bool = True) -> None:  # fmt: skip
+                 auto_failover: bool = True, slave_read: bool = False) -> None:  # fmt: skip
         self.namespace = namespace
         self.root = root
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
         self.master_node = self.add_node("broker-a")
         self.slave_node = self.add_node("broker-a#1")
         ray.init(address=self.cluster.address, namespace=namespace, log_to_driver=False)
-        config = rayq.BrokerConfig(store=STORE, broker_role=role, auto_failover=auto_failover,
-                                   slave_sync_metadata_interval_ms=1000)  # fmt: skip
+        store = STORE
+        if slave_read:  # "far behind" from ~50 KB before the end of the log on
+            store = STORE.replace(access_message_in_memory_max_ratio=50_000 / MEMORY_BYTES)
+        config = rayq.BrokerConfig(store=store, broker_role=role, auto_failover=auto_failover,
+                                   slave_sync_metadata_interval_ms=1000,
+                                   slave_read_enable=slave_read)  # fmt: skip
         self.rayq = rayq.start(root, placement="resource", namespace=namespace, config=config)
-        self.rayq_store = STORE
+        self.rayq_store = store
 
     def add_node(self, replica: str) -> Any:
         node = self.cluster.add_node(num_cpus=0, resources={f"rayq_broker:{replica}": 1})

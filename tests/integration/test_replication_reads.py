@@ -1,4 +1,6 @@
-"""Failover off (RocketMQ 4): while the master's node is lost its slave serves reads.
+"""Reads from a slave. With slave_read_enable, a consumer far behind is pointed at the
+slave by the master (suggestWhichBrokerId) and reads there. Failover off (RocketMQ 4):
+while the master's node is lost its slave serves reads.
 Consumers go on from the slave (their commits kept there), producers get
 BrokerUnavailableError, and when the master's node is back the master is started
 again, the offsets committed on the slave reach it, and reads go back to it."""
@@ -22,6 +24,7 @@ pytestmark = [
 NAMESPACE = "rayq-test-replication-reads"
 ROLE = rayq.BrokerRole.ASYNC_MASTER
 AUTO_FAILOVER = False
+SLAVE_READ = True
 GROUP = "slave-readers"
 
 
@@ -46,6 +49,30 @@ def consume(count: int, timeout_s: float = 60) -> list[bytes]:
     finally:
         consumer.shutdown()
     return got
+
+
+def test_a_consumer_far_behind_reads_from_the_slave_the_master_suggests(dep) -> None:
+    rayq.Admin(namespace=NAMESPACE).create_topic("Slow", queues=1)
+    bodies = [f"s{i}".encode() * 100 for i in range(400)]  # ~80 KB: far behind at first
+    with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
+        producer.send_batch([rayq.Message("Slow", b) for b in bodies])
+    dep.caught_up()
+    consumer = rayq.PullConsumer("slow-group", namespace=NAMESPACE,
+                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer.subscribe("Slow")
+    consumer.start()
+    got: list[bytes] = []
+    sources: set[str] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < len(bodies) and time.monotonic() < deadline:
+            got += [m.body for m in consumer.poll(timeout=1.0)]
+            sources |= {s.read_from for s in consumer._queues.values()}  # internal state
+    finally:
+        consumer.shutdown()
+    assert got == bodies
+    assert "broker-a#1" in sources  # while far behind
+    assert "" in sources  # and back to the master near the end
 
 
 def test_slave_serves_reads_and_keeps_commits_while_the_master_is_lost(dep) -> None:

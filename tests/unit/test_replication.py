@@ -19,7 +19,7 @@ from rayq.actors.protocol import (
     QueryOffsetsRequest,
 )
 from rayq.actors.server.broker_server import BrokerServer
-from rayq.store import InnerMessage, StoreConfig
+from rayq.store import SYSTEM_CLOCK, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch
 from rayq.store.errors import PermissionDeniedError, ReplicationError
 
@@ -219,3 +219,39 @@ def test_role_and_id_must_agree() -> None:
         BrokerConfig(broker_id=0, broker_role=BrokerRole.SLAVE)
     with pytest.raises(ConfigError, match="#"):
         BrokerConfig(broker_name="a#b")
+
+
+def test_a_pull_far_behind_is_pointed_at_the_slave_with_slave_read_enable(tmp_path: Path) -> None:
+    """RocketMQ's suggestWhichBrokerId: past access_message_in_memory_max_ratio of RAM from
+    the end of the log (here ~20 KB), a pull is told to go to the group's slave; the slave
+    keeps it while it is far behind and sends it back to the master once it is not."""
+    from rayq.actors.protocol import PullRequest
+    from rayq.store.reader import MEMORY_BYTES
+
+    store = STORE.replace(access_message_in_memory_max_ratio=20_000 / MEMORY_BYTES)
+    master = BrokerServer(msgspec.structs.replace(MASTER, store=store, slave_read_enable=True),
+                          str(tmp_path / "m"))  # fmt: skip
+    slave = BrokerServer(msgspec.structs.replace(SLAVE, store=store, slave_read_enable=True),
+                         str(tmp_path / "s"))  # fmt: skip
+    master.create_topic(topic("Rep", 1))
+    msgs = [InnerMessage(topic="Rep", queue_id=0, body=b"x" * 1000) for _ in range(100)]
+    master.put(encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096))
+
+    def pull(server: BrokerServer, offset: int) -> str:
+        req = PullRequest(group="g", topic="Rep", queue_id=0, queue_offset=offset, max_nums=4)
+        return server.pull(req).suggest_replica
+
+    assert pull(master, 0) == ""  # no slave connected: nowhere else to go
+    catch_up(master, slave, now=SYSTEM_CLOCK.now_ms())
+    sync = slave.metadata_request()
+    slave.apply_metadata(sync, master.ha_metadata(sync))  # the slave knows the topic
+    assert pull(master, 0) == "broker-a#1"  # ~100 KB behind
+    assert pull(master, 95) == ""  # ~5 KB behind: the master's page cache has it
+    assert pull(slave, 0) == "broker-a#1"  # the slave keeps a pull that is still far behind
+    assert pull(slave, 95) == ""  # and sends one that caught up back to the master
+    plain = BrokerServer(msgspec.structs.replace(MASTER, store=store), str(tmp_path / "p"))
+    plain.create_topic(topic("Rep", 1))
+    plain.put(encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096))
+    assert pull(plain, 0) == ""  # slave_read_enable off
+    for server in (master, slave, plain):
+        server.close()
