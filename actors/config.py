@@ -67,6 +67,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # A consumer far behind (past access_message_in_memory_max_ratio of RAM from the end of
     # the log) is told to pull from a slave (the group's which_broker_when_consume_slowly).
     slave_read_enable: bool = False
+    # SQL92 subscriptions (MessageSelector.by_sql) are evaluated here, per message, at pull
+    enable_property_filter: bool = False
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
@@ -42,6 +42,7 @@ QueueOffset = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 TimestampMs = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 QueueCount = Annotated[int, Meta(ge=1, le=1024)]
 Perm = Annotated[int, Meta(ge=0, le=7)]
+FilterType = Literal["TAG", "SQL92"]
 Text = Annotated[str, Meta(max_length=4096)]
 
 
@@ -138,6 +139,7 @@ class PullRequest(_Request, frozen=True, kw_only=True):
     max_nums: Annotated[int, Meta(ge=1, le=1 << 20)] = 32
     expression: Text = "*"
     suspend_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 15_000
+    expression_type: FilterType = "TAG"  # "SQL92": ``expression`` filters by properties
 
 
 class PullItem(msgspec.Struct, frozen=True, array_like=True):
@@ -147,6 +149,7 @@ class PullItem(msgspec.Struct, frozen=True, array_like=True):
     queue_id: QueueId
     queue_offset: QueueOffset
     expression: Text = "*"
+    expression_type: FilterType = "TAG"
 
 
 class PullManyRequest(_Request, frozen=True, kw_only=True):
@@ -163,6 +166,7 @@ class PullManyRequest(_Request, frozen=True, kw_only=True):
         return PullRequest(group=self.group, topic=item.topic, queue_id=item.queue_id,
                            queue_offset=item.queue_offset, max_nums=self.max_nums,
                            expression=item.expression, suspend_ms=self.suspend_ms,
+                           expression_type=item.expression_type,
                            client_id=self.client_id)  # fmt: skip
 
 
@@ -245,6 +249,7 @@ class QueueData(msgspec.Struct, frozen=True, kw_only=True):
     # While the broker's master is lost and a slave serves its reads: that slave's
     # replica name (``<name>#<id>``); the queues are then read-only.
     read_from: str = ""
+    property_filter: bool = False  # the broker evaluates SQL92 subscriptions
 
 
 class TopicRoute(msgspec.Struct, frozen=True, kw_only=True):

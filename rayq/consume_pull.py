@@ -42,7 +42,7 @@ from rayq.actors.protocol import (
     PullStatus,
 )
 from rayq.process_queue import ProcessQueue
-from rayq.store.filters import TagFilter
+from rayq.selector import filter_type
 from rayq.transport import Reply
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class PullRounds:
     broker_loops: dict[str, asyncio.Task]
     freed: dict[str, asyncio.Event]
     read_from: dict[str, str]  # broker -> the slave it suggested (far behind)
-    filters: dict[str, TagFilter]
+    filters: dict[str, Any]
     config: Any
     ctx: Any
     offsets: Any
@@ -173,8 +173,8 @@ class PullRounds:
             group=self.group, client_id=self.client_id,
             max_nums=max(cfg.pull_batch_size, room) if direct else cfg.pull_batch_size,
             suspend_ms=0 if direct else cfg.broker_suspend_max_ms,
-            items=[PullItem(mq.topic, mq.queue_id, pq.next_pull,
-                            self.filters[mq.topic].expression) for mq, pq in ready],
+            items=[PullItem(mq.topic, mq.queue_id, pq.next_pull, self.filters[mq.topic].expression,
+                            filter_type(self.filters[mq.topic])) for mq, pq in ready],
         )  # fmt: skip
         source = self.read_from.get(broker) or broker  # a slave the broker suggested
         target = self.ctx.broker(source) if direct else self.ctx.hold(broker)

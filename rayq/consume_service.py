@@ -54,10 +54,10 @@ from rayq.consume_orderly import OrderlyConsumption, by_broker
 from rayq.consume_pull import PullRounds
 from rayq.offset_store import LocalOffsetStore, RemoteOffsetStore
 from rayq.process_queue import ProcessQueue
+from rayq.selector import to_filter
 from rayq.start_offsets import fresh_start_offsets
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
-from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
 from rayq.transport import Transport
@@ -69,7 +69,7 @@ SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
 
 
 class ConsumeService(PullRounds, OrderlyConsumption):
-    def __init__(self, *, group: str, client_id: str, subscriptions: dict[str, str],
+    def __init__(self, *, group: str, client_id: str, subscriptions: dict[str, Any],
                  listener: Callable[..., Any], orderly: bool, model: MessageModel,
                  consume_from: ConsumeFromWhere, consume_timestamp_ms: int,
                  max_reconsume_times: int, strategy: AllocateStrategy,
@@ -90,9 +90,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         subs = dict(subscriptions)
         if not broadcasting:
             subs[self.retry_topic] = "*"
-        self.filters = {t: TagFilter.parse(e) for t, e in subs.items()}
+        self.filters = {t: to_filter(e) for t, e in subs.items()}
         self.spec = MemberSpec(
-            subscriptions=tuple(sorted(subs.items())),
+            subscriptions=tuple(sorted((t, f.expression) for t, f in self.filters.items())),
             model=model,
             strategy=strategy, allocation=tuple(allocation),
         )  # fmt: skip

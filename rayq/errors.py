@@ -10,6 +10,7 @@ engine can raise them without importing anything above it) and re-exported here:
     │   ├── InvalidMessageError
     │   │   └── MessageTooLargeError
     │   ├── InvalidRequestError         a malformed request reached an actor
+    │   ├── InvalidFilterError          a malformed SQL92 filter, or one a broker cannot apply
     │   ├── InvalidOffsetError
     │   ├── TopicNotFoundError
     │   ├── GroupNotFoundError
@@ -38,6 +39,7 @@ from rayq.store.errors import (
     CorruptRecordError,
     DiskFullError,
     GroupNotFoundError,
+    InvalidFilterError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -64,6 +66,7 @@ __all__ = [
     "CorruptRecordError",
     "DiskFullError",
     "GroupNotFoundError",
+    "InvalidFilterError",
     "InvalidGroupError",
     "InvalidMessageError",
     "InvalidOffsetError",

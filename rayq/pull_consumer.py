@@ -61,6 +61,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.client import ClientContext
+from rayq.selector import MessageSelector, check_sql_brokers, filter_type, to_filter
 from rayq.start_offsets import (
     check_start_options,
     committed_offsets,
@@ -73,7 +74,6 @@ from rayq.store.errors import (
     ClientError,
     ClosedError,
     ConfigError,
-    InvalidMessageError,
     InvalidOffsetError,
     RayqError,
     TopicNotFoundError,
@@ -81,6 +81,7 @@ from rayq.store.errors import (
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
+from rayq.store.sql92 import SqlFilter
 from rayq.transport import Reply, Transport
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ PULL_STALE_GRACE_S = 15.0  # a pull older than its suspend time plus this is sen
 class _QueueState:
     """One assigned queue: its position, what the broker has, the pull in flight."""
 
-    tag_filter: TagFilter
+    tag_filter: TagFilter | SqlFilter
     offset: int = -1  # next queue offset to pull; -1 until resolved
     committed: int = -1  # the broker's committed offset as far as we know
     paused: bool = False
@@ -141,15 +142,17 @@ class PullConsumer:
         self._next_route_check = 0.0
 
     # ------------------------------------------------------- subscription
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Consume every readable queue of ``topic`` (all of them: see the module doc),
-        filtered by ``expression`` (``"*"`` or ``"TagA || TagB"``)."""
+        filtered by ``expression``: ``"*"``, ``"TagA || TagB"``, or a
+        ``rayq.MessageSelector`` (``by_sql`` filters by properties on the broker)."""
         self._check_open()
         validate_topic(topic)
-        tag_filter = _parse_expression(expression)
+        tag_filter = to_filter(expression)
         if self._manual:
             raise ClientError("this consumer uses assign(); subscribe() and assign() don't mix")
         self._ctx.read_queues(topic, refresh=True)  # TopicNotFoundError for unknown topics
+        check_sql_brokers(self._ctx, topic, tag_filter)
         self._subscriptions[topic] = tag_filter
         self._set_topic_queues(topic, self._share(topic), tag_filter)
 
@@ -252,6 +255,7 @@ class PullConsumer:
             req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                               queue_offset=s.offset, max_nums=self._config.poll_max_messages,
                               expression=s.tag_filter.expression,
+                              expression_type=filter_type(s.tag_filter),
                               suspend_ms=0 if s.backlog else self._config.broker_suspend_max_ms,
                               client_id=self.client_id)  # fmt: skip
             try:  # behind: one hop to the broker (or the slave it suggested); caught up:
@@ -521,16 +525,6 @@ def _check_timeout(timeout: object) -> float:
         raise ConfigError(f"timeout must be a number of seconds >= 0, got {timeout!r}",
                           value=repr(timeout), limit=0)  # fmt: skip
     return float(timeout)
-
-
-def _parse_expression(expression: object) -> TagFilter:
-    if not isinstance(expression, str):
-        raise InvalidMessageError(
-            f"expression must be a str such as '*' or 'TagA || TagB', got "
-            f"{type(expression).__name__} {expression!r}",
-            value=repr(expression),
-        )
-    return TagFilter.parse(expression)
 
 
 def _check_mq(mq: object) -> None:

@@ -32,9 +32,9 @@ from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService
 from rayq.offset_store import offsets_path
 from rayq.ray_transport import RayReply
+from rayq.selector import MessageSelector, check_sql_brokers, to_filter
 from rayq.start_offsets import check_start_options
 from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
-from rayq.store.filters import TagFilter
 from rayq.store.names import validate_group, validate_topic
 
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class PushConsumer:
             offsets_path(cfg.offset_store_dir, cfg.instance_name, group)
         self._ctx = ClientContext(config, namespace)
         self.client_id = self._ctx.client_id
-        self._subscriptions: dict[str, str] = {}
+        self._subscriptions: dict[str, str | MessageSelector] = {}
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
         self._actor: Any = None
@@ -97,11 +97,14 @@ class PushConsumer:
         self._final_stats: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ set up
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume ``topic``'s messages whose tag matches ``expression`` ("*", "A || B")."""
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` ("*", "A || B"), or
+        that a ``rayq.MessageSelector`` selects (``by_sql``: by properties, on the broker)."""
         self._check_setup()
         validate_topic(topic)
-        TagFilter.parse(expression)
+        selected = to_filter(expression)
+        if isinstance(expression, MessageSelector):
+            check_sql_brokers(self._ctx, topic, selected)
         self._subscriptions[topic] = expression
 
     def unsubscribe(self, topic: str) -> None:

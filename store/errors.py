@@ -61,6 +61,10 @@ class InvalidRequestError(ClientError):
     numbers); nothing was done."""
 
 
+class InvalidFilterError(ClientError):
+    """A subscription's filter expression is malformed, or the broker cannot apply it."""
+
+
 class InvalidOffsetError(ClientError):
     """An offset or queue id is outside what the queue holds."""
 

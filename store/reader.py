@@ -77,7 +77,10 @@ class QueueReader:
     ) -> GetResult:  # fmt: skip
         cfg = self.config
         codes = tag_filter.codes if tag_filter is not None else None
-        scan = max_nums if codes is None else cfg.max_filter_scan_entries
+        # a tag filter scans ahead for matches, but not (much) past what one answer can hold
+        scan = (
+            max_nums if codes is None else min(cfg.max_filter_scan_entries, max(8 * max_nums, 256))
+        )
         entries = list(ENTRY.iter_unpack(cq.read(offset, scan)))
         # Far behind (RocketMQ: past accessMessageInMemoryMaxRatio of RAM from the end):
         # the data is likely on disk, not in the page cache; a slave may serve it instead.

@@ -24,6 +24,8 @@ import struct
 import threading
 from pathlib import Path
 
+import msgspec
+
 from rayq.actors.config import BrokerConfig, replica_name
 from rayq.actors.protocol import (
     ArrowPage,
@@ -83,6 +85,7 @@ from rayq.store.errors import (
     BrokerBusyError,
     DiskFullError,
     GroupNotFoundError,
+    InvalidFilterError,
     InvalidMessageError,
     InvalidOffsetError,
     InvalidRequestError,
@@ -100,6 +103,7 @@ from rayq.store.names import (
     validate_group,
     validate_topic,
 )
+from rayq.store.sql92 import SqlFilter, compile_sql, sql_filter_records
 
 from . import columnar
 from .dedupe import Verdict, open_sequences
@@ -239,7 +243,8 @@ class BrokerServer:
     def info(self) -> BrokerInfo:
         queues = {
             t.topic_name: QueueData(broker_name=self.name, read_queue_nums=t.read_queue_nums,
-                                    write_queue_nums=t.write_queue_nums, perm=t.perm)
+                                    write_queue_nums=t.write_queue_nums, perm=t.perm,
+                                    property_filter=self.config.enable_property_filter)
             for t in (self.tables.topics.get(n) for n in self.tables.topics.topics()) if t
         }  # fmt: skip
         now = SYSTEM_CLOCK.now_ms()
@@ -313,7 +318,7 @@ class BrokerServer:
             raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
         if not 0 <= req.queue_id < cfg.read_queue_nums:
             raise InvalidOffsetError(f"queue {req.queue_id} of topic {req.topic!r} does not exist")
-        tag_filter = TagFilter.parse(req.expression)
+        tag_filter, sql = self._filters(req)
         want = min(max(req.max_nums, 1), self.config.pull_max_messages)
         parts: list[bytes] = []
         count = size = 0
@@ -322,8 +327,16 @@ class BrokerServer:
             max_bytes, self.config.pull_max_bytes)  # fmt: skip
         got = self.store.get_messages(req.group, req.topic, req.queue_id, offset, want, tag_filter)
         first = got
+        scan_limit = req.queue_offset + self.config.store.max_filter_scan_entries
         while got.status is GetStatus.FOUND or got.status is GetStatus.NO_MATCHED_MESSAGE:
             buffer, n, offset = got.buffer, got.count, got.next_begin_offset
+            if sql is not None and n:
+                buffer, n, offset = sql_filter_records(buffer, sql, got.next_begin_offset)
+                got = msgspec.structs.replace(got, count=n, buffer=buffer)
+                if not n and offset < got.max_offset and offset < scan_limit:
+                    got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
+                                                  want - count, tag_filter)  # fmt: skip
+                    continue
             if n and size + len(buffer) > budget and max_bytes is not None:
                 buffer, n, offset = _fit(buffer, budget - size, offset, at_least_one=not count)
             parts.append(buffer)
@@ -337,6 +350,9 @@ class BrokerServer:
                                           want - count, tag_filter)  # fmt: skip
         suggest = self._suggest_replica(group, first.suggest_pull_from_slave)
         status = PullStatus.FOUND if count else _PULL_STATUS[first.status]
+        if not count and sql is not None and first.status is GetStatus.FOUND:
+            first = msgspec.structs.replace(first, status=GetStatus.NO_MATCHED_MESSAGE)
+            status = PullStatus.NO_MATCHED_MSG  # every record scanned failed the SQL92 filter
         next_offset = offset if count or first.status is GetStatus.NO_MATCHED_MESSAGE else (
             first.next_begin_offset)  # fmt: skip
         if status is PullStatus.NO_MATCHED_MSG and next_offset <= req.queue_offset:
@@ -345,6 +361,18 @@ class BrokerServer:
                             max_offset=max(first.max_offset, got.max_offset),
                             buffer=b"".join(parts), count=count,
                             suggest_replica=suggest)  # fmt: skip
+
+    def _filters(self, req: PullRequest) -> tuple[TagFilter | None, SqlFilter | None]:
+        """The pull's tag filter, or its compiled SQL92 filter (compiled once per text)."""
+        if req.expression_type != "SQL92":
+            return TagFilter.parse(req.expression), None
+        if not self.config.enable_property_filter:
+            raise InvalidFilterError(
+                f"broker {self.name} does not evaluate SQL92 filters: turn on "
+                "BrokerConfig.enable_property_filter, or subscribe by tag",
+                broker=self.name,
+            )  # fmt: skip
+        return None, compile_sql(req.expression)
 
     def _suggest_replica(self, group: SubscriptionGroupConfig, far_behind: bool) -> str:
         """RocketMQ's suggestWhichBrokerId: with ``slave_read_enable``, a pull far behind
