@@ -109,7 +109,7 @@ async def promote(name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo],
                   namespace: str) -> tuple[int, BrokerInfo] | None:  # fmt: skip
     """Make the live slave furthest ahead the master of ``name``: its former broker id
     and new info, or None if there is no live slave (logged)."""
-    alive: list[tuple[int, int, Any]] = []
+    alive: list[tuple[int, int, Any, BrokerInfo]] = []
     epochs = [lost.epoch]
     for broker_id in sorted(slaves):
         handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
@@ -117,17 +117,16 @@ async def promote(name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo],
             continue
         try:
             info = await ask(handle, "broker_info")
-        except Exception:
+        except Exception:  # lost too
             continue
-        alive.append((info.written_offset, broker_id, handle))
+        alive.append((info.written_offset, broker_id, handle, info))
         epochs.append(info.epoch)
     if not alive:
         logger.error("failover of %s: no live slave to promote; it stays unavailable", name)
         return None
-    written, broker_id, handle = max(alive)
+    written, broker_id, handle, info = max(alive, key=lambda a: (a[0], a[1]))
     config: BrokerConfig = await ask(handle, "broker_config")
-    store_dir = (await ask(handle, "broker_info")).store_dir
-    node_id = slaves[broker_id].node_id
+    store_dir, node_id = info.store_dir, info.node_id
     epoch = max(epochs) + 1
     logger.warning("failover of %s: promoting slave %d (log up to %d) to master in epoch %d",
                    name, broker_id, written, epoch)  # fmt: skip
