@@ -39,6 +39,7 @@ from rayq.store.errors import BrokerUnavailableError, ConfigError
 logger = logging.getLogger(__name__)
 
 _current_namespace = NAMESPACE
+START_TIMEOUT_S = 120.0
 
 
 class Cluster:
@@ -170,7 +171,8 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
-    ray.get(spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote())
+    _started(spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote(),
+             "the coordinator")  # fmt: skip
     if placement == "resource":
         pinned = broker_nodes()
         if not pinned:
@@ -198,9 +200,10 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         # Each finds the others by name; the broker last, so it finds its peers at once.
         flusher = spawn_flusher(store, cfg.store_config, replica, namespace, node_id)
         hold = spawn_hold(cfg, namespace, node_id)
-        ray.get([flusher.ready.remote(), hold.ready.remote()])
+        _started([flusher.ready.remote(), hold.ready.remote()],
+                 f"the flusher and hold service of {replica}")  # fmt: skip
         broker = spawn_broker(cfg, store, namespace, node_id)
-        ray.get(broker.start_services.remote())  # registered: routes show it on return
+        _started(broker.start_services.remote(), f"broker {replica}")  # registered on return
         replicas.append(replica)
         if broker_id == 0:
             names.append(name)
@@ -230,6 +233,18 @@ def resource_plan(pinned: dict[str, str], port: int) -> list[tuple[str, int, int
     ports = {name: port + i for i, name in enumerate(sorted(masters))}
     return [(name, broker_id, ports[name], node_id)
             for name, broker_id, node_id in sorted(plan, key=lambda p: (p[1], p[0]))]  # fmt: skip
+
+
+def _started(refs: Any, what: str) -> None:
+    """Wait for server actors to answer, at most START_TIMEOUT_S (an actor that cannot be
+    placed or whose process cannot start would otherwise hang ``start`` forever)."""
+    try:
+        ray.get(refs, timeout=START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise BrokerUnavailableError(
+            f"rayq.start: {what} did not start within {START_TIMEOUT_S:.0f} s; see the Ray "
+            "logs (ray status, the dashboard) for why its actor could not run"
+        ) from None
 
 
 def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
