@@ -4,9 +4,10 @@ A client with ``ClientConfig(credentials=Credentials(...))`` signs every broker 
 (``Signer.sign``): it sets the request's ``auth`` (``RequestAuth``: access key, the
 time in ms, its address) with an empty signature, encodes the request with msgpack,
 and puts the hex HMAC-SHA256 of ``<method>\\n<that msgpack>`` under its secret key in
-``auth.signature``. The broker recomputes it the same way (actors/server/acl.py).
-The auth travels inside the request (``_Request.auth``, ``EncodedBatch.auth``), so the
-hold service forwards a signed pull unchanged and nothing else in the protocol changes.
+``auth.signature`` (a batch's records are hashed after the rest, see ``signing_bytes``).
+The broker recomputes it the same way (actors/server/acl.py). The auth travels
+inside the request (``_Request.auth``, ``EncodedBatch.auth``), so the hold service
+forwards a signed pull unchanged and nothing else in the protocol changes.
 """
 
 from __future__ import annotations
@@ -47,16 +48,32 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 def signing_bytes(method: str, request: Any) -> bytes:
-    """What is signed: the method name and the request's msgpack with ``auth.signature``
-    empty (``request.auth`` must be set)."""
+    """What is signed: ``<method>\n``, then the request's msgpack with ``auth.signature``
+    empty (``request.auth`` must be set); for a batch, its msgpack with ``records``
+    empty too, then the records (so they are hashed where they lie, never re-encoded,
+    and a batch split into chunks on the way is verified once joined)."""
+    return b"".join(_parts(method, request))
+
+
+def _parts(method: str, request: Any) -> tuple[bytes, ...]:
     auth = request.auth
-    if auth.signature:
+    records = b""
+    if type(request) is EncodedBatch:
+        records = request.records
+        request = msgspec.structs.replace(
+            request, records=b"", auth=msgspec.structs.replace(auth, signature="")
+        )
+    elif auth.signature:
         request = msgspec.structs.replace(request, auth=msgspec.structs.replace(auth, signature=""))
-    return method.encode() + b"\n" + _encoder.encode(request)
+    return method.encode() + b"\n", _encoder.encode(request), records
 
 
 def signature(secret_key: str, method: str, request: Any) -> str:
-    return hmac.new(secret_key.encode(), signing_bytes(method, request), hashlib.sha256).hexdigest()
+    """The hex HMAC-SHA256 of ``signing_bytes(method, request)`` under ``secret_key``."""
+    mac = hmac.new(secret_key.encode(), digestmod=hashlib.sha256)
+    for part in _parts(method, request):
+        mac.update(part)
+    return mac.hexdigest()
 
 
 def local_address() -> str:
