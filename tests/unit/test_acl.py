@@ -33,13 +33,16 @@ from rayq.actors.protocol import (
     QueueRef,
     ResetOffsetsRequest,
     TopicRequest,
+    check,
+    to_wire,
 )
 from rayq.actors.server import acl as acl_mod
 from rayq.actors.server.acl import AclService, parse_acl
 from rayq.admin import Admin
 from rayq.client import ClientContext
 from rayq.pull_consumer import PullConsumer
-from rayq.store import StoreConfig
+from rayq.store import EncodedBatch, InnerMessage, StoreConfig
+from rayq.store.batch import encode_batch
 from rayq.store.errors import PermissionDeniedError
 from rayq.testing import FakeCluster, FakeTransport
 from rayq.transport import BrokerClient
@@ -242,6 +245,25 @@ def test_producer_and_pull_consumer_end_to_end(cluster: FakeCluster) -> None:
 
 
 # ------------------------------------------------------------------ signatures
+def test_a_signed_batch_split_into_chunks_verifies_once_joined(acl_file: Path) -> None:
+    """As the Ray transport sends a large put (the records in chunks after a batch
+    without them) and the broker actor joins them before the check."""
+    msgs = [
+        InnerMessage(topic="orders", queue_id=0, body=bytes([i % 256]) * 1024) for i in range(300)
+    ]
+    batch = encode_batch(msgs, max_body_bytes=1 << 20, max_properties_bytes=4096)
+    signed = Signer(BOTH).sign("put", batch)
+    head = check(to_wire(msgspec.structs.replace(signed, records=b"")), EncodedBatch)
+    size = len(batch.records) // 3 + 1
+    chunks = [batch.records[i : i + size] for i in range(0, len(batch.records), size)]
+    joined = msgspec.structs.replace(head, records=b"".join(chunks))
+    service = AclService(str(acl_file))
+    service.check("put", joined)
+    swapped = msgspec.structs.replace(joined, records=b"".join(reversed(chunks)))
+    with pytest.raises(PermissionDeniedError, match="bad signature"):
+        service.check("put", swapped)
+
+
 def test_unsigned_request_is_refused(cluster: FakeCluster) -> None:
     msg = denied(broker(cluster, None).pull(pull()))
     assert "no credentials" in msg and "pull" in msg
