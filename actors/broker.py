@@ -293,7 +293,8 @@ class BrokerActor:
         except PEER_LOST_ERRORS:  # a hold service that restarts has nobody waiting
             self._hold.forget()
             return
-        nxt = follow_up(req, reply) if waited is True else None
+        # With ACL on, each pull is checked as it comes: no follow-up is parked ahead of it.
+        nxt = follow_up(req, reply) if waited is True and self.server.acl is None else None
         if nxt is None:
             return
         token = follow_up_token(token)
@@ -378,6 +379,7 @@ class BrokerActor:
                     "batch whose records are empty, not both"
                 )
             batch = msgspec.structs.replace(batch, records=b"".join(chunks))
+        self.server.authorize("put", batch)  # signed whole, before it was split
         known = batch.topic in self.server.tables.topics
         result = self.server.put(batch)
         self._notify_append()
@@ -399,6 +401,7 @@ class BrokerActor:
         ``PullHoldActor.deliver``."""
         wire = type(req) is bytes
         req = check(req, PullRequest)
+        self.server.authorize("pull", req)  # also the hold service's: the client's request
         if park is None:
             resp = self.server.pull(req)
         else:
@@ -412,6 +415,7 @@ class BrokerActor:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
         With ``park``: parked (on all its queues) if none of them has anything new."""
         req = check(req, PullManyRequest)
+        self.server.authorize("pull_many", req)
         if park is None:
             return self.server.pull_many(req)
         reply, _, _ = self._park_and_read(check(park, Park).token, req)
@@ -520,7 +524,9 @@ class BrokerActor:
         """Check ``req`` at the boundary, run ``method``; routes are re-registered at once
         when the topic table changed (a created, deleted or auto-created topic)."""
         version = self.server.tables.topics.data_version
-        result = method(check(req, cls))
+        req = check(req, cls)
+        self.server.authorize(method.__name__, req)
+        result = method(req)
         if self.server.tables.topics.data_version != version:
             await self._register()
         return result

@@ -16,6 +16,7 @@ from rayq.store.config import check_fields, convert_config
 from rayq.store.errors import ConfigError
 from rayq.store.names import validate_instance_name
 
+from .auth import Credentials
 from .server.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 
 NAMESPACE = "rayq"
@@ -85,6 +86,13 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     listen_port: Positive = 10911  # part of the store host in offset message ids
     rebalance_lock_max_live_time_ms: Positive = 60_000  # orderly consumption queue locks
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay of level 1, 2, ... (s/m/h/d)
+    # Access control (RocketMQ plain ACL, actors/server/acl.py): every client request is
+    # checked against the TOML rules in acl_file ("" = <store dir>/config/plain_acl.toml),
+    # reloaded when it changes; a signed request more than acl_timestamp_window_ms away
+    # from the broker's clock is refused (replay protection).
+    acl_enable: bool = False
+    acl_file: str = ""
+    acl_timestamp_window_ms: Positive = 5 * 60 * 1000
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -167,6 +175,8 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     member_heartbeat_interval_ms: Positive = 10_000
     offset_store_dir: str = ""  # broadcasting offsets; "" = ~/.rayq_offsets
     instance_name: str = "DEFAULT"
+    # ACL: every broker request is signed with these (the secret never shows in reprs)
+    credentials: Credentials | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -17,6 +17,7 @@ from msgspec import Meta
 
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.actors.server.table_files import SubscriptionGroupConfig, is_readable, is_writeable
+from rayq.store.batch import RequestAuth
 from rayq.store.errors import InvalidRequestError
 from rayq.store.message import MessageExt
 
@@ -48,9 +49,10 @@ Text = Annotated[str, Meta(max_length=4096)]
 
 class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Base of client requests: ``client_id`` names the caller (producer, consumer or
-    admin instance), for logs today and for ACL later."""
+    admin instance), for logs; ``auth`` carries a signed request's credentials (ACL)."""
 
     client_id: Text = ""
+    auth: RequestAuth | None = None  # signed credentials (ACL, actors/server/acl.py)
 
 
 class ConsumeFromWhere(enum.Enum):

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from rayq.actors.auth import Signer
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ClientRequest, MessageQueue, RouteRequest, TopicRoute
 from rayq.cluster import current_namespace
@@ -45,6 +46,8 @@ class ClientContext:
             transport = RayTransport(namespace or current_namespace())
         self.transport = transport
         self.namespace = transport.namespace
+        creds = self.config.credentials
+        self._signer = Signer(creds) if creds is not None else None  # ACL: signs requests
         self._routes: dict[str, tuple[TopicRoute | None, float]] = {}
 
     @property
@@ -87,10 +90,16 @@ class ClientContext:
 
     # ------------------------------------------------------------ brokers
     def broker(self, broker_name: str) -> BrokerClient:
-        return self.transport.broker(broker_name)
+        client = self.transport.broker(broker_name)
+        if self._signer is None:
+            return client
+        return BrokerClient(self._signer.wrap(client._invoke))
 
     def hold(self, broker_name: str) -> HoldClient:
-        return self.transport.hold(broker_name)
+        client = self.transport.hold(broker_name)
+        if self._signer is None:
+            return client
+        return HoldClient(self._signer.wrap(client._invoke))
 
     def forget(self, broker_name: str) -> None:
         """Drop cached handles and routes after a failure (looked up again next time)."""

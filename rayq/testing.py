@@ -13,9 +13,10 @@ implements ``rayq.transport.Transport``: hand it to a client::
     cluster.close()
 
 Each broker call checks its request as the actor does (``protocol.check``; ``put``
-takes exactly an ``EncodedBatch``), runs the server method and returns a completed
-``FakeReply``. Hold pulls that find nothing wait (long polling) until a write to a
-queue they watch, or their suspend time (capped as ``PullHoldActor`` caps it).
+takes exactly an ``EncodedBatch``; then ``BrokerServer.authorize``, the ACL), runs
+the server method and returns a completed ``FakeReply``. Hold pulls that find
+nothing wait (long polling) until a write to a queue they watch, or their suspend
+time (capped as ``PullHoldActor`` caps it).
 
 Controls for tests: ``stop(name)``/``start(name)`` (a stopped broker answers every
 call with ``BrokerUnavailableError``; by default the coordinator drops it from the
@@ -294,11 +295,14 @@ class FakeCluster:
         if method == "put":
             if type(arg) is not EncodedBatch:
                 raise InvalidRequestError(f"put takes an EncodedBatch, got {type(arg).__name__}")
+            srv.authorize("put", arg)
             return srv.put(arg)
         cls = _REQUESTS.get(method)
         if cls is None:
             raise InvalidRequestError(f"the broker has no client method {method!r}")
-        return getattr(srv, method)(protocol.check(arg, cls))
+        req = protocol.check(arg, cls)
+        srv.authorize(method, req)
+        return getattr(srv, method)(req)
 
     # ----------------------------------------------------------- hold calls
     def call_hold(self, broker_name: str, method: str, req: Any) -> FakeReply[Any]:
@@ -310,6 +314,7 @@ class FakeCluster:
                 try:
                     if method == "pull":
                         req = protocol.check(req, PullRequest)
+                        srv.authorize("pull", req)
                         resp = srv.pull(req)
                         if req.suspend_ms > 0 and protocol.nothing_new([resp]):
                             beyond = {
@@ -318,6 +323,7 @@ class FakeCluster:
                             held = _Held(broker_name, beyond, lambda: srv.pull(req), resp)
                     elif method == "pull_many":
                         req = protocol.check(req, PullManyRequest)
+                        srv.authorize("pull_many", req)
                         reply = srv.pull_many(req)
                         if req.suspend_ms > 0 and protocol.nothing_new(reply.results):
                             beyond = {

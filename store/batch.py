@@ -69,6 +69,18 @@ _tag_codes: dict[bytes | None, int] = {None: 0}
 _tag_prefixes: dict[int, bytes] = {}  # tag hash -> b"TAGS\x01<tags>\x02" last verified with it
 
 
+class RequestAuth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A signed request's credentials (ACL, actors/server/acl.py): the account, when it
+    was signed (ms since the epoch), the client's declared address and the hex
+    HMAC-SHA256 of the request encoded with ``signature`` empty (actors/auth.py).
+    An unsigned one (no ``access_key``) only declares ``address``, for whitelisted hosts."""
+
+    access_key: str = ""
+    timestamp_ms: int = 0
+    address: str = ""
+    signature: str = ""
+
+
 class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Records for one topic/queue, encoded once; crosses actor boundaries as is.
 
@@ -90,6 +102,7 @@ class EncodedBatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     # Idempotent produce (dedupe.py): set by the producer after encoding; "" = off.
     producer_id: str = ""
     first_sequence: int = 0
+    auth: RequestAuth | None = None  # set by a client with credentials (ACL)
 
 
 def encode_batch(

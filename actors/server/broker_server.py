@@ -23,6 +23,7 @@ import socket
 import struct
 import threading
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -106,6 +107,7 @@ from rayq.store.names import (
 from rayq.store.sql92 import SqlFilter, compile_sql, sql_filter_records
 
 from . import columnar
+from .acl import AclService
 from .dedupe import Verdict, open_sequences
 from .queue_locks import QueueLocks
 from .replication import (
@@ -128,6 +130,8 @@ from .table_files import (
     offset_key,
 )
 from .tables import ConfigStore
+
+ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
 
 logger = logging.getLogger(__name__)
 
@@ -192,11 +196,23 @@ class BrokerServer:
         # consumer offsets committed here while a slave: they go to the master at the next
         # metadata sync ("topic@group" -> queue -> offset)
         self.slave_commits: dict[str, dict[int, int]] = {}
+        self.acl: AclService | None = None
+        if config.acl_enable:
+            acl_file = config.acl_file or str(self.tables.config_dir / ACL_FILE_NAME)
+            self.acl = AclService(acl_file, config.acl_timestamp_window_ms)
         self.replication_error = ""  # a slave: why it is not replicating now
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
     # ------------------------------------------------------------- topics
+
+    def authorize(self, method: str, request: Any) -> None:
+        """ACL (actors/server/acl.py): nothing if ACL is off or ``request`` may call the
+        client method ``method``; else PermissionDeniedError. Called at the boundary (the
+        broker actor, the fake cluster) once per client request, after ``check``."""
+        if self.acl is not None:
+            self.acl.check(method, request)
+
     def topic_config(self, topic: str, create: bool = False) -> TopicConfig:
         _check_not_system(topic)
         cfg = self.tables.topics.get(topic)

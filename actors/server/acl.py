@@ -1,0 +1,292 @@
+"""Access control (RocketMQ's plain ACL): the broker half, Ray-free.
+
+``AclService.check(method, request)`` is the one check of every client request, called
+at the boundary by the broker actor and by ``rayq.testing.FakeCluster`` (through
+``BrokerServer.authorize``). The rules come from a TOML file (``BrokerConfig.acl_file``)::
+
+    global_white_remote_addresses = ["10.0.0.*", "192.168.1.7"]
+
+    [[accounts]]
+    access_key = "producer-app"
+    secret_key = "..."
+    admin = false
+    default_topic_perm = "DENY"
+    default_group_perm = "SUB"
+    topic_perms = ["orders=PUB", "audit=DENY"]
+    group_perms = ["billing=SUB"]
+
+Perms are DENY, PUB, SUB and PUB|SUB. A request whose declared address matches a
+whitelist entry passes without a signature. Otherwise its ``auth`` must name a known
+account, carry a timestamp within ``acl_timestamp_window_ms`` of the broker's clock
+(replay protection) and the right signature (actors/auth.py); then each resource it
+touches must grant the perm needed: PUB on the topic to send; SUB on the topic and
+the group to pull, commit or query offsets, lock queues or send messages back; SUB on
+the topic for reads by topic (stats, bounds, message queries, Arrow reads). Admin
+operations (create/delete topics, group config changes and deletion, offset resets,
+listing groups, message lookups by id, schedule and replication stats) need
+``admin = true``; an admin account may do everything. A resource not listed gets the
+account's default perm. Retry topics (``%RETRY%<group>``) are checked as their group.
+
+The file is looked at again at most once a second (its mtime, on the request path);
+a changed file is reloaded, and one that does not parse keeps the previous rules
+(logged as an error naming the file). Secret keys never appear in logs or errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hmac
+import logging
+import os
+import re
+import time
+import tomllib
+from collections.abc import Callable
+from typing import Any
+
+from rayq.actors.auth import signature
+from rayq.store.errors import PermissionDeniedError
+
+logger = logging.getLogger(__name__)
+
+DENY, PUB, SUB = 0, 1, 2
+PERMS = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
+PERM_NAMES = {PUB: "PUB", SUB: "SUB"}
+RETRY_PREFIX = "%RETRY%"
+RELOAD_CHECK_S = 1.0
+
+# Client methods that need an admin account.
+ADMIN_METHODS = frozenset({
+    "create_topic", "delete_topic", "update_group", "delete_group", "groups",
+    "reset_offsets", "view_message", "schedule_stats", "replication",
+})  # fmt: skip
+
+
+class AclFileError(ValueError):
+    """The ACL file is not valid (the message names the file and the problem)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Account:
+    access_key: str
+    secret_key: str = dataclasses.field(repr=False)
+    admin: bool = False
+    default_topic_perm: int = DENY
+    default_group_perm: int = DENY
+    topic_perms: dict[str, int] = dataclasses.field(default_factory=dict)
+    group_perms: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def topic_perm(self, topic: str) -> int:
+        return self.topic_perms.get(topic, self.default_topic_perm)
+
+    def group_perm(self, group: str) -> int:
+        return self.group_perms.get(group, self.default_group_perm)
+
+
+@dataclasses.dataclass(frozen=True)
+class AclRules:
+    accounts: dict[str, Account] = dataclasses.field(default_factory=dict)
+    whitelist: tuple[str, ...] = ()
+    _white: re.Pattern[str] | None = dataclasses.field(default=None, repr=False)
+
+    def whitelisted(self, address: str) -> bool:
+        return bool(address) and self._white is not None and self._white.match(address) is not None
+
+
+def _perm(value: Any, where: str) -> int:
+    if not isinstance(value, str) or value.strip().upper() not in PERMS:
+        raise AclFileError(f"{where}: perm {value!r} is not one of DENY, PUB, SUB, PUB|SUB")
+    return PERMS[value.strip().upper()]
+
+
+def _perm_table(value: Any, where: str) -> dict[str, int]:
+    """``["name=PERM", ...]`` (RocketMQ's form) or a table ``{name = "PERM"}``."""
+    if isinstance(value, dict):
+        return {str(k): _perm(v, f"{where}.{k}") for k, v in value.items()}
+    if not isinstance(value, list):
+        raise AclFileError(f"{where}: expected a list of 'name=PERM' strings or a table")
+    out = {}
+    for entry in value:
+        name, sep, perm = str(entry).partition("=")
+        if not sep or not name.strip():
+            raise AclFileError(f"{where}: entry {entry!r} is not 'name=PERM'")
+        out[name.strip()] = _perm(perm, f"{where}: {name.strip()}")
+    return out
+
+
+def parse_acl(text: str) -> AclRules:
+    """The rules in an ACL file's text; AclFileError (without any secret) if invalid."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AclFileError(f"not valid TOML: {exc}") from None
+    white = data.get("global_white_remote_addresses", [])
+    if not isinstance(white, list) or not all(isinstance(w, str) for w in white):
+        raise AclFileError("global_white_remote_addresses must be a list of strings")
+    accounts: dict[str, Account] = {}
+    raw = data.get("accounts", [])
+    if not isinstance(raw, list):
+        raise AclFileError("accounts must be an array of tables ([[accounts]])")
+    for i, acc in enumerate(raw):
+        where = f"accounts[{i}]"
+        if not isinstance(acc, dict):
+            raise AclFileError(f"{where} is not a table")
+        key, secret = acc.get("access_key"), acc.get("secret_key")
+        if not isinstance(key, str) or not key or not isinstance(secret, str) or not secret:
+            raise AclFileError(f"{where}: access_key and secret_key must be non-empty strings")
+        if key in accounts:
+            raise AclFileError(f"{where}: access_key {key!r} appears twice")
+        unknown = set(acc) - {"access_key", "secret_key", "admin", "default_topic_perm",
+                              "default_group_perm", "topic_perms", "group_perms",
+                              "white_remote_address"}  # fmt: skip
+        if unknown:
+            raise AclFileError(f"{where} ({key}): unknown keys {sorted(unknown)}")
+        admin = acc.get("admin", False)
+        if not isinstance(admin, bool):
+            raise AclFileError(f"{where} ({key}): admin must be true or false")
+        accounts[key] = Account(
+            access_key=key,
+            secret_key=secret,
+            admin=admin,
+            default_topic_perm=_perm(acc.get("default_topic_perm", "DENY"), f"{where} ({key})"),
+            default_group_perm=_perm(acc.get("default_group_perm", "DENY"), f"{where} ({key})"),
+            topic_perms=_perm_table(acc.get("topic_perms", []), f"{where} ({key}) topic_perms"),
+            group_perms=_perm_table(acc.get("group_perms", []), f"{where} ({key}) group_perms"),
+        )
+    pattern = None
+    if white:
+        pattern = re.compile("|".join(f"(?:{fnmatch.translate(w.strip())})" for w in white))
+    return AclRules(accounts=accounts, whitelist=tuple(white), _white=pattern)
+
+
+def _needs(method: str, req: Any) -> list[tuple[str, str, int]]:
+    """(kind, name, perm) the request needs: kind "topic" or "group"."""
+    group = getattr(req, "group", None)
+    if method == "put":
+        return [("topic", req.topic, PUB)]
+    if method == "pull_many":
+        return [("group", group, SUB)] + [("topic", i.topic, SUB) for i in req.items]
+    if method == "lock_queues" or method == "unlock_queues":
+        return [("group", group, SUB)] + [("topic", q.topic, SUB) for q in req.queues]
+    if method == "update_group":
+        return []
+    out = []
+    if group is not None:
+        out.append(("group", group, SUB))
+    topic = getattr(req, "topic", None)
+    if topic is not None:
+        out.append(("topic", topic, SUB))
+    return out
+
+
+class AclService:
+    """The rules of one ACL file, reloaded when it changes; ``check`` per request."""
+
+    def __init__(self, path: str, window_ms: int = 300_000,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.path = path
+        self.window_ms = window_ms
+        self._clock = clock
+        self._monotonic = monotonic
+        self.rules = AclRules()
+        self._mtime: int | None = None
+        self._last_look = -RELOAD_CHECK_S  # monotonic time of the last look at the file
+        self._missing_logged = False
+        self._reload()
+
+    def __repr__(self) -> str:
+        return f"AclService(path={self.path!r}, accounts={len(self.rules.accounts)})"
+
+    # ------------------------------------------------------------ the file
+    def _maybe_reload(self) -> None:
+        now = self._monotonic()
+        if now - self._last_look < RELOAD_CHECK_S:
+            return
+        self._last_look = now
+        self._reload()
+
+    def _reload(self) -> None:
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+        except OSError:
+            if not self._missing_logged:
+                logger.warning("ACL file %s is missing: only whitelisted addresses are let in "
+                               "(the previous rules, if any, stay)", self.path)  # fmt: skip
+                self._missing_logged = True
+            return
+        self._missing_logged = False
+        if mtime == self._mtime:
+            return
+        self._mtime = mtime
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                rules = parse_acl(f.read())
+        except (OSError, UnicodeDecodeError, AclFileError) as exc:
+            logger.error("ACL file %s could not be loaded, keeping the previous rules: %s",
+                         self.path, exc)  # fmt: skip
+            return
+        self.rules = rules
+        logger.info("ACL file %s loaded: %d accounts, %d whitelist entries", self.path,
+                    len(rules.accounts), len(rules.whitelist))  # fmt: skip
+
+    # ------------------------------------------------------------ checks
+    def check(self, method: str, req: Any) -> None:
+        """Nothing if ``req`` may call ``method``; else PermissionDeniedError saying why."""
+        self._maybe_reload()
+        rules = self.rules
+        auth = req.auth
+        if auth is not None and rules.whitelisted(auth.address):
+            return
+        if auth is None or not auth.access_key:
+            raise PermissionDeniedError(
+                f"{method}: ACL is on and the request carries no credentials (give the client "
+                "ClientConfig(credentials=rayq.Credentials(access_key=..., secret_key=...)))",
+                method=method,
+            )
+        key = auth.access_key
+        account = rules.accounts.get(key)
+        if account is None:
+            raise PermissionDeniedError(f"{method}: unknown access key {key!r}",
+                                        access_key=key, method=method)  # fmt: skip
+        skew = abs(int(self._clock() * 1000) - auth.timestamp_ms)
+        if skew > self.window_ms:
+            raise PermissionDeniedError(
+                f"{method} by {key!r}: request timestamp {auth.timestamp_ms} is {skew} ms away "
+                f"from the broker's clock (allowed: {self.window_ms} ms); a replayed or "
+                "stale request, or clocks out of sync",
+                access_key=key, method=method,
+            )  # fmt: skip
+        expected = signature(account.secret_key, method, req)
+        if not hmac.compare_digest(expected, auth.signature):
+            raise PermissionDeniedError(
+                f"{method} by {key!r}: bad signature (wrong secret key, or the request "
+                "was changed after signing)",
+                access_key=key, method=method,
+            )  # fmt: skip
+        if account.admin:
+            return
+        if method in ADMIN_METHODS:
+            raise PermissionDeniedError(
+                f"{method} by {key!r}: an admin operation, and the account is not admin "
+                "(admin = true in the ACL file)",
+                access_key=key, method=method,
+            )  # fmt: skip
+        for kind, name, perm in _needs(method, req):
+            if kind == "topic" and name.startswith(RETRY_PREFIX):
+                kind, name = "group", name[len(RETRY_PREFIX) :]
+            owned = account.topic_perm(name) if kind == "topic" else account.group_perm(name)
+            if not owned & perm:
+                raise PermissionDeniedError(
+                    f"{method} by {key!r}: no {PERM_NAMES[perm]} permission on {kind} "
+                    f"{name!r} (it has {_perm_name(owned)})",
+                    access_key=key, method=method, resource=name, perm=PERM_NAMES[perm],
+                )  # fmt: skip
+
+
+def _perm_name(perm: int) -> str:
+    return {DENY: "DENY", PUB: "PUB", SUB: "SUB"}.get(perm, "PUB|SUB")
+
+
+__all__ = ["AclFileError", "AclRules", "AclService", "parse_acl"]

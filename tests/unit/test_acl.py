@@ -1,0 +1,426 @@
+"""ACL (RocketMQ's plain ACL) against ``rayq.testing``'s in-process fake: signed requests,
+per-topic and per-group perms, admin operations, the whitelist, replay protection, the
+file's reload, and secrets kept out of reprs, logs and errors. No Ray."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import rayq
+from rayq.actors.auth import Credentials, Signer
+from rayq.actors.config import BrokerConfig, ClientConfig
+from rayq.actors.protocol import (
+    CommitOffsetsRequest,
+    ConsumeFromWhere,
+    CreateTopicRequest,
+    DeleteGroupRequest,
+    GroupRequest,
+    ListGroupsRequest,
+    LockQueuesRequest,
+    MaxOffsetRequest,
+    PullItem,
+    PullManyRequest,
+    PullRequest,
+    QueryOffsetsRequest,
+    QueueRef,
+    ResetOffsetsRequest,
+    TopicRequest,
+    check,
+    to_wire,
+)
+from rayq.actors.server import acl as acl_mod
+from rayq.actors.server.acl import AclService, parse_acl
+from rayq.admin import Admin
+from rayq.client import ClientContext
+from rayq.pull_consumer import PullConsumer
+from rayq.store import EncodedBatch, InnerMessage, StoreConfig
+from rayq.store.batch import encode_batch
+from rayq.store.errors import PermissionDeniedError
+from rayq.testing import FakeCluster, FakeTransport
+from rayq.transport import BrokerClient
+
+ADMIN = Credentials(access_key="root", secret_key="root-secret-0000")
+PUB_ONLY = Credentials(access_key="writer", secret_key="writer-secret-1111")
+SUB_ONLY = Credentials(access_key="reader", secret_key="reader-secret-2222")
+BOTH = Credentials(access_key="app", secret_key="app-secret-3333")
+SECRETS = [c.secret_key for c in (ADMIN, PUB_ONLY, SUB_ONLY, BOTH)]
+
+RULES = """
+global_white_remote_addresses = ["10.9.8.*", "192.168.7.7"]
+
+[[accounts]]
+access_key = "root"
+secret_key = "root-secret-0000"
+admin = true
+
+[[accounts]]
+access_key = "writer"
+secret_key = "writer-secret-1111"
+default_topic_perm = "DENY"
+default_group_perm = "DENY"
+topic_perms = ["orders=PUB"]
+
+[[accounts]]
+access_key = "reader"
+secret_key = "reader-secret-2222"
+default_topic_perm = "DENY"
+default_group_perm = "DENY"
+topic_perms = ["orders=SUB"]
+group_perms = ["cg=SUB"]
+
+[[accounts]]
+access_key = "app"
+secret_key = "app-secret-3333"
+default_topic_perm = "PUB|SUB"
+default_group_perm = "SUB"
+topic_perms = ["vault=DENY"]
+group_perms = ["blocked=DENY"]
+"""
+
+
+@pytest.fixture
+def acl_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plain_acl.toml"
+    path.write_text(RULES)
+    return path
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, acl_file: Path) -> Iterator[FakeCluster]:
+    cfg = BrokerConfig(store=StoreConfig.for_tests(), acl_enable=True, acl_file=str(acl_file))
+    with FakeCluster(tmp_path / "stores", config=cfg) as c:
+        admin = Admin(transport=FakeTransport(c), config=ClientConfig(credentials=ADMIN))
+        for topic in ("orders", "vault", "other"):
+            admin.create_topic(topic, queues=1)
+        yield c
+
+
+def broker(cluster: FakeCluster, creds: Credentials | None, **signer: Any) -> BrokerClient:
+    """A broker client signing with ``creds`` (None: unsigned; ``signer``: Signer options)."""
+    client = FakeTransport(cluster).broker("broker-a")
+    if creds is None:
+        return client
+    return BrokerClient(Signer(creds, **signer).wrap(client._invoke))
+
+
+def send(cluster: FakeCluster, creds: Credentials, topic: str = "orders") -> rayq.SendResult:
+    producer = rayq.Producer(
+        "pg", transport=FakeTransport(cluster), config=ClientConfig(credentials=creds)
+    )
+    try:
+        return producer.send(rayq.Message(topic=topic, body=b"hello"))
+    finally:
+        producer.shutdown()
+
+
+def pull(topic: str = "orders", group: str = "cg") -> PullRequest:
+    return PullRequest(group=group, topic=topic, queue_id=0, queue_offset=0, suspend_ms=0)
+
+
+def denied(reply: Any) -> str:
+    with pytest.raises(PermissionDeniedError) as exc:
+        reply.result(5)
+    return str(exc.value)
+
+
+def rewrite(path: Path, text: str) -> None:
+    """New contents with an mtime surely different from the old one."""
+    old = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(old + 2_000_000_000, old + 2_000_000_000))
+
+
+# ------------------------------------------------------------------ perms per operation
+def test_pub_only_account_sends_but_cannot_pull_or_commit(cluster: FakeCluster) -> None:
+    assert send(cluster, PUB_ONLY).status is rayq.SendStatus.SEND_OK
+    client = broker(cluster, PUB_ONLY)
+    msg = denied(client.pull(pull()))
+    assert "'writer'" in msg and "group 'cg'" in msg and "SUB" in msg
+    commit = CommitOffsetsRequest(group="cg", topic="orders", offsets={0: 1})
+    assert "SUB" in denied(client.commit_offsets(commit))
+    with pytest.raises(PermissionDeniedError, match="PUB permission on topic 'other'"):
+        send(cluster, PUB_ONLY, topic="other")  # not listed: the default perm (DENY)
+
+
+def test_sub_only_account_pulls_and_commits_but_cannot_send(cluster: FakeCluster) -> None:
+    send(cluster, BOTH)
+    client = broker(cluster, SUB_ONLY)
+    assert client.pull(pull()).result(5).status is rayq.PullStatus.FOUND
+    many = PullManyRequest(group="cg", items=[PullItem("orders", 0, 0)], suspend_ms=0)
+    assert client.pull_many(many).result(5).results[0].status is rayq.PullStatus.FOUND
+    commit = CommitOffsetsRequest(group="cg", topic="orders", offsets={0: 1})
+    client.commit_offsets(commit).result(5)
+    query = QueryOffsetsRequest(group="cg", topic="orders")
+    assert client.query_offsets(query).result(5).offsets == {0: 1}
+    locks = LockQueuesRequest(group="cg", queues=[QueueRef("orders", 0)], client_id="c1")
+    client.lock_queues(locks).result(5)
+    client.max_offset(MaxOffsetRequest(topic="orders", queue_id=0)).result(5)
+    with pytest.raises(PermissionDeniedError) as exc:
+        send(cluster, SUB_ONLY)
+    assert "'reader'" in str(exc.value) and "PUB permission on topic 'orders'" in str(exc.value)
+    assert exc.value.details["perm"] == "PUB" and exc.value.details["resource"] == "orders"
+    # the group is checked too: another group is DENY by default
+    assert "group 'other-group'" in denied(client.pull(pull(group="other-group")))
+
+
+def test_deny_on_a_topic_and_a_group_and_default_perms(cluster: FakeCluster) -> None:
+    assert send(cluster, BOTH, topic="other").status is rayq.SendStatus.SEND_OK  # default
+    with pytest.raises(PermissionDeniedError, match=r"topic 'vault'.*DENY"):
+        send(cluster, BOTH, topic="vault")
+    client = broker(cluster, BOTH)
+    assert "topic 'vault'" in denied(client.pull(pull(topic="vault")))
+    assert "group 'blocked'" in denied(client.pull(pull(group="blocked")))
+    many = PullManyRequest(
+        group="cg", items=[PullItem("other", 0, 0), PullItem("vault", 0, 0)], suspend_ms=0
+    )
+    assert "topic 'vault'" in denied(client.pull_many(many))
+    assert client.pull(pull(topic="other")).result(5).status is rayq.PullStatus.FOUND
+
+
+def test_hold_pulls_are_checked(cluster: FakeCluster) -> None:
+    send(cluster, BOTH)
+    transport = FakeTransport(cluster)
+    denied_hold = transport.hold("broker-a")
+    assert "no credentials" in denied(denied_hold.pull(pull()))
+    signed = Signer(SUB_ONLY).wrap(transport.hold("broker-a")._invoke)
+    assert signed("pull", pull()).result(5).status is rayq.PullStatus.FOUND
+    many = PullManyRequest(group="cg", items=[PullItem("vault", 0, 0)], suspend_ms=0)
+    assert "topic 'vault'" in denied(signed("pull_many", many))
+
+
+def test_admin_operations_need_an_admin_account(cluster: FakeCluster) -> None:
+    create = CreateTopicRequest(topic="fresh", read_queue_nums=1, write_queue_nums=1, perm=6)
+    ops = [
+        ("create_topic", create),
+        ("delete_topic", TopicRequest(topic="other")),
+        ("groups", ListGroupsRequest()),
+        ("delete_group", DeleteGroupRequest(group="cg")),
+        ("reset_offsets", ResetOffsetsRequest(group="cg", topic="orders", timestamp_ms=0)),
+    ]
+    user = broker(cluster, BOTH)
+    for method, req in ops:
+        msg = denied(getattr(user, method)(req))
+        assert method in msg and "'app'" in msg and "not admin" in msg
+    root = broker(cluster, ADMIN)
+    for method, req in ops:
+        getattr(root, method)(req).result(5)
+    assert "fresh" in cluster.server().tables.topics
+    # an admin passes the topic and group checks too
+    assert root.pull(pull(topic="vault")).result(5) is not None
+    # a consumer-side read of a group: SUB on the group
+    assert user.get_group(GroupRequest(group="cg")).result(5) is not None
+    assert "group 'blocked'" in denied(user.get_group(GroupRequest(group="blocked")))
+
+
+def test_producer_and_pull_consumer_end_to_end(cluster: FakeCluster) -> None:
+    for _ in range(3):
+        send(cluster, BOTH)
+    consumer = PullConsumer(
+        "cg",
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        transport=FakeTransport(cluster),
+        config=ClientConfig(credentials=SUB_ONLY, rebalance_interval_ms=1),
+    )
+    try:
+        consumer.subscribe("orders")
+        consumer.start()
+        got: list[Any] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            got.extend(consumer.poll(0.05))
+        assert [m.body for m in got] == [b"hello"] * 3
+        consumer.commit()
+    finally:
+        consumer.shutdown()
+    query = QueryOffsetsRequest(group="cg", topic="orders")
+    assert broker(cluster, SUB_ONLY).query_offsets(query).result(5).offsets == {0: 3}
+
+
+# ------------------------------------------------------------------ signatures
+def test_a_signed_batch_split_into_chunks_verifies_once_joined(acl_file: Path) -> None:
+    """As the Ray transport sends a large put (the records in chunks after a batch
+    without them) and the broker actor joins them before the check."""
+    msgs = [
+        InnerMessage(topic="orders", queue_id=0, body=bytes([i % 256]) * 1024) for i in range(300)
+    ]
+    batch = encode_batch(msgs, max_body_bytes=1 << 20, max_properties_bytes=4096)
+    signed = Signer(BOTH).sign("put", batch)
+    head = check(to_wire(msgspec.structs.replace(signed, records=b"")), EncodedBatch)
+    size = len(batch.records) // 3 + 1
+    chunks = [batch.records[i : i + size] for i in range(0, len(batch.records), size)]
+    joined = msgspec.structs.replace(head, records=b"".join(chunks))
+    service = AclService(str(acl_file))
+    service.check("put", joined)
+    swapped = msgspec.structs.replace(joined, records=b"".join(reversed(chunks)))
+    with pytest.raises(PermissionDeniedError, match="bad signature"):
+        service.check("put", swapped)
+
+
+def test_unsigned_request_is_refused(cluster: FakeCluster) -> None:
+    msg = denied(broker(cluster, None).pull(pull()))
+    assert "no credentials" in msg and "pull" in msg
+
+
+def test_unknown_account_and_wrong_secret(cluster: FakeCluster) -> None:
+    ghost = Credentials(access_key="ghost", secret_key="whatever-secret")
+    assert "unknown access key 'ghost'" in denied(broker(cluster, ghost).pull(pull()))
+    wrong = Credentials(access_key="app", secret_key="not-the-secret-9999")
+    msg = denied(broker(cluster, wrong).pull(pull()))
+    assert "bad signature" in msg and "'app'" in msg
+    assert "not-the-secret-9999" not in msg and BOTH.secret_key not in msg
+    with pytest.raises(PermissionDeniedError, match="bad signature"):
+        send(cluster, wrong)
+
+
+def test_a_request_changed_after_signing_is_refused(cluster: FakeCluster) -> None:
+    signed = Signer(BOTH).sign("pull", pull(topic="other"))
+    tampered = msgspec.structs.replace(signed, topic="orders")
+    assert "bad signature" in denied(FakeTransport(cluster).broker("broker-a").pull(tampered))
+    # a signature is for one method: the same request sent to another one is refused
+    query = Signer(BOTH).sign("query_offsets", QueryOffsetsRequest(group="cg", topic="orders"))
+    client = FakeTransport(cluster).broker("broker-a")
+    client.query_offsets(query).result(5)
+    commit = CommitOffsetsRequest(group="cg", topic="orders", offsets={0: 0}, auth=query.auth)
+    assert "bad signature" in denied(client.commit_offsets(commit))
+
+
+def test_replayed_request_outside_its_window_is_refused(cluster: FakeCluster) -> None:
+    old = Signer(BOTH, clock=lambda: time.time() - 600).sign("pull", pull())
+    msg = denied(FakeTransport(cluster).broker("broker-a").pull(old))
+    assert "timestamp" in msg and "'app'" in msg
+    future = broker(cluster, BOTH, clock=lambda: time.time() + 600)
+    assert "timestamp" in denied(future.pull(pull()))
+    fresh = broker(cluster, BOTH, clock=lambda: time.time() - 60)  # inside the 5 minutes
+    assert fresh.pull(pull()).result(5) is not None
+
+
+def test_whitelisted_address_needs_no_signature(cluster: FakeCluster) -> None:
+    anonymous = Credentials()  # no keys: only the address is declared
+    for address in ("10.9.8.1", "10.9.8.200", "192.168.7.7"):
+        client = broker(cluster, anonymous, address=address)
+        assert client.pull(pull(topic="vault")).result(5) is not None
+    for address in ("10.9.9.1", "192.168.7.70", ""):
+        client = broker(cluster, anonymous, address=address)
+        assert "no credentials" in denied(client.pull(pull()))
+
+
+# ------------------------------------------------------------------ the file
+def test_file_reload_changes_permissions(
+    cluster: FakeCluster, acl_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(acl_mod, "RELOAD_CHECK_S", 0.0)  # look at the file on every request
+    with pytest.raises(PermissionDeniedError):
+        send(cluster, PUB_ONLY, topic="other")
+    rewrite(
+        acl_file,
+        RULES.replace('topic_perms = ["orders=PUB"]', 'topic_perms = ["orders=PUB", "other=PUB"]'),
+    )
+    assert send(cluster, PUB_ONLY, topic="other").status is rayq.SendStatus.SEND_OK
+    rewrite(acl_file, RULES.replace('topic_perms = ["orders=PUB"]', "topic_perms = []"))
+    with pytest.raises(PermissionDeniedError):
+        send(cluster, PUB_ONLY)
+
+
+def test_broken_file_keeps_the_old_rules(
+    cluster: FakeCluster,
+    acl_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(acl_mod, "RELOAD_CHECK_S", 0.0)
+    with caplog.at_level(logging.ERROR, logger="rayq.actors.server.acl"):
+        rewrite(acl_file, RULES + "\n[[accounts]\nthis is not toml = = \n")
+        assert send(cluster, PUB_ONLY).status is rayq.SendStatus.SEND_OK
+        rewrite(acl_file, RULES.replace('"orders=PUB"', '"orders=WRITE"'))  # a bad perm
+        assert send(cluster, PUB_ONLY).status is rayq.SendStatus.SEND_OK
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 2 and all(str(acl_file) in e for e in errors)
+    assert "WRITE" in errors[1]
+    assert not any(s in e for e in errors for s in SECRETS)
+
+
+def test_reload_is_looked_at_most_once_a_second(tmp_path: Path) -> None:
+    path = tmp_path / "acl.toml"
+    path.write_text(RULES)
+    now = [100.0]
+    service = AclService(str(path), monotonic=lambda: now[0])
+    assert "writer" in service.rules.accounts
+    rewrite(path, "")
+    with pytest.raises(PermissionDeniedError, match="unknown access key"):
+        service.check("pull", Signer(ADMIN).sign("pull", pull()))  # looked at: no accounts
+    assert service.rules.accounts == {}
+    rewrite(path, RULES)
+    now[0] += 0.5
+    with pytest.raises(PermissionDeniedError, match="unknown access key"):
+        service.check("pull", Signer(ADMIN).sign("pull", pull()))  # not looked at again yet
+    now[0] += 0.6
+    service.check("pull", Signer(ADMIN).sign("pull", pull()))
+    assert "root" in service.rules.accounts
+
+
+def test_default_acl_file_is_in_the_store_config_dir(tmp_path: Path) -> None:
+    cfg = BrokerConfig(store=StoreConfig.for_tests(), acl_enable=True)
+    with FakeCluster(tmp_path, config=cfg) as c:
+        acl = c.server().acl
+        assert acl is not None
+        assert Path(acl.path) == tmp_path / "broker-a" / "config" / "plain_acl.toml"
+        assert acl.rules.accounts == {}  # missing: nobody but whitelisted hosts
+        assert "no credentials" in denied(broker(c, None).pull(pull()))
+
+
+def test_acl_off_needs_nothing(tmp_path: Path) -> None:
+    with FakeCluster(tmp_path) as c:
+        assert c.server().acl is None
+        assert send(c, Credentials(access_key="x", secret_key="y")).status.value == "SEND_OK"
+        assert broker(c, None).pull(pull()).result(5) is not None
+
+
+def test_parse_acl_errors_name_the_problem() -> None:
+    with pytest.raises(acl_mod.AclFileError, match="perm 'ALL'"):
+        parse_acl('[[accounts]]\naccess_key="a"\nsecret_key="s"\ndefault_topic_perm="ALL"\n')
+    with pytest.raises(acl_mod.AclFileError, match="appears twice"):
+        parse_acl('[[accounts]]\naccess_key="a"\nsecret_key="s"\n' * 2)
+    with pytest.raises(acl_mod.AclFileError, match="unknown keys"):
+        parse_acl('[[accounts]]\naccess_key="a"\nsecret_key="s"\nadmn=true\n')
+    rules = parse_acl(
+        '[[accounts]]\naccess_key="a"\nsecret_key="s"\ntopic_perms = {t1 = "PUB", t2 = "sub"}\n'
+    )
+    assert rules.accounts["a"].topic_perms == {"t1": 1, "t2": 2}
+
+
+# ------------------------------------------------------------------ secrets
+def test_secret_is_absent_from_reprs_logs_and_errors(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    creds = Credentials(access_key="app", secret_key="app-secret-3333")
+    assert "app-secret-3333" not in repr(creds) and "app-secret-3333" not in str(creds)
+    assert "'app'" in repr(creds)
+    config = ClientConfig(credentials=creds)
+    assert "app-secret-3333" not in repr(config) and "app-secret-3333" not in str(config)
+    assert "app-secret-3333" not in repr(
+        rayq.Credentials(access_key="a", secret_key="app-secret-3333")
+    )
+    assert "app-secret-3333" not in repr(Signer(creds))
+    acl = cluster.server().acl
+    assert acl is not None
+    assert not any(s in repr(acl) or s in repr(acl.rules) for s in SECRETS)
+    with caplog.at_level(logging.DEBUG):
+        ctx = ClientContext(config, transport=FakeTransport(cluster))
+        assert "topic 'vault'" in denied(ctx.broker("broker-a").pull(pull(topic="vault")))
+        for creds_ in (Credentials(access_key="app", secret_key="wrong-wrong"), creds):
+            client = broker(cluster, creds_)
+            for reply in (client.pull(pull(topic="vault")), client.pull(pull())):
+                try:
+                    reply.result(5)
+                except PermissionDeniedError as exc:
+                    assert not any(s in str(exc) or s in repr(exc) for s in SECRETS)
+                    assert "wrong-wrong" not in str(exc)
+    assert not any(s in caplog.text for s in [*SECRETS, "wrong-wrong"])
