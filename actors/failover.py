@@ -41,6 +41,8 @@ from typing import Any
 import msgspec
 import ray
 
+from rayq.store.errors import ConfigError
+
 from .broker import spawn_broker
 from .config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
 from .flusher import spawn_flusher
@@ -141,14 +143,19 @@ async def promote(name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo],
     return broker_id, await ask(broker, "broker_info", 30.0)
 
 
-def replica_nodes(nodes: list[dict[str, Any]]) -> dict[str, str]:
-    """Replica name -> node id for every live node with a ``rayq_broker:`` resource."""
+def replica_nodes(nodes: list[dict[str, Any]], *, unique: bool = False) -> dict[str, str]:
+    """Replica name -> node id for every live node with a ``rayq_broker:`` resource;
+    ``unique``: ConfigError if two nodes carry the same one (refused at start)."""
     found: dict[str, str] = {}
     for node in nodes:
         if node.get("Alive"):
             for resource in node.get("Resources", {}):
                 if resource.startswith(BROKER_RESOURCE_PREFIX):
-                    found[resource[len(BROKER_RESOURCE_PREFIX) :]] = node["NodeID"]
+                    name = resource[len(BROKER_RESOURCE_PREFIX) :]
+                    if unique and name in found:
+                        raise ConfigError(f"two nodes carry resource {resource!r}; broker "
+                                          "names must be unique")  # fmt: skip
+                    found[name] = node["NodeID"]
     return found
 
 

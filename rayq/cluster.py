@@ -25,7 +25,7 @@ import ray
 from rayq.actors.broker import spawn_broker
 from rayq.actors.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
 from rayq.actors.coordinator import spawn_coordinator
-from rayq.actors.failover import BROKER_RESOURCE_PREFIX
+from rayq.actors.failover import BROKER_RESOURCE_PREFIX, replica_nodes
 from rayq.actors.flusher import spawn_flusher
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
@@ -107,18 +107,7 @@ def default_store_dir() -> Path:
 def broker_nodes() -> dict[str, str]:
     """Replica name -> node id of every live node with a ``rayq_broker:<replica>``
     resource (``<name>`` for a master, ``<name>#<id>`` for its slave ``id``)."""
-    found: dict[str, str] = {}
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
-        for resource in node.get("Resources", {}):
-            if resource.startswith(BROKER_RESOURCE_PREFIX):
-                name = resource[len(BROKER_RESOURCE_PREFIX) :]
-                if name in found:
-                    raise ConfigError(f"two nodes carry resource {resource!r}; broker names "
-                                      "must be unique")  # fmt: skip
-                found[name] = node["NodeID"]
-    return found
+    return replica_nodes(ray.nodes(), unique=True)
 
 
 def _head_node_id() -> str | None:

@@ -112,9 +112,7 @@ class MasterReplication:
                 offset=req.offset, master_offset=written,
             )  # fmt: skip
         tail_from = max(end - TAIL_CHECK_BYTES, self.store.commitlog.min_offset)
-        tail = b""
-        while tail_from + len(tail) < end:
-            tail += self.store.replica_read(tail_from + len(tail), end - tail_from - len(tail))
+        tail = _read_range(self.store, tail_from, end)
         logger.warning("slave %d is ahead in epoch %d (%d > %d): telling it to truncate",
                        req.broker_id, req.epoch, req.offset, end)  # fmt: skip
         return HaChunk(offset=end, master_offset=written, epochs=self.epochs.entries,
@@ -219,11 +217,8 @@ class SlaveReplication:
     def _truncate(self, chunk: HaChunk) -> None:
         cut, mine = chunk.truncate_to, self.store.written_offset
         low = self.store.commitlog.min_offset
-        below = b""
         start = cut - len(chunk.tail)
-        if start >= low:
-            while start + len(below) < cut:
-                below += self.store.replica_read(start + len(below), cut - start - len(below))
+        below = _read_range(self.store, start, cut) if start >= low else b""
         if cut < low or below != chunk.tail:
             raise ReplicationError(
                 f"this slave's commit log (up to {mine}) and its master's differ below the "
@@ -234,6 +229,14 @@ class SlaveReplication:
         logger.warning("fenced by the master: truncating this slave's log from %d to %d",
                        mine, cut)  # fmt: skip
         self.store.truncate_to(cut)
+
+
+def _read_range(store: MessageStore, start: int, end: int) -> bytes:
+    """Commit-log bytes ``[start, end)`` (``replica_read`` stops at a segment's end)."""
+    out = b""
+    while start + len(out) < end:
+        out += store.replica_read(start + len(out), end - start - len(out))
+    return out
 
 
 # ---------------------------------------------------------------- metadata
