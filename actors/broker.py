@@ -44,12 +44,15 @@ from .protocol import (
     CreateTopicRequest,
     DeleteGroupRequest,
     Done,
+    EndTransactionReply,
+    EndTransactionRequest,
     FlushTargets,
     GroupConfigReply,
     GroupRequest,
     GroupsReply,
     HaChunk,
     HaFetch,
+    HalfSendRequest,
     ListGroupsRequest,
     LockQueuesReply,
     LockQueuesRequest,
@@ -79,6 +82,8 @@ from .protocol import (
     SendStatus,
     TopicRequest,
     TopicStatsReply,
+    TransactionChecksReply,
+    TransactionChecksRequest,
     UpdateGroupRequest,
     ViewMessageRequest,
     check,
@@ -160,7 +165,8 @@ class BrokerActor:
                 asyncio.create_task(self._heartbeat_loop(cfg.heartbeat_interval_ms)),
             ]  # fmt: skip
             if self.server.slave is None:
-                self._tasks.append(asyncio.create_task(self._schedule_loop()))
+                self._tasks += [asyncio.create_task(self._schedule_loop()),
+                                asyncio.create_task(self._transaction_loop())]  # fmt: skip
             else:
                 self._tasks += [asyncio.create_task(self._replicate_loop()),
                                 asyncio.create_task(self._metadata_loop())]  # fmt: skip
@@ -390,6 +396,41 @@ class BrokerActor:
             asyncio.get_running_loop().call_soon(self._wake, (key,))  # after the reply
         result = await self._wait_safe(result)
         return to_wire(result) if wire else result
+
+    @ray.method(concurrency_group="send")
+    async def put_half(self, req: HalfSendRequest | bytes) -> BatchSendResult:
+        """A transactional send's half message(s) (actors/server/transactions.py): stored,
+        in no queue yet; acknowledged as safe as a ``put`` is."""
+        req = check(req, HalfSendRequest)
+        self.server.authorize("put_half", req)
+        result = self.server.put_half(req)
+        self._notify_append()
+        return await self._wait_safe(result)
+
+    @ray.method(concurrency_group="send")
+    async def end_transaction(self, req: EndTransactionRequest | bytes) -> EndTransactionReply:
+        """Commit or roll back a transaction; a commit wakes the pulls parked on its queue."""
+        req = check(req, EndTransactionRequest)
+        self.server.authorize("end_transaction", req)
+        reply = self.server.end_transaction(req)
+        if reply.ended:
+            self._notify_append()
+        if reply.committed:
+            asyncio.get_running_loop().call_soon(self._wake, ((req.topic, reply.queue_id),))
+        return reply
+
+    @ray.method(concurrency_group="admin")
+    async def transaction_checks(self, req: TransactionChecksRequest) -> TransactionChecksReply:
+        return await self._serve(self.server.transaction_checks, req, TransactionChecksRequest)
+
+    async def _transaction_loop(self) -> None:
+        """The transaction check service: every ``transaction_check_interval`` ms."""
+        while not self._closed:
+            await asyncio.sleep(self.server.config.transaction_check_interval / 1000)
+            try:
+                self._wake(self.server.transaction_tick())
+            except Exception:  # logged; the next round tries again
+                logger.exception("broker %s: transaction check round failed", self.server.name)
 
     @ray.method(concurrency_group="pull")
     async def pull(

@@ -93,6 +93,13 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     acl_enable: bool = False
     acl_file: str = ""
     acl_timestamp_window_ms: Positive = 5 * 60 * 1000
+    # Transactions (RocketMQ's names and defaults, in ms): a half message without an end
+    # older than transaction_timeout is checked with its producer group every
+    # transaction_check_interval, at most transaction_check_max times, then discarded to
+    # TRANS_CHECK_MAX_TIME_TOPIC (actors/server/transactions.py).
+    transaction_timeout: Positive = 6_000
+    transaction_check_interval: Positive = 60_000
+    transaction_check_max: Positive = 15
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -177,6 +184,8 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     instance_name: str = "DEFAULT"
     # ACL: every broker request is signed with these (the secret never shows in reprs)
     credentials: Credentials | None = None
+    # A TransactionProducer asks its brokers for the checks of its group this often
+    check_request_poll_ms: Positive = 1_000
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -17,7 +17,7 @@ from msgspec import Meta
 
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.actors.server.table_files import SubscriptionGroupConfig, is_readable, is_writeable
-from rayq.store.batch import RequestAuth
+from rayq.store.batch import EncodedBatch, RequestAuth
 from rayq.store.errors import InvalidRequestError
 from rayq.store.message import MessageExt
 
@@ -91,6 +91,15 @@ class SendStatus(enum.Enum):
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # SYNC_MASTER: no slave connected or in sync
 
 
+class TransactionStatus(enum.Enum):
+    """A local transaction's state, as the ``TransactionProducer``'s listener answers it
+    (rocketmq-client-python's names; RocketMQ ``LocalTransactionState``)."""
+
+    COMMIT = "COMMIT"  # commit the half message: consumers see it
+    ROLLBACK = "ROLLBACK"  # drop it
+    UNKNOWN = "UNKNOWN"  # not known yet: the broker checks back later
+
+
 class PullStatus(enum.Enum):
     """What a pull found (``PullResponse.next_offset`` is where to pull next):
 
@@ -117,11 +126,19 @@ class MessageQueue(msgspec.Struct, frozen=True, order=True):
 
 
 class SendResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A sent message's result. A transactional send (``send_in_transaction``) also
+    carries its listener's ``local_state``, the ``transaction_id`` (the message's unique
+    id) and the half message's ``transaction_offset`` (its key on the broker); its
+    ``queue_offset`` is -1 (the half is in no queue)."""
+
     status: SendStatus
     msg_id: str
     queue: MessageQueue
     queue_offset: int
     offset_msg_id: str = ""
+    local_state: TransactionStatus | None = None
+    transaction_id: str = ""
+    transaction_offset: int = -1
 
 
 class BatchSendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -394,6 +411,54 @@ class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):
 # ---------------------------------------------------------------------------------------
 # The broker's client protocol: one request Struct per operation, validated at the actor
 # boundary with ``check`` (types, unknown fields, ranges); names are checked by the server.
+
+
+class HalfSendRequest(_Request, frozen=True, kw_only=True):
+    """A transactional send's half message(s), encoded as for ``put`` (actors/server/
+    transactions.py); the broker stores them as halves no consumer sees yet."""
+
+    group: Text  # the producer group: it is asked to check the transaction
+    batch: EncodedBatch
+
+
+class EndTransactionRequest(_Request, frozen=True, kw_only=True):
+    """Commit or roll back the transaction whose half is at ``transaction_offset``
+    (what the half's send returned); ``msg_id`` and ``topic`` must be its message's."""
+
+    group: Text
+    topic: Text
+    transaction_offset: QueueOffset
+    msg_id: Text
+    commit: bool
+    from_check: bool = False  # the answer to a check (logs), not the first end
+
+
+class EndTransactionReply(msgspec.Struct, frozen=True, kw_only=True):
+    """``ended`` False: the transaction had ended before (nothing written)."""
+
+    ended: bool
+    committed: bool = False
+    queue_id: int = -1  # the committed message's queue and offset
+    queue_offset: int = -1
+    offset_msg_id: str = ""
+
+
+class TransactionChecksRequest(_Request, frozen=True, kw_only=True):
+    """A transactional producer's poll for the checks its group is asked."""
+
+    group: Text
+    max_num: Annotated[int, Meta(ge=1, le=1024)] = 32
+
+
+class TransactionCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """One check: the half message as sent (its real topic and queue) and its key."""
+
+    transaction_offset: int
+    message: MessageExt
+
+
+class TransactionChecksReply(msgspec.Struct, frozen=True, kw_only=True):
+    checks: list[TransactionCheck]
 
 
 class CreateTopicRequest(_Request, frozen=True, kw_only=True):

@@ -81,7 +81,8 @@ _completed = threading.Condition()
 # The request type each broker and coordinator method takes, from the typed clients.
 _REQUESTS: dict[str, type] = BrokerClient.request_types()
 _COORDINATOR_REQUESTS: dict[str, type] = CoordinatorClient.request_types()
-_WRITES = frozenset({"put", "send_back"})  # calls after which held pulls are re-checked
+# calls after which held pulls are re-checked
+_WRITES = frozenset({"put", "send_back", "end_transaction"})
 
 
 class FakeReply(Reply[T]):
@@ -246,6 +247,26 @@ class FakeCluster:
         with self._lock:
             self.server(broker_name).schedule_tick()
         self._wake(broker_name or next(iter(self.servers)))
+
+    def transaction_tick(self, broker_name: str = "") -> None:
+        """One round of the transaction check service (the broker actor's timer, by hand)."""
+        with self._lock:
+            self.server(broker_name).transaction_tick()
+        self._wake(broker_name or next(iter(self.servers)))
+
+    def restart(self, broker_name: str = "") -> BrokerServer:
+        """Close a broker's server and open its store again (a broker restart: recovery
+        from its files); its held pulls fail."""
+        name = broker_name or next(iter(self.servers))
+        with self._lock:
+            old = self.servers[name]
+            held = [h for h in self._held if h.broker == name]
+            self._held = [h for h in self._held if h.broker != name]
+            old.close()
+            self.servers[name] = BrokerServer(old.config, str(old.root), node_id="fake-node")
+        for h in held:
+            self._finish(h, error=BrokerUnavailableError(f"broker {name} restarted"))
+        return self.servers[name]
 
     def close(self) -> None:
         with self._lock:

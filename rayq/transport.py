@@ -36,11 +36,14 @@ from rayq.actors.protocol import (
     CreateTopicRequest,
     DeleteGroupRequest,
     Done,
+    EndTransactionReply,
+    EndTransactionRequest,
     FinishStreamPlanRequest,
     GroupConfigReply,
     GroupRequest,
     GroupShareRequest,
     GroupsReply,
+    HalfSendRequest,
     JoinGroupRequest,
     ListGroupsRequest,
     LockQueuesReply,
@@ -81,6 +84,8 @@ from rayq.actors.protocol import (
     StreamPlanRequest,
     TopicRequest,
     TopicStatsReply,
+    TransactionChecksReply,
+    TransactionChecksRequest,
     UpdateGroupRequest,
     ViewMessageRequest,
 )
@@ -225,6 +230,15 @@ class BrokerClient(_Client):
 
     def send_back(self, req: SendBackRequest) -> Reply[SendBackResult]:
         return self._invoke("send_back", req)
+
+    def put_half(self, req: HalfSendRequest) -> Reply[BatchSendResult]:
+        return self._invoke("put_half", req)
+
+    def end_transaction(self, req: EndTransactionRequest) -> Reply[EndTransactionReply]:
+        return self._invoke("end_transaction", req)
+
+    def transaction_checks(self, req: TransactionChecksRequest) -> Reply[TransactionChecksReply]:
+        return self._invoke("transaction_checks", req)
 
 
 class HoldClient(_Client):

@@ -45,7 +45,7 @@ from . import codec
 from . import properties as P
 from .errors import InvalidMessageError, MessageTooLargeError
 from .filters import tags_code
-from .message import InnerMessage
+from .message import TRANSACTION_TYPE_MASK, InnerMessage
 from .names import validate_topic
 
 _shared_property_texts = E.shared_property_texts  # tests/unit/test_batch_paths.py
@@ -179,9 +179,14 @@ class BatchRejected(Exception):
 
 
 def check_encoded(
-    batch: EncodedBatch, max_body_bytes: int, max_properties_bytes: int
+    batch: EncodedBatch,
+    max_body_bytes: int,
+    max_properties_bytes: int,
+    transactional: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Check every record's framing and CRC: (record start offsets, producer CRCs).
+    A record with a transaction type in its sys_flag passes only if ``transactional``
+    (the broker's own transaction records, never a producer's).
 
     No Python bytecode per field: C-level ``map``s of ``struct.unpack_from`` and
     ``crc32c`` over the records, and one comprehension of comparisons.
@@ -200,35 +205,39 @@ def check_encoded(
         if owners.min() < 0 or owners.max() >= n:
             raise BatchRejected("batch index columns name records it does not have")
     starts = [e - z for e, z in zip(ends, sizes, strict=True)]
-    crcs = _check_records(batch, starts, sizes, ends, max_body_bytes, max_properties_bytes)
+    crcs = _check_records(batch, starts, sizes, ends, max_body_bytes, max_properties_bytes,
+                          0 if transactional else TRANSACTION_TYPE_MASK)  # fmt: skip
     return np.asarray(starts, dtype=np.int64), np.asarray(crcs, dtype=np.uint32)
 
 
-# total_size, magic, crc, (store block), queue_id, (flag .. prepared offset), body_length
-_CHECKED: Final = struct.Struct(">iII32xi36xi")
+# total_size, magic, crc, (store block), queue_id, (flag), sys_flag, (born timestamp ..
+# prepared offset), body_length
+_CHECKED: Final = struct.Struct(">iII32xi4xi28xi")
 assert _CHECKED.size == codec.HEADER_SIZE
 
 
 def _check_records(batch: EncodedBatch, starts: list[int], sizes: list[int], ends: list[int],
-                   max_body: int, max_props: int) -> list[int]:  # fmt: skip
+                   max_body: int, max_props: int, refused_flags: int) -> list[int]:  # fmt: skip
     records = batch.records
     topic = codec.topic_field(batch.topic)
     tail = struct.Struct(f">{len(topic)}sH")  # topic field, properties length
     try:
         heads = list(map(_CHECKED.unpack_from, repeat(records), starts))
-        tpos = [s + codec.HEADER_SIZE + h[4] for s, h in zip(starts, heads, strict=True)]
+        tpos = [s + codec.HEADER_SIZE + h[5] for s, h in zip(starts, heads, strict=True)]
         tails = list(map(tail.unpack_from, repeat(records), tpos))
     except struct.error:
         raise BatchRejected("a record's body_length points outside the record") from None
     fixed, magic, qid = len(topic) + 2, codec.MAGIC, batch.queue_id
     if not all([
-        h[0] == z and h[1] == magic and h[3] == qid and 0 < h[4] <= max_body
-        and t[0] == topic and t[1] <= max_props and p + fixed + t[1] == e
+        h[0] == z and h[1] == magic and h[3] == qid and 0 < h[5] <= max_body
+        and not h[4] & refused_flags and t[0] == topic and t[1] <= max_props
+        and p + fixed + t[1] == e
         for h, t, z, p, e in zip(heads, tails, sizes, tpos, ends, strict=True)
     ]):  # fmt: skip
         raise BatchRejected(
             "a record's total_size, magic, queue_id, body_length, topic or properties length "
-            f"does not match its batch (bodies are 1..{max_body} bytes)"
+            f"does not match its batch (bodies are 1..{max_body} bytes), or its sys_flag has "
+            "a transaction type (only the broker writes those; use TransactionProducer)"
         )
     mv = memoryview(records)
     body_at = [s + codec.CRC_START for s in starts]

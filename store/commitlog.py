@@ -53,6 +53,7 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
     index_hashes: list[int] = []  # key_hash("topic#key") of KEYS and UNIQ_KEY
     index_offsets: list[int] = []
     index_times: list[int] = []
+    tx_offsets: list[int] = []  # records with TRAN_MSG (transactions.py replays them)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -100,6 +101,8 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
                 hashes.append(crc32c(uniq, seed))
                 owners_at.append(offset)
                 times.append(ts)
+            if b"TRAN_MSG" in d:
+                self.tx_offsets.append(offset)
 
     def add_hole(self, topic: str, queue_id: int, queue_offset: int, offset: int) -> None:
         """Keep ``queue_offset`` taken by a record that will never be served."""
@@ -111,7 +114,7 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
         self.tags_codes.append(0)
 
 
-_SYSTEM = re.compile(b"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY)\x01([^\x02]*)")
+_SYSTEM = re.compile(b"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY|TRAN_MSG)\x01([^\x02]*)")
 _seeds: dict[str, int] = {}
 _tag_codes: dict[bytes, int] = {}
 

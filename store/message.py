@@ -21,6 +21,14 @@ from .hosts import decode_host, offset_msg_id
 # sys_flag bits (RocketMQ MessageSysFlag).
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2
+# The transaction type, two bits of sys_flag (RocketMQ MessageSysFlag.TRANSACTION_*):
+# a half message is PREPARED, the committed message COMMIT, a rollback's op ROLLBACK.
+# PREPARED and ROLLBACK records never reach a consume queue (message_store.py).
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
 
 
 class Message(msgspec.Struct):

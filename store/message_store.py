@@ -13,6 +13,9 @@ Directory layout under the store root::
 
 Delayed messages are ordinary records of the system topic SCHEDULE_TOPIC_XXXX
 until they are due (schedule.py keeps that topic's queues and progress).
+Transaction halves (RMQ_SYS_TRANS_HALF_TOPIC, sys_flag PREPARED) and rollback ops
+(RMQ_SYS_TRANS_OP_HALF_TOPIC, ROLLBACK) are records without consume-queue entries,
+on append and on recovery alike; the broker's transaction table replays them.
 
 One writer: ``put_messages`` appends a batch to the commit log and dispatches it
 to consume queues and the index in the same call. Readers use ``get_messages``
@@ -66,6 +69,9 @@ from .index_file import IndexService
 from .json_file import JsonFile
 from .manifest import DispatchManifest, damaged_queues, index_damaged
 from .message import (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
     GetResult,
     GetStatus,
     InnerMessage,
@@ -73,7 +79,13 @@ from .message import (
     PutResult,
     PutStatus,
 )
-from .names import NAME_PATTERN, validate_topic
+from .names import (
+    NAME_PATTERN,
+    NO_QUEUE_TOPICS,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    validate_topic,
+)
 from .reader import QueueReader
 from .recovery import RecoveryReport, rebuild_scan, validate_tail
 from .replica import append_chunk, read_chunk, whole_records
@@ -120,6 +132,7 @@ class MessageStore:
         self._queue_offsets: dict[QueueKey, int] = {}
         self._pending_index: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending_count = 0
+        self._transaction_records: list[int] = []
         (self.root / "config").mkdir(exist_ok=True)
         self._manifest_file = JsonFile(self.root / "config" / "dispatch.json", DispatchManifest)
         self._manifest = self._manifest_file.load() or DispatchManifest()
@@ -275,6 +288,7 @@ class MessageStore:
                 raise InvalidMessageError(
                     f"batch items must be InnerMessage, got {type(bad).__name__}"
                 )
+            _check_transaction_types(msgs)
             groups, order = split_by_queue(msgs)
             batches = [
                 encode_batch(group, max_body_bytes=cfg.max_message_size_bytes,
@@ -287,7 +301,7 @@ class MessageStore:
             return PutResult(status=status, error=str(exc))
         except (RayqError, AttributeError, TypeError, struct.error) as exc:
             return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=f"invalid message: {exc}")
-        result = self._put_batches(batches)
+        result = self._put_batches(batches, transactional=True)
         if len(batches) > 1 and result.ok:  # columns back in the caller's message order
             back = sorted(range(len(order)), key=order.__getitem__)
             for column in (result.msg_ids, result.queue_offsets, result.commitlog_offsets,
@@ -301,6 +315,12 @@ class MessageStore:
         A batch marked ``scheduled`` is MESSAGE_ILLEGAL here: the broker's schedule service
         parks its delayed records (appended as is, they would be delivered at once)."""
         self._check_open()
+        if getattr(batch, "topic", None) in NO_QUEUE_TOPICS:
+            return PutResult(
+                status=PutStatus.MESSAGE_ILLEGAL,
+                error=f"topic {batch.topic!r} holds the broker's transaction records; "
+                "send transactional messages with TransactionProducer",
+            )
         if getattr(batch, "scheduled", False) is not False:
             return PutResult(
                 status=PutStatus.MESSAGE_ILLEGAL,
@@ -309,11 +329,11 @@ class MessageStore:
             )
         return self._put_batches([batch])
 
-    def _put_batches(self, batches: list[EncodedBatch]) -> PutResult:
+    def _put_batches(self, batches: list[EncodedBatch], transactional: bool = False) -> PutResult:
         checked = []
         for b in batches:
             try:
-                checked.append((b, self._check_encoded(b)))
+                checked.append((b, self._check_encoded(b, transactional)))
             except (BatchRejected, RayqError) as exc:
                 return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         now = self.clock.now_ms()
@@ -331,21 +351,27 @@ class MessageStore:
             self._write_batch(b, starts, crcs, now, out)
         return out
 
-    def _check_encoded(self, b: EncodedBatch) -> tuple[np.ndarray, np.ndarray]:
+    def _check_encoded(
+        self, b: EncodedBatch, transactional: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         if b.__class__ is not EncodedBatch:
             raise BatchRejected(f"expected an EncodedBatch, got {type(b).__name__}")
         validate_topic(b.topic)
         if b.queue_id.__class__ is not int or not 0 <= b.queue_id <= codec.QUEUE_ID_MAX:
             raise BatchRejected(f"queue_id {b.queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
         cfg = self.config
-        return check_encoded(b, cfg.max_message_size_bytes, cfg.max_properties_size_bytes)
+        return check_encoded(b, cfg.max_message_size_bytes, cfg.max_properties_size_bytes,
+                             transactional)  # fmt: skip
 
     def _write_batch(
         self, b: EncodedBatch, starts: np.ndarray, crcs: np.ndarray, now: int, out: PutResult
     ) -> None:
-        """Copy a checked batch into the commit log (rolling segments) and dispatch it."""
+        """Copy a checked batch into the commit log (rolling segments) and dispatch it.
+        Records of NO_QUEUE_TOPICS (transaction halves and ops) get queue offset 0 and no
+        consume-queue entry, as RocketMQ's PREPARED and ROLLBACK records."""
         key = (b.topic, b.queue_id)
-        qoff = self._queue_offsets.get(key)
+        queued = b.topic not in NO_QUEUE_TOPICS
+        qoff = self._queue_offsets.get(key) if queued else 0
         if qoff is None:
             qoff = self._new_queue(key)
         sizes = np.frombuffer(b.sizes, dtype="<i4").astype(np.int64)
@@ -365,10 +391,10 @@ class MessageStore:
             seg.write(seg.wrote, chunk)
             seg.wrote += len(chunk)
             i += k
-        self._queue_offsets[key] = qoff + b.count
-        cq = self.queues[key]
-        codes = np.frombuffer(b.tags_codes, dtype="<i8")
-        cq.put(qoff, pack_entries(phys, sizes, codes))
+        if queued:
+            self._queue_offsets[key] = qoff + b.count
+            codes = np.frombuffer(b.tags_codes, dtype="<i8")
+            self.queues[key].put(qoff, pack_entries(phys, sizes, codes))
         if self.config.message_index_enable and b.index_hashes:
             owners = np.frombuffer(b.index_records, dtype="<i4")
             hashes = np.frombuffer(b.index_hashes, dtype="<i8")
@@ -423,6 +449,17 @@ class MessageStore:
         self.replica_write(offset, data)
         return self.replica_dispatch()
 
+    @property
+    def replica_dispatched(self) -> int:
+        """A slave's commit-log offset below which every record is dispatched."""
+        return self._replica_dispatched
+
+    def take_transaction_records(self) -> list[int]:
+        """The offsets of the transaction records (TRAN_MSG) ``replica_dispatch`` found
+        since the last call, in log order (a slave's transaction table applies them)."""
+        found, self._transaction_records = self._transaction_records, []
+        return found
+
     def replica_write(self, offset: int, data: bytes) -> None:
         """A slave's append of its master's bytes at ``offset`` (its written offset)."""
         self._check_open()
@@ -444,6 +481,7 @@ class MessageStore:
                 pos = offset_ + size
         if len(batch):
             self._dispatch(batch)
+            self._transaction_records += batch.tx_offsets
         self._replica_dispatched = max(pos, self._replica_dispatched)
         return set(zip(batch.topics, batch.queue_ids, strict=True))
 
@@ -463,7 +501,7 @@ class MessageStore:
     def _dispatch_queues(self, batch: DispatchBatch, only: set[QueueKey] | None = None) -> None:
         groups: dict[QueueKey, list[int]] = {}
         for i, key in enumerate(zip(batch.topics, batch.queue_ids, strict=True)):
-            if only is None or key in only:
+            if (only is None or key in only) and key[0] not in NO_QUEUE_TOPICS:
                 groups.setdefault(key, []).append(i)
         for key, idx in groups.items():
             cq = self.queues.get(key) or self._open_queue(*key)
@@ -714,6 +752,29 @@ class MessageStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_transaction_types(msgs: Sequence[InnerMessage]) -> None:
+    """PREPARED records only in the half topic, ROLLBACK only in the op topic, and those
+    two topics hold nothing else; COMMIT (a committed message, or a copy of one sent
+    back) goes anywhere else."""
+    for m in msgs:
+        kind = m.sys_flag & TRANSACTION_TYPE_MASK
+        wanted = _NO_QUEUE_TYPES.get(m.topic)
+        if wanted is not None and kind != wanted:
+            raise InvalidMessageError(
+                f"topic {m.topic!r} holds only the broker's transaction records "
+                f"(sys_flag type {wanted:#x}), not type {kind:#x}"
+            )
+        if wanted is None and kind in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            raise InvalidMessageError(
+                f"a half message or rollback (sys_flag type {kind:#x}) belongs in "
+                f"{TRANS_HALF_TOPIC} or {TRANS_OP_HALF_TOPIC}, not {m.topic!r}"
+            )
+
+
+_NO_QUEUE_TYPES = {TRANS_HALF_TOPIC: TRANSACTION_PREPARED_TYPE,
+                   TRANS_OP_HALF_TOPIC: TRANSACTION_ROLLBACK_TYPE}  # fmt: skip
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:

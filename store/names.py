@@ -36,6 +36,12 @@ RETRY_GROUP_TOPIC_PREFIX: Final[str] = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX: Final[str] = "%DLQ%"
 SCHEDULE_TOPIC: Final[str] = "SCHEDULE_TOPIC_XXXX"  # delayed messages wait here
 SYSTEM_TOPIC_PREFIX: Final[str] = "rmq_sys_"
+# Transactions (rayq.actors.server.transactions): half messages, the ops that end them, and
+# halves checked too often. The first two are never dispatched to consume queues.
+TRANS_HALF_TOPIC: Final[str] = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC: Final[str] = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC: Final[str] = "TRANS_CHECK_MAX_TIME_TOPIC"
+NO_QUEUE_TOPICS: Final[frozenset[str]] = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
 # RocketMQ's TopicValidator.SYSTEM_TOPIC_SET: topics of the broker itself.
 SYSTEM_TOPICS: Final[frozenset[str]] = frozenset({
     "TBW102",  # the auto-create template topic
@@ -43,10 +49,10 @@ SYSTEM_TOPICS: Final[frozenset[str]] = frozenset({
     "BenchmarkTest",
     "OFFSET_MOVED_EVENT",
     "SELF_TEST_TOPIC",
-    "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     "RMQ_SYS_TRACE_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC",
+    TRANS_CHECK_MAX_TIME_TOPIC,
 })  # fmt: skip
 
 _valid_topics: set[str] = set()

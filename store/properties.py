@@ -29,6 +29,11 @@ DLQ_ORIGIN_MESSAGE_ID: Final[str] = "DLQ_ORIGIN_MESSAGE_ID"  # a dead letter's f
 RECONSUME_TIME: Final[str] = "RECONSUME_TIME"
 MAX_RECONSUME_TIMES: Final[str] = "MAX_RECONSUME_TIMES"
 PRODUCER_GROUP: Final[str] = "PGROUP"
+# Transactional messages (actors/server/transactions.py): every record of a transaction
+# (half, commit, rollback op) carries TRAN_MSG; a half checked again carries how often.
+TRANSACTION_PREPARED: Final[str] = "TRAN_MSG"
+TRANSACTION_CHECK_TIMES: Final[str] = "TRANSACTION_CHECK_TIMES"
+TRANSACTION_ID: Final[str] = "__transactionId__"
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
 
 _FORBIDDEN: Final[tuple[str, str]] = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)

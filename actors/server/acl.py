@@ -165,6 +165,12 @@ def _needs(method: str, req: Any) -> list[tuple[str, str, int]]:
     group = getattr(req, "group", None)
     if method == "put":
         return [("topic", req.topic, PUB)]
+    if method == "put_half":
+        return [("topic", req.batch.topic, PUB)]
+    if method == "end_transaction":  # the server checks the topic is the transaction's
+        return [("topic", req.topic, PUB)]
+    if method == "transaction_checks":  # a producer group's checks: any valid account
+        return []
     if method == "pull_many":
         return [("group", group, SUB)] + [("topic", i.topic, SUB) for i in req.items]
     if method == "lock_queues" or method == "unlock_queues":

@@ -38,12 +38,15 @@ from rayq.actors.protocol import (
     CreateTopicRequest,
     DeleteGroupRequest,
     Done,
+    EndTransactionReply,
+    EndTransactionRequest,
     FlushTargets,
     GroupConfigReply,
     GroupRequest,
     GroupsReply,
     HaChunk,
     HaFetch,
+    HalfSendRequest,
     ListGroupsRequest,
     LockQueuesReply,
     LockQueuesRequest,
@@ -77,10 +80,15 @@ from rayq.actors.protocol import (
     SendStatus,
     TopicRequest,
     TopicStatsReply,
+    TransactionCheck,
+    TransactionChecksReply,
+    TransactionChecksRequest,
     UpdateGroupRequest,
     ViewMessageRequest,
 )
 from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
+from rayq.store.batch import BatchRejected, check_encoded
+from rayq.store.codec import decode_records
 from rayq.store.epochs import EpochHistory
 from rayq.store.errors import (
     BrokerBusyError,
@@ -98,6 +106,8 @@ from rayq.store.errors import (
 )
 from rayq.store.message import GetStatus, PutResult
 from rayq.store.names import (
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
     check_client_write_topic,
     is_system_topic,
     retry_topic,
@@ -130,6 +140,7 @@ from .table_files import (
     offset_key,
 )
 from .tables import ConfigStore
+from .transactions import TransactionService
 
 ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
 
@@ -183,6 +194,12 @@ class BrokerServer:
         )  # fmt: skip
         self.sequences = open_sequences(self.tables.config_dir, self.store.commitlog,
                                         SYSTEM_CLOCK.now_ms())  # fmt: skip
+        self.transactions = TransactionService(
+            self.store, self.tables.config_dir, timeout_ms=config.transaction_timeout,
+            check_interval_ms=config.transaction_check_interval,
+            check_max=config.transaction_check_max,
+        )  # fmt: skip
+        self.transactions.recover()
         self.role = config.broker_role
         self.epochs = EpochHistory(self.tables.config_dir)
         self.master: MasterReplication | None = None
@@ -193,6 +210,7 @@ class BrokerServer:
             )
         else:
             self.slave = SlaveReplication(self.store, self.epochs, config)
+            self.slave.transactions = self.transactions
         # consumer offsets committed here while a slave: they go to the master at the next
         # metadata sync ("topic@group" -> queue -> offset)
         self.slave_commits: dict[str, dict[int, int]] = {}
@@ -274,9 +292,22 @@ class BrokerServer:
     # --------------------------------------------------------------- send
     def put(self, batch: EncodedBatch) -> BatchSendResult:
         """Append one producer batch; raises RayqErrors for what the sender must fix."""
+        self._check_put(batch, "sends")
+        cached = self._duplicate(batch, batch.topic)
+        if cached is not None:
+            return cached
+        with self.writing:
+            if batch.scheduled:  # some record has DELAY or __DELIVER_AT_MS: park those
+                result = self.schedule.put_batch(batch)
+            else:
+                result = self.store.put_encoded(batch)
+        return self._sent(batch, batch.topic, result)
+
+    def _check_put(self, batch: EncodedBatch, what: str) -> None:
+        """The checks of a producer's batch before anything is appended."""
         if not isinstance(batch, EncodedBatch):
             raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}")
-        self._check_master("takes no sends")
+        self._check_master(f"takes no {what}")
         check_client_write_topic(validate_topic(batch.topic))  # send-back and delays: not here
         cfg = self.topic_config(batch.topic, create=True)
         if not is_writeable(cfg.perm):
@@ -286,37 +317,117 @@ class BrokerServer:
                 f"queue {batch.queue_id} of topic {batch.topic!r} does not exist: it has "
                 f"{cfg.write_queue_nums} write queues", queue_id=batch.queue_id,
             )  # fmt: skip
-        last_seq = batch.first_sequence + batch.count - 1
-        if batch.producer_id:  # idempotent produce: drop what was appended before
-            pid, first = batch.producer_id, batch.first_sequence
-            verdict, cached = self.sequences.check(pid, batch.topic, batch.queue_id, first,
-                                                   last_seq)  # fmt: skip
-            if verdict is Verdict.OVERLAP:
-                raise InvalidMessageError(
-                    f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
-                    f"{batch.topic}/{batch.queue_id} already has")  # fmt: skip
-            if verdict is Verdict.OUT_OF_ORDER:
-                raise BrokerBusyError(
-                    f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "
-                    "out of order: an earlier batch has not arrived yet; retry")  # fmt: skip
-            if verdict is Verdict.DUPLICATE:
-                return cached or BatchSendResult(status=SendStatus.SEND_OK, msg_ids=batch.msg_ids,
-                                                 offset_msg_ids=[""] * batch.count,
-                                                 queue_offsets=[-1] * batch.count)  # fmt: skip
-        with self.writing:
-            if batch.scheduled:  # some record has DELAY or __DELIVER_AT_MS: park those
-                result = self.schedule.put_batch(batch)
-            else:
-                result = self.store.put_encoded(batch)
+
+    def _duplicate(self, batch: EncodedBatch, topic: str) -> BatchSendResult | None:
+        """Idempotent produce (dedupe.py, keyed on ``topic``): the answer to a batch that
+        was appended before, or None to append it; raises for overlaps and gaps."""
+        if not batch.producer_id:
+            return None
+        pid, first = batch.producer_id, batch.first_sequence
+        last_seq = first + batch.count - 1
+        verdict, cached = self.sequences.check(pid, topic, batch.queue_id, first, last_seq)
+        if verdict is Verdict.OVERLAP:
+            raise InvalidMessageError(
+                f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
+                f"{batch.topic}/{batch.queue_id} already has")  # fmt: skip
+        if verdict is Verdict.OUT_OF_ORDER:
+            raise BrokerBusyError(
+                f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "
+                "out of order: an earlier batch has not arrived yet; retry")  # fmt: skip
+        if verdict is Verdict.DUPLICATE:
+            return cached or BatchSendResult(status=SendStatus.SEND_OK, msg_ids=batch.msg_ids,
+                                             offset_msg_ids=[""] * batch.count,
+                                             queue_offsets=[-1] * batch.count)  # fmt: skip
+        return None
+
+    def _sent(self, batch: EncodedBatch, topic: str, result: PutResult) -> BatchSendResult:
         raise_for_put(result)
         out = BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
                               offset_msg_ids=result.offset_msg_ids,
                               queue_offsets=result.queue_offsets)  # fmt: skip
         if batch.producer_id:
-            self.sequences.appended(batch.producer_id, batch.topic, batch.queue_id,
-                                    batch.first_sequence, last_seq, out,
-                                    result.store_timestamp)  # fmt: skip
+            self.sequences.appended(batch.producer_id, topic, batch.queue_id,
+                                    batch.first_sequence, batch.first_sequence + batch.count - 1,
+                                    out, result.store_timestamp)  # fmt: skip
         return out
+
+    # ------------------------------------------------------- transactions
+    def put_half(self, req: HalfSendRequest) -> BatchSendResult:
+        """Store a transactional send's messages as half messages (transactions.py): in
+        no consume queue until ``end_transaction`` commits them. The answer's offset
+        message ids carry each half's commit-log offset (the transaction's key); its
+        queue offsets are -1. Idempotent produce applies (keyed on the half topic)."""
+        batch = req.batch
+        self._check_put(batch, "transactional sends")
+        validate_group(req.group)
+        if batch.scheduled:
+            raise InvalidMessageError(
+                "a transactional message cannot be delayed (DELAY or __DELIVER_AT_MS): "
+                "send it without a delay")  # fmt: skip
+        cached = self._duplicate(batch, TRANS_HALF_TOPIC)
+        if cached is not None:
+            return cached
+        cfg = self.config.store
+        try:
+            check_encoded(batch, cfg.max_message_size_bytes, cfg.max_properties_size_bytes)
+        except BatchRejected as exc:
+            raise InvalidMessageError(str(exc)) from None
+        msgs = decode_records(batch.records, decompress=False)
+        with self.writing:
+            result = self.transactions.put_halves(msgs, req.group)
+        out = self._sent(batch, TRANS_HALF_TOPIC, result)
+        return msgspec.structs.replace(out, queue_offsets=[-1] * len(msgs))
+
+    def end_transaction(self, req: EndTransactionRequest) -> EndTransactionReply:
+        """Commit (the message appended to its real queue) or roll back a transaction;
+        an end of a transaction that ended before changes nothing (``ended`` False)."""
+        self._check_master("takes no transaction ends")
+        validate_group(req.group)
+        validate_topic(req.topic)
+        with self.writing:
+            half = self.transactions.half(req.transaction_offset, req.group, req.msg_id)
+            if half is not None and half.topic != req.topic:
+                raise InvalidRequestError(
+                    f"the transaction at commit-log offset {req.transaction_offset} is a "
+                    f"message of topic {half.topic!r}, not {req.topic!r}")  # fmt: skip
+            done = self.transactions.end(req.transaction_offset, req.group, req.msg_id,
+                                         req.commit, self._check_commit_target)  # fmt: skip
+        if done.put is not None:
+            raise_for_put(done.put)
+        if not done.ended or not done.committed or done.put is None:
+            return EndTransactionReply(ended=done.ended, committed=False)
+        return EndTransactionReply(ended=True, committed=True, queue_id=done.queue_id,
+                                   queue_offset=done.put.queue_offsets[0],
+                                   offset_msg_id=done.put.offset_msg_ids[0])  # fmt: skip
+
+    def _check_commit_target(self, topic: str, queue_id: int) -> None:
+        cfg = self.topic_config(topic, create=False)
+        if not is_writeable(cfg.perm) or not 0 <= queue_id < cfg.write_queue_nums:
+            raise PermissionDeniedError(
+                f"cannot commit to {topic}/{queue_id} now: the topic is not writeable "
+                f"(perm={cfg.perm}) or has {cfg.write_queue_nums} write queues; the "
+                "transaction stays open and is checked again", topic=topic,
+            )  # fmt: skip
+
+    def transaction_checks(self, req: TransactionChecksRequest) -> TransactionChecksReply:
+        """The checks queued for the producer group (each handed out once; a check not
+        answered comes again at a later tick)."""
+        validate_group(req.group)
+        with self.writing:
+            taken = self.transactions.take_checks(req.group, req.max_num)
+        return TransactionChecksReply(
+            checks=[TransactionCheck(transaction_offset=key, message=msg) for key, msg in taken]
+        )
+
+    def transaction_tick(self) -> list[tuple[str, int]]:
+        """The check service's round (a master's; the actor runs it every
+        ``transaction_check_interval``): the queues appended to."""
+        if self.slave is not None:
+            return []
+        if TRANS_CHECK_MAX_TIME_TOPIC not in self.tables.topics and self.transactions.open:
+            self.ensure_system_topic(TRANS_CHECK_MAX_TIME_TOPIC, 1)
+        with self.writing:
+            return self.transactions.tick(SYSTEM_CLOCK.now_ms())
 
     # --------------------------------------------------------------- pull
     def pull(self, req: PullRequest, max_bytes: int | None = None) -> PullResponse:
@@ -641,6 +752,13 @@ class BrokerServer:
                 self.schedule.sync_progress()
         self.tables.persist_all()
         self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
+        with self.writing:
+            self.transactions.persist(self._transactions_cover())
+
+    def _transactions_cover(self) -> int:
+        """How far the transaction table has seen the log: all of it on a master; on a
+        slave, the records dispatched so far (they are applied as they are)."""
+        return self.store.written_offset if self.slave is None else self.store.replica_dispatched
 
     def retention_tick(self) -> None:
         self.store.retention_tick()
@@ -651,6 +769,7 @@ class BrokerServer:
                 self.schedule.sync_progress()
         self.tables.close()
         self.sequences.persist(self.store.written_offset, SYSTEM_CLOCK.now_ms())
+        self.transactions.persist(self._transactions_cover())
         self.store.close()
 
     # ------------------------------------------------------- replication
@@ -707,9 +826,10 @@ class BrokerServer:
 def _check_not_system(topic: str) -> None:
     """Topic admin, routes and pulls: refuse the broker's own topics (store/names.py).
     Retry and dead-letter topics pass: consumers read them and send-back creates them;
+    so does TRANS_CHECK_MAX_TIME_TOPIC (discarded transactions, for operators to read);
     ``put`` refuses them for clients with ``check_client_write_topic``."""
     validate_topic(topic)
-    if is_system_topic(topic):
+    if is_system_topic(topic) and topic != TRANS_CHECK_MAX_TIME_TOPIC:
         check_client_write_topic(topic)  # raises PermissionDeniedError saying why
 
 

@@ -39,6 +39,7 @@ from rayq.store.errors import ReplicationError
 from ..config import BrokerConfig
 from ..protocol import HaChunk, HaFetch, MetadataReply, MetadataRequest, ReplicaStatus
 from .tables import ConfigStore
+from .transactions import TransactionService
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +189,7 @@ class SlaveReplication:
         self.epochs = epochs
         self.config = config
         self.master_offset = 0
+        self.transactions: TransactionService | None = None  # set by the broker server
 
     def request(self) -> HaFetch:
         return HaFetch(broker_id=self.config.broker_id, offset=self.store.written_offset,
@@ -211,8 +213,13 @@ class SlaveReplication:
             self.store.replica_write(chunk.offset, chunk.data)
 
     def dispatch(self) -> set[tuple[str, int]]:
-        """Consume-queue and index entries for the records the last writes completed."""
-        return self.store.replica_dispatch()
+        """Consume-queue and index entries for the records the last writes completed;
+        their transaction records go to ``transactions`` (its open halves follow)."""
+        grown = self.store.replica_dispatch()
+        found = self.store.take_transaction_records()
+        if found and self.transactions is not None:
+            self.transactions.apply_offsets(found)
+        return grown
 
     def _truncate(self, chunk: HaChunk) -> None:
         cut, mine = chunk.truncate_to, self.store.written_offset
@@ -229,6 +236,8 @@ class SlaveReplication:
         logger.warning("fenced by the master: truncating this slave's log from %d to %d",
                        mine, cut)  # fmt: skip
         self.store.truncate_to(cut)
+        if self.transactions is not None:  # records past the cut may have opened or ended some
+            self.transactions.rebuild()
 
 
 def _read_range(store: MessageStore, start: int, end: int) -> bytes:
