@@ -163,27 +163,33 @@ class TransactionService:
                 self._apply(msg)
 
     def _apply(self, msg: MessageExt) -> None:
+        """One record read back from the log (replay)."""
+        self._apply_record(msg.commitlog_offset, msg.topic, msg.sys_flag, msg.properties,
+                           msg.prepared_transaction_offset, msg.msg_id,
+                           msg.store_timestamp)  # fmt: skip
+
+    def _apply_record(self, offset: int, topic: str, sys_flag: int, props: dict[str, str],
+                      prepared: int, msg_id: str, stored_ms: int) -> None:  # fmt: skip
         """One transaction record's effect on the table (replay and live writes alike)."""
-        kind = msg.sys_flag & TRANSACTION_TYPE_MASK
-        props = msg.properties
         if P.TRANSACTION_PREPARED not in props:
             return
-        if kind == TRANSACTION_PREPARED_TYPE and msg.topic == TRANS_HALF_TOPIC:
+        kind = sys_flag & TRANSACTION_TYPE_MASK
+        if kind == TRANSACTION_PREPARED_TYPE and topic == TRANS_HALF_TOPIC:
             checks = int(props.get(P.TRANSACTION_CHECK_TIMES, "0") or 0)
             if checks == 0:
-                self.open[msg.commitlog_offset] = OpenHalf(
-                    offset=msg.commitlog_offset, group=props.get(P.PRODUCER_GROUP, ""),
+                self.open[offset] = OpenHalf(
+                    offset=offset, group=props.get(P.PRODUCER_GROUP, ""),
                     topic=props.get(P.REAL_TOPIC, ""), queue_id=int(props.get(P.REAL_QID, 0)),
-                    msg_id=msg.msg_id, stored_ms=msg.store_timestamp,
+                    msg_id=msg_id, stored_ms=stored_ms,
                 )  # fmt: skip
             else:
-                half = self.open.get(msg.prepared_transaction_offset)
+                half = self.open.get(prepared)
                 if half is not None:
-                    half.offset, half.checks = msg.commitlog_offset, max(half.checks, checks)
+                    half.offset, half.checks = offset, max(half.checks, checks)
             self.dirty = True
         elif (
             kind in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE)
-            and self.open.pop(msg.prepared_transaction_offset, None) is not None
+            and self.open.pop(prepared, None) is not None
         ):
             self.dirty = True
 
@@ -201,13 +207,18 @@ class TransactionService:
                 sys_flag=(inner.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_PREPARED_TYPE,
                 prepared_transaction_offset=0,
             ))  # fmt: skip
-        result = self.store.put_messages(halves)
-        if result.ok:
-            self._applied(result)
-        return result
+        return self._put(halves)
 
-    def _applied(self, result: PutResult) -> None:
-        self.apply_offsets(result.commitlog_offsets)
+    def _put(self, records: list[InnerMessage]) -> PutResult:
+        """Append records and apply them to the table (from what was written: no read)."""
+        result = self.store.put_messages(records)
+        if result.ok:
+            for m, offset, msg_id in zip(records, result.commitlog_offsets, result.msg_ids,
+                                         strict=True):  # fmt: skip
+                self._apply_record(offset, m.topic, m.sys_flag, m.properties,
+                                   m.prepared_transaction_offset, msg_id,
+                                   result.store_timestamp)  # fmt: skip
+        return result
 
     def half(self, key: int, group: str, msg_id: str) -> OpenHalf | None:
         """The open transaction ``key`` (None if it ended); InvalidRequestError if ``key``
@@ -250,9 +261,7 @@ class TransactionService:
             record = self._real(stored, half, key)
         else:
             record = self._op(half, key)
-        result = self.store.put_messages([record])
-        if result.ok:
-            self._applied(result)
+        result = self._put([record])
         return Ended(ended=result.ok, committed=commit, topic=half.topic,
                      queue_id=half.queue_id, put=result)  # fmt: skip
 
@@ -302,11 +311,10 @@ class TransactionService:
             props[P.TRANSACTION_CHECK_TIMES] = str(half.checks + 1)
             again = msgspec.structs.replace(inner, properties=props,
                                             prepared_transaction_offset=key)  # fmt: skip
-            result = self.store.put_messages([again])
+            result = self._put([again])
             if not result.ok:
                 logger.error("transaction %d: putting its half back failed: %s", key, result.error)
                 continue
-            self._applied(result)
             self.pending.setdefault(half.group, {})[key] = None
         return woken
 
@@ -317,11 +325,10 @@ class TransactionService:
             sys_flag=(inner.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
             prepared_transaction_offset=key,
         )  # fmt: skip
-        result = self.store.put_messages([record])
+        result = self._put([record])
         if not result.ok:
             logger.error("transaction %d: discarding it failed: %s", key, result.error)
             return False
-        self._applied(result)
         self.discarded += 1
         logger.warning(
             "transaction %d (message %s of producer group %r, topic %s) was checked %d times "

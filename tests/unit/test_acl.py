@@ -244,6 +244,37 @@ def test_producer_and_pull_consumer_end_to_end(cluster: FakeCluster) -> None:
     assert broker(cluster, SUB_ONLY).query_offsets(query).result(5).offsets == {0: 3}
 
 
+def test_transactions_need_pub_on_their_topic(cluster: FakeCluster) -> None:
+    """Half sends and ends are checked as sends (PUB on the topic); the checks poll needs
+    a valid account only."""
+
+    class Commit:
+        def execute_local_transaction(self, msg: Any, arg: Any) -> Any:
+            return rayq.TransactionStatus.COMMIT
+
+        def check_local_transaction(self, msg: Any) -> Any:
+            return rayq.TransactionStatus.COMMIT
+
+    def tx(creds: Credentials) -> rayq.TransactionProducer:
+        return rayq.TransactionProducer(
+            "txg",
+            Commit(),
+            transport=FakeTransport(cluster),
+            config=ClientConfig(credentials=creds, check_request_poll_ms=3_600_000),
+        )
+
+    with tx(PUB_ONLY) as producer:
+        result = producer.send_in_transaction(rayq.Message("orders", b"tx"))
+        assert result.local_state is rayq.TransactionStatus.COMMIT
+        assert producer.check_now() == 0
+        with pytest.raises(PermissionDeniedError, match="PUB permission on topic 'other'"):
+            producer.send_in_transaction(rayq.Message("other", b"tx"))
+    with tx(SUB_ONLY) as producer, pytest.raises(PermissionDeniedError, match="PUB"):
+        producer.send_in_transaction(rayq.Message("orders", b"tx"))
+    got = broker(cluster, SUB_ONLY).pull(pull()).result(5)
+    assert got.count == 1  # the committed one, once
+
+
 # ------------------------------------------------------------------ signatures
 def test_a_signed_batch_split_into_chunks_verifies_once_joined(acl_file: Path) -> None:
     """As the Ray transport sends a large put (the records in chunks after a batch

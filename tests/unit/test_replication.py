@@ -255,3 +255,37 @@ def test_a_pull_far_behind_is_pointed_at_the_slave_with_slave_read_enable(tmp_pa
     assert pull(plain, 0) == ""  # slave_read_enable off
     for server in (master, slave, plain):
         server.close()
+
+
+def test_a_slave_follows_its_masters_open_transactions(pair) -> None:
+    """Halves, a check's put-back and ends reach the slave's transaction table with the
+    bytes, so a promoted slave checks the same open transactions (and after a restart)."""
+    from rayq.actors.protocol import EndTransactionRequest, HalfSendRequest
+
+    master, slave = pair
+    master.create_topic(topic("Tx", 1))
+
+    def half(body: bytes) -> int:
+        msg = InnerMessage(topic="Tx", queue_id=0, body=body, uniq_key=body.hex() * 4,
+                           properties={"TRAN_MSG": "true"})  # fmt: skip
+        batch = encode_batch([msg], max_body_bytes=1 << 14, max_properties_bytes=4096)
+        res = master.put_half(HalfSendRequest(group="txg", batch=batch))
+        return int(res.offset_msg_ids[0][-16:], 16)
+
+    keys = [half(b"a"), half(b"b"), half(b"c")]
+    master.end_transaction(EndTransactionRequest(group="txg", topic="Tx", commit=True,
+                                                 transaction_offset=keys[0],
+                                                 msg_id=(b"a".hex() * 4).upper()))  # fmt: skip
+    master.end_transaction(EndTransactionRequest(group="txg", topic="Tx", commit=False,
+                                                 transaction_offset=keys[1],
+                                                 msg_id=(b"b".hex() * 4).upper()))  # fmt: skip
+    master.transactions.timeout_ms = 0
+    master.transaction_tick()  # "c" is put back with one check
+    catch_up(master, slave)
+    assert list(slave.transactions.open) == [keys[2]]
+    assert slave.transactions.open == master.transactions.open
+    assert slave.transactions.open[keys[2]].checks == 1
+    assert slave.transaction_tick() == []  # a slave checks nothing
+    slave = reopen(slave, SLAVE)
+    assert slave.transactions.open == master.transactions.open
+    slave.close()
