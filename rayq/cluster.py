@@ -14,9 +14,11 @@ that node's disk (``cluster.yaml`` reads the name from a host-local file).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +148,9 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
                           "resource")  # fmt: skip
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        ray.init(address=address or "local", namespace=namespace, log_to_driver=False)
+        with _quiet_ray_start():
+            ray.init(address=address or "local", namespace=namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)  # fmt: skip
     running = running_actors(namespace)
     if running:
         if owns_ray:
@@ -197,8 +201,8 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         if broker_id == 0:
             names.append(name)
     _current_namespace = namespace
-    logger.warning("rayq started: %d broker(s) %s (replicas %s), stores under %s", len(names),
-                   names, replicas, root)  # fmt: skip
+    logger.info("rayq started: %d broker(s) %s (replicas %s), stores under %s", len(names),
+                names, replicas, root)  # fmt: skip
     return Cluster(
         namespace, names, root, owns_ray, [*names, *[r for r in replicas if r not in names]]
     )
@@ -249,6 +253,28 @@ def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
             "or check the namespace"
         ) from None
     _current_namespace = namespace
+
+
+class _DropNotices(logging.Filter):
+    """Ray's notices a new user cannot act on, when rayq starts Ray for them: that token
+    authentication is on (the safe default of a local instance). Real warnings pass."""
+
+    NOTICES = ("Token authentication is enabled",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(record.getMessage().startswith(n) for n in self.NOTICES)
+
+
+@contextlib.contextmanager
+def _quiet_ray_start() -> Iterator[None]:
+    """While rayq starts a local Ray: drop ``_DropNotices`` from Ray's token-auth logger."""
+    target = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    notices = _DropNotices()
+    target.addFilter(notices)
+    try:
+        yield
+    finally:
+        target.removeFilter(notices)
 
 
 def current_namespace() -> str:

@@ -33,6 +33,7 @@ from rayq.actors.config import ClientConfig
 from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
+from rayq.quiet import quiet_children
 from rayq.ranges import (
     DEFAULT_MAX_MESSAGES_PER_PARTITION,
     OffsetRange,
@@ -87,6 +88,7 @@ def session(
             raise ConfigError(f"{name} must be an int >= 1, got {n!r}")
     conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.session.timeZone": "UTC",
+            "spark.ui.showConsoleProgress": "false",  # no progress bars over the output
             **(configs or {})}  # fmt: skip
     for key in JAVA_OPTION_KEYS:
         conf[key] = f"{conf[key]} {JAVA17_OPTIONS}" if conf.get(key) else JAVA17_OPTIONS
@@ -96,8 +98,9 @@ def session(
     # Executors run Python tasks with PYSPARK_PYTHON as the driver sets it (default:
     # python3 on PATH, which may lack pyspark and rayq): this interpreter, unless set.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    _session = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory,
-                                configs=conf)  # fmt: skip
+    with quiet_children():  # the Spark driver's JVM: without its start-up notices
+        _session = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory,
+                                    configs=conf)  # fmt: skip
     return _session
 
 

@@ -10,14 +10,19 @@ import pytest
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_LINES = {"rayq", "topics:", "sent", "read", "consumer", "query"}  # first words
 
 
 def test_quickstart_sends_reads_back_and_leaves_no_lag() -> None:
     """quickstart.py sends sync and async, reads every message back, commits (lag 0)."""
-    out = subprocess.run(
+    run = subprocess.run(
         [sys.executable, str(EXAMPLES / "quickstart.py"), "--messages", "200"],
         capture_output=True, text=True, timeout=300, check=True,
-    ).stdout  # fmt: skip
+    )  # fmt: skip
+    out = run.stdout
+    # only what the example prints: no Ray start-up notices, no rayq log lines
+    assert run.stderr.strip() == "", run.stderr
+    assert all(line.split()[0] in EXAMPLE_LINES for line in out.splitlines()), out
     assert "read back 200 messages" in out
     assert "consumer lag after commit: 0" in out
     assert "query by key 'order-7': ['{\"order\": 7}']" in out
