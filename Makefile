@@ -37,14 +37,24 @@ demo: $(STAMP)
 demo-spark: $(STAMP)
 	$(BIN)/python examples/spark_pipeline.py
 
+# Figures print as they come and go as JSON lines to $(RESULTS) (benchmarks/results.py);
+# plot.py then draws them into docs/bench/*.png (README shows them). ANCHORS=<file>: the
+# anchors' JSON lines of the same run (../shared/anchors), drawn beside rayq's.
+RESULTS ?= bench-results/results.jsonl
+ANCHORS ?=
+PLOT = $(BIN)/python benchmarks/plot.py $(RESULTS) --out docs/bench $(if $(ANCHORS),--anchors $(ANCHORS))
+
 bench: $(STAMP)
-	$(BIN)/python benchmarks/store_bench.py
-	$(BIN)/python benchmarks/codec_bench.py
-	$(BIN)/python benchmarks/broker_bench.py
-	$(BIN)/python benchmarks/push_bench.py
+	rm -f $(RESULTS)
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/store_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/codec_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/broker_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/push_bench.py
+	$(PLOT)
 
 bench-spark: $(STAMP)
-	$(BIN)/python benchmarks/spark_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_bench.py
+	$(PLOT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

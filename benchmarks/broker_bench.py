@@ -20,6 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 import rayq
 from rayq.store import FlushDiskType
 
+try:
+    from results import progress, record, record_latency
+except ImportError:  # run as a module
+    from benchmarks.results import progress, record, record_latency
+
+BENCH = "broker_bench"
+
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
@@ -34,26 +41,32 @@ def produce_batches(producer: rayq.Producer, topic: str, size: int, total: int,
     def one(i: int) -> None:
         producer.send_batch([rayq.Message(topic, body, keys=[f"k{i}"]) for _ in range(100)])
 
-    t0 = time.perf_counter()
-    if in_flight == 1:
-        for i in range(batches):
+    with progress(batches, f"produce {size} B x {in_flight} in flight") as advance:
+
+        def step(i: int) -> None:
             one(i)
-    else:
-        with ThreadPoolExecutor(in_flight) as pool:
-            list(pool.map(one, range(batches)))
-    return batches * 100 / (time.perf_counter() - t0)
+            advance(1)
+
+        t0 = time.perf_counter()
+        if in_flight == 1:
+            for i in range(batches):
+                step(i)
+        else:
+            with ThreadPoolExecutor(in_flight) as pool:
+                list(pool.map(step, range(batches)))
+        return batches * 100 / (time.perf_counter() - t0)
 
 
-def sync_latency(producer: rayq.Producer, n: int) -> tuple[float, float]:
+def sync_latency(producer: rayq.Producer, n: int) -> list[float]:
     lat = []
     for i in range(n):
         t0 = time.perf_counter()
         producer.send(rayq.Message("latency", b"x" * 1024, keys=[f"l{i}"]))
         lat.append((time.perf_counter() - t0) * 1000)
-    return pct(lat, 50), pct(lat, 99)
+    return lat
 
 
-def end_to_end(producer: rayq.Producer, n: int) -> tuple[float, float]:
+def end_to_end(producer: rayq.Producer, n: int) -> list[float]:
     rayq.Admin().create_topic("e2e", queues=4)
     consumer = rayq.PullConsumer("e2e", consume_from=rayq.ConsumeFromWhere.LAST_OFFSET)
     consumer.subscribe("e2e")
@@ -80,7 +93,7 @@ def end_to_end(producer: rayq.Producer, n: int) -> tuple[float, float]:
     done.set()
     reader.join()
     consumer.shutdown()
-    return pct(lat, 50), pct(lat, 99)
+    return lat
 
 
 def send_async_rate(producer: rayq.Producer, n: int) -> float:
@@ -141,6 +154,7 @@ def main() -> None:
             with rayq.Producer("bench-sync") as producer:
                 rate = produce_batches(producer, "sync", 1024, total, 4)
             print(f"SYNC_FLUSH produce, 4 senders x batches of 100 x 1 KiB: {rate:>10,.0f} msgs/s")
+            record(BENCH, "produce_sync_flush", rate, "msgs/s", size=1024, batch=100, in_flight=4)
         finally:
             cluster.shutdown()
 
@@ -154,14 +168,18 @@ def run_async_flush(total: int, backlog: int) -> None:
                 f"produce {size:>5} B, batches of 100: {one:>10,.0f} msgs/s sequential, "
                 f"{four:>10,.0f} msgs/s with 4 in flight"
             )
-        p50, p99 = sync_latency(producer, 2000)
-        print(f"sync send latency (1 KiB): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-        p50, p99 = end_to_end(producer, 3000)
-        print(
-            f"end-to-end latency, ~1,000 msgs/s (send -> poll): p50 {p50:.2f} ms, p99 {p99:.2f} ms"
-        )
+            record(BENCH, "produce", one, "msgs/s", size=size, batch=100, in_flight=1)
+            record(BENCH, "produce", four, "msgs/s", size=size, batch=100, in_flight=4)
+        lat = sync_latency(producer, 2000)
+        print(f"sync send latency (1 KiB): p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms")
+        record_latency(BENCH, "sync_send_latency", lat, size=1024, batch=1)
+        lat = end_to_end(producer, 3000)
+        print(f"end-to-end latency, ~1,000 msgs/s (send -> poll): p50 {pct(lat, 50):.2f} ms, "
+              f"p99 {pct(lat, 99):.2f} ms")  # fmt: skip
+        record_latency(BENCH, "e2e_latency_poll", lat, size=1024, batch=1, rate=1000)
         rate = send_async_rate(producer, total)
         print(f"send_async single 1 KiB messages: {rate:>10,.0f} msgs/s")
+        record(BENCH, "send_async", rate, "msgs/s", size=1024, batch=1)
         written = 0
         while written < backlog:
             chunk = min(backlog, 100_000)
@@ -171,11 +189,13 @@ def run_async_flush(total: int, backlog: int) -> None:
     print(
         f"drain of a {written:,}-message backlog (1 KiB), one PullConsumer: {rate:>10,.0f} msgs/s"
     )
+    record(BENCH, "consume_drain", rate, "msgs/s", size=1024, batch=1024)
     for size in (1024, 128):
         rq = ray_queue_rate(total, size)
         print(
             f"ray.util.queue.Queue produce+consume {size:>5} B, batches of 100: {rq:>10,.0f} msgs/s"
         )
+        record(BENCH, "ray_queue_produce_consume", rq, "msgs/s", size=size, batch=100)
 
 
 if __name__ == "__main__":

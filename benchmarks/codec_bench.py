@@ -35,6 +35,12 @@ from rayq.store.batch import encode_batch
 from rayq.store.codec import decode_records
 from rayq.store.filters import TagFilter
 
+try:
+    from results import record
+except ImportError:  # run as a module
+    from benchmarks.results import record
+
+
 BATCH = 100
 BODY = 1024
 BATCHES_PER_ROUND = 200
@@ -128,6 +134,14 @@ def main() -> None:
         f"decode a pulled batch of {BATCH} + read each msg_id (decodes properties, hosts): "
         f"{statistics.median(decode_ids):.2f} us/msg (min {min(decode_ids):.2f})"
     )
+    for metric, rounds, size in (
+        ("encode_tagged", encode, BODY),
+        ("encode_plain", encode_plain, SMALL_BODY),
+        ("decode", decode, BODY),
+        ("decode_msg_ids", decode_ids, BODY),
+    ):
+        record("codec_bench", metric, statistics.median(rounds), "us/msg", size=size,
+               batch=BATCH)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -34,6 +34,13 @@ import ray
 
 import rayq
 
+try:
+    from results import record, record_latency
+except ImportError:  # run as a module
+    from benchmarks.results import record, record_latency
+
+BENCH = "push_bench"
+
 SETTLE_S = 0.5  # after a consumer has started, before the first timed send
 
 
@@ -148,12 +155,12 @@ def paced(n: int, rate: float, send: Callable[[bytes], Any]) -> None:
             time.sleep(delay)
 
 
-def latencies(rows: list[tuple[int, float, float]]) -> tuple[float, float]:
-    lat = [(done - sent) * 1000 for _, sent, done in rows]
-    return pct(lat, 50), pct(lat, 99)
+def latencies(rows: list[tuple[int, float, float]]) -> list[float]:
+    """The rows' latencies in ms (plot.py draws their CDF)."""
+    return [(done - sent) * 1000 for _, sent, done in rows]
 
 
-def end_to_end(n: int, rate: float, oneway: bool = False) -> tuple[float, float]:
+def end_to_end(n: int, rate: float, oneway: bool = False) -> list[float]:
     """rayq: a PushConsumer on a 4-queue topic; each message sent by itself."""
     topic = f"push-e2e-{uuid.uuid4().hex[:6]}"
     rayq.Admin().create_topic(topic, queues=4)
@@ -237,7 +244,7 @@ class BareConsumer:
         self.running = False
 
 
-def floor_end_to_end(n: int, rate: float) -> tuple[float, float]:
+def floor_end_to_end(n: int, rate: float) -> list[float]:
     """The bare-actor floor of ``end_to_end``: one synchronous actor call per send, one
     long-polling consumer actor, the same listener and pacing."""
     sink = Sink.remote()
@@ -300,6 +307,8 @@ def drain_figures(total: int) -> float:
     pull = pull_drain_rate("push-backlog", total)
     print(f"pull consumption, one PullConsumer, 1 KiB, poll_max_messages "
           f"{rayq.ClientConfig().poll_max_messages}: {pull:>9,.0f} msgs/s")  # fmt: skip
+    record(BENCH, "consume_pull", pull, "msgs/s", size=1024,
+           batch=rayq.ClientConfig().poll_max_messages)  # fmt: skip
     ratios = []
     for batch in (None, 256):
         one = drain_rate("push-backlog", total, 1, batch)
@@ -309,14 +318,21 @@ def drain_figures(total: int) -> float:
               f"{one:>9,.0f} msgs/s with 1 consumer, {two:>9,.0f} msgs/s with 2 on "
               f"8 queues; 1 consumer / pull consumer = {one / pull:.2f}")  # fmt: skip
         ratios.append(one / pull)
+        record(BENCH, "consume_push", one, "msgs/s", size=1024, batch=size, consumers=1)
+        record(BENCH, "consume_push", two, "msgs/s", size=1024, batch=size, consumers=2)
     return ratios[0]
 
 
 def latency_figures(n: int, rate: float) -> float:
     """Prints the latency figures; rayq's p50 / the floor's p50."""
-    f50, f99 = floor_end_to_end(n, rate)
-    p50, p99 = end_to_end(n, rate)
-    o50, o99 = end_to_end(n, rate, oneway=True)
+    floor, send, oneway = (floor_end_to_end(n, rate), end_to_end(n, rate),
+                           end_to_end(n, rate, oneway=True))  # fmt: skip
+    for metric, samples in (("e2e_latency_floor", floor), ("e2e_latency_push", send),
+                            ("e2e_latency_push_oneway", oneway)):  # fmt: skip
+        record_latency(BENCH, metric, samples, size=0, batch=1, rate=rate)
+    f50, f99 = pct(floor, 50), pct(floor, 99)
+    p50, p99 = pct(send, 50), pct(send, 99)
+    o50, o99 = pct(oneway, 50), pct(oneway, 99)
     print(f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), bare-actor floor: "
           f"p50 {f50:.2f} ms, p99 {f99:.2f} ms")  # fmt: skip
     print(f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), rayq send: "
@@ -347,6 +363,7 @@ def main() -> None:
             if args.part in ("all", "failover"):
                 gap = failover(4.0)
                 print(f"consumer killed -> its queues consumed again by the survivor: {gap:.2f} s")
+                record(BENCH, "consumer_failover", gap, "s")
             if targets:
                 print("targets (same run): " + "; ".join(targets))
         finally:

@@ -23,6 +23,13 @@ import rayq
 from rayq import spark as rqspark
 from rayq.store import StoreConfig
 
+try:
+    from results import record, record_latency
+except ImportError:  # run as a module
+    from benchmarks.results import record, record_latency
+
+BENCH = "spark_bench"
+
 BODY_BYTES = 1024
 
 
@@ -50,7 +57,9 @@ def run(n: int, stream_seconds: float) -> None:
     t0 = time.perf_counter()
     spark = rqspark.session("rayq-bench", num_executors=1, executor_cores=2,
                             executor_memory="2g")  # fmt: skip
-    print(f"session start: {time.perf_counter() - t0:.1f} s")
+    started = time.perf_counter() - t0
+    print(f"session start: {started:.1f} s")
+    record(BENCH, "session_start", started, "s")
     spark.range(1).count()  # warm the executor's JVM
 
     rows = spark.range(0, n, 1, 8).select(
@@ -60,6 +69,7 @@ def run(n: int, stream_seconds: float) -> None:
     written = rqspark.write(rows, "bench", body_col="body")
     dt = time.perf_counter() - t0
     print(f"write: {written:,} msgs of {BODY_BYTES} B in {dt:.1f} s = {written / dt:,.0f} msgs/s")
+    record(BENCH, "write", written / dt, "msgs/s", size=BODY_BYTES)
 
     t0 = time.perf_counter()
     df = rqspark.read(spark, "bench", max_messages_per_partition=62_500)
@@ -68,6 +78,7 @@ def run(n: int, stream_seconds: float) -> None:
     print(f"read + count(): {counted:,} msgs in {dt:.1f} s = {counted / dt:,.0f} msgs/s "
           f"({df.rdd.getNumPartitions()} partitions)")  # fmt: skip
     assert counted == written == n, (counted, written, n)
+    record(BENCH, "read_count", counted / dt, "msgs/s", size=BODY_BYTES)
 
     stream_latency(spark, stream_seconds)
 
@@ -106,6 +117,8 @@ def stream_latency(spark: object, seconds: float) -> None:
     if query.exception() is not None:
         raise query.exception()  # type: ignore[misc]
     q = statistics.quantiles(latencies, n=100)
+    record_latency(BENCH, "stream_latency", [x * 1000 for x in latencies], size=BODY_BYTES,
+                   trigger_s=1.0)  # fmt: skip
     print(f"stream end-to-end (send -> in the sink), 1 s trigger, {len(latencies):,} msgs: "
           f"p50 {q[49]:.2f} s, p90 {q[89]:.2f} s, p99 {q[98]:.2f} s")  # fmt: skip
 

@@ -34,6 +34,12 @@ from rayq.store import (
 )
 from rayq.store.segment import segment_name
 
+try:
+    from results import progress, record
+except ImportError:  # run as a module
+    from benchmarks.results import progress, record
+
+
 BATCH = 100
 QUEUES = 8
 
@@ -128,18 +134,20 @@ def bench_throughput(root: Path, body_size: int, count: int) -> None:
     encoded = encode(batches)
     encode_rate = count / (time.perf_counter() - t0)
     rates, both = [], []
-    for rnd in range(3):
-        shutil.rmtree(root, ignore_errors=True)
-        store = MessageStore(root)
-        rates.append(append(store, encoded))
-        if rnd == 2:
-            read_rate, n = read_all(store)
-            assert n == count, (n, count)
-        store.close()
-        shutil.rmtree(root, ignore_errors=True)
-        store = MessageStore(root)
-        both.append(encode_and_append(store, batches))
-        store.close()
+    with progress(3, f"{body_size} B rounds") as advance:
+        for rnd in range(3):
+            shutil.rmtree(root, ignore_errors=True)
+            store = MessageStore(root)
+            rates.append(append(store, encoded))
+            if rnd == 2:
+                read_rate, n = read_all(store)
+                assert n == count, (n, count)
+            store.close()
+            shutil.rmtree(root, ignore_errors=True)
+            store = MessageStore(root)
+            both.append(encode_and_append(store, batches))
+            store.close()
+            advance(1)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
     print(f"append  {body_size:>5} B, batches of {BATCH} (broker: put_encoded): "
           f"{statistics.median(rates):>10,.0f} msgs/s  (median of 3: {runs})")  # fmt: skip
@@ -149,6 +157,13 @@ def bench_throughput(root: Path, body_size: int, count: int) -> None:
           f"{statistics.median(both):>10,.0f} msgs/s")  # fmt: skip
     print(f"read    {body_size:>5} B, get_messages x32:                     "
           f"{read_rate:>10,.0f} msgs/s")  # fmt: skip
+    for metric, value in (
+        ("append", statistics.median(rates)),
+        ("encode", encode_rate),
+        ("encode_and_append", statistics.median(both)),
+        ("read", read_rate),
+    ):
+        record("store_bench", metric, value, "msgs/s", size=body_size, batch=BATCH)
 
 
 def bench_recovery(root: Path, target_bytes: int) -> None:
@@ -158,9 +173,12 @@ def bench_recovery(root: Path, target_bytes: int) -> None:
     store = MessageStore(root)
     per_batch = encode(make_batches(1024, 100_000))
     written = 0
-    while store.written_offset < target_bytes:
-        store.put_encoded(per_batch[written % len(per_batch)])
-        written += 1
+    with progress(target_bytes, "writing the log to recover") as advance:
+        while store.written_offset < target_bytes:
+            before = store.written_offset
+            store.put_encoded(per_batch[written % len(per_batch)])
+            written += 1
+            advance(store.written_offset - before)
     size = store.written_offset
     store.flush()
     store.crash()
@@ -184,6 +202,14 @@ def bench_recovery(root: Path, target_bytes: int) -> None:
         rep = store.recovery
         store.close()
         what = "one damaged record in the middle" if damaged else "undamaged"
+        record(
+            "store_bench",
+            "recovery",
+            seconds / (size / 2**30),
+            "s/GiB",
+            damaged=damaged,
+            size_bytes=size,
+        )
         print(f"recovery (no checkpoint/queues/index), {what}: {size / 2**30:.2f} GiB, "
               f"{rep.records_validated:,} records: {seconds:.2f} s "
               f"({seconds / (size / 2**30):.2f} s/GiB); set aside {rep.spans_set_aside}, "
