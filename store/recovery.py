@@ -21,12 +21,15 @@ Damage below ``recover_from`` that recovery can see without reading every record
 (a consume queue deleted, missing a segment or shorter than recorded; index files
 deleted) triggers a rebuild of just that structure from the commit log's start.
 A normal restart after a clean close re-validates nothing: the checkpoint is at
-the end.
+the end. A walk over at least ``PROGRESS_MIN_BYTES`` (after a crash, or a rebuild)
+logs its progress every ``PROGRESS_EVERY_S``: percent done, rate and time left, at
+WARNING (the level broker logs show: an operator is waiting for it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Callable
 
@@ -40,6 +43,8 @@ from .scanner import GoodRun
 logger = logging.getLogger(__name__)
 
 DISPATCH_CHUNK = 8192
+PROGRESS_MIN_BYTES = 256 * 2**20
+PROGRESS_EVERY_S = 5.0
 
 DispatchSink = Callable[[DispatchBatch], None]
 
@@ -59,6 +64,33 @@ class RecoveryReport(msgspec.Struct, kw_only=True):
     index_rebuilt: bool = False
 
 
+class ScanProgress:
+    """Logs how far a walk over ``[start, end)`` of the commit log has come."""
+
+    def __init__(self, what: str, start: int, end: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.what, self.start, self.end, self.clock = what, start, end, clock
+        self.on = end > start and end - start >= PROGRESS_MIN_BYTES
+        self.began = self.last = clock()
+        self.logged = 0
+
+    def at(self, offset: int) -> None:
+        if not self.on:
+            return
+        now = self.clock()
+        if now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        done = max(0, min(offset, self.end) - self.start)
+        total = self.end - self.start
+        rate = done / max(now - self.began, 1e-9)
+        left = (total - done) / rate if rate else float("inf")
+        self.logged += 1
+        logger.warning("%s: %.0f%% (%.2f of %.2f GiB) at %.0f MiB/s, about %.0f s left",
+                       self.what, 100 * done / total, done / 2**30, total / 2**30,
+                       rate / 2**20, left)  # fmt: skip
+
+
 def validate_tail(
     commitlog: CommitLog,
     start: int,
@@ -75,11 +107,14 @@ def validate_tail(
     valid_end = start
     holes = _Holes(owners)
     batch = DispatchBatch()
+    progress = ScanProgress("recovery: re-validating the commit log", start,
+                            commitlog.max_offset)  # fmt: skip
     for item in walk(commitlog, start):
         if isinstance(item, GoodRun):
             batch.add_run(item)
             report.records_validated += len(item.offsets)
             valid_end = item.offsets[-1] + item.sizes[-1]
+            progress.at(valid_end)
         elif isinstance(item, Damage):
             if item.end is None:
                 valid_end = item.start
@@ -153,11 +188,13 @@ def rebuild_scan(
     batch = DispatchBatch()
     count = 0
     begin = commitlog.min_offset if start is None else start
+    progress = ScanProgress("recovery: rebuilding from the commit log", begin, upto)
     for item in walk(commitlog, begin, check_crc=False):
         if isinstance(item, GoodRun):
             keep = sum(1 for o in item.offsets if o < upto)
             batch.add_run(GoodRun(*(column[:keep] for column in item)))
             count += keep
+            progress.at(item.offsets[-1])
             if keep < len(item.offsets):
                 break
         elif isinstance(item, Damage):
