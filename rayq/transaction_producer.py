@@ -10,7 +10,9 @@
    listener is not called);
 3. ends the transaction (``Broker.end_transaction``): COMMIT appends the message to its
    queue, ROLLBACK drops it, UNKNOWN sends nothing and leaves it to the broker's check.
-   A failed end is logged, not raised: the broker checks the transaction back.
+   As RocketMQ's ``endTransactionOneway``, the end is not waited for: a failed end is
+   logged, not raised, and the broker checks the transaction back. ``shutdown()``
+   waits for the ends still on their way.
 
 Check-back: from ``start()`` (or the first send) until ``shutdown()``, a thread asks
 every broker for the checks queued for this producer group every
@@ -23,6 +25,7 @@ A TransactionProducer is a ``Producer``: plain sends work on it as well.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from typing import Any, Protocol, runtime_checkable
@@ -51,7 +54,7 @@ from .produce_accumulator import Put
 from .produce_idempotence import Idempotence
 from .produce_sender import PutCall, Sender, results
 from .producer import Producer
-from .transport import Transport
+from .transport import Reply, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +118,8 @@ class TransactionProducer(Producer):
         self._half_ids = Idempotence(self.client_id)
         self._stop = threading.Event()
         self._checker: threading.Thread | None = None
+        self._ending: set[Reply[Any]] = set()  # ends sent, not answered yet
+        self._ending_lock = threading.Lock()
 
     def __repr__(self) -> str:
         state = "shut down" if self._closed else "started" if self._ctx else "new"
@@ -137,6 +142,11 @@ class TransactionProducer(Producer):
         checker = self._checker
         if checker is not None and checker is not threading.current_thread():
             checker.join(timeout=self.config.send_timeout_ms / 1000 + 5)
+        with self._ending_lock:
+            ending = list(self._ending)
+        for reply in ending:  # each logs its own failure
+            with contextlib.suppress(RayqError):
+                reply.result(self.config.send_timeout_ms / 1000)
         super().shutdown()
 
     # -------------------------------------------------------------- sends
@@ -164,7 +174,7 @@ class TransactionProducer(Producer):
             state = TransactionStatus.ROLLBACK
         else:
             state = self._ask(self.listener.execute_local_transaction, msg, arg)
-        self._end(queue, key, half.msg_id, state, from_check=False)
+        self._end(queue, key, half.msg_id, state, from_check=False, wait=False)
         return msgspec.structs.replace(half, local_state=state, transaction_id=half.msg_id,
                                        transaction_offset=key)  # fmt: skip
 
@@ -182,19 +192,39 @@ class TransactionProducer(Producer):
         return state
 
     def _end(self, queue: MessageQueue, key: int, msg_id: str, state: TransactionStatus,
-             from_check: bool) -> None:  # fmt: skip
-        """Commit or roll back (nothing for UNKNOWN); a failure is logged, not raised."""
+             from_check: bool, wait: bool = True) -> None:  # fmt: skip
+        """Commit or roll back (nothing for UNKNOWN), waiting for the answer or not; a
+        failure is logged, not raised."""
         if state is TransactionStatus.UNKNOWN or key < 0:
             return
         req = EndTransactionRequest(group=self.group, topic=queue.topic, transaction_offset=key,
                                     msg_id=msg_id, commit=state is TransactionStatus.COMMIT,
                                     from_check=from_check, client_id=self.client_id)  # fmt: skip
         ctx = self._live_context()
-        try:
-            ctx.broker(queue.broker_name).end_transaction(req).result(ctx.timeout_s)
-        except RayqError as exc:
+
+        def failed(exc: BaseException) -> None:
             logger.warning("ending transaction %s (%s) on %s failed: %s; the broker checks it "
                            "back", msg_id, state.value, queue.broker_name, exc)  # fmt: skip
+
+        try:
+            reply = ctx.broker(queue.broker_name).end_transaction(req)
+            if wait:
+                reply.result(ctx.timeout_s)
+                return
+        except RayqError as exc:
+            failed(exc)
+            return
+        with self._ending_lock:
+            self._ending.add(reply)
+        reply.add_done_callback(lambda r: self._ended(r, failed))
+
+    def _ended(self, reply: Reply[Any], failed: Any) -> None:
+        with self._ending_lock:
+            self._ending.discard(reply)
+        try:
+            reply.result(0)
+        except RayqError as exc:
+            failed(exc)
 
     # -------------------------------------------------------- check-back
     def _check_loop(self) -> None:
