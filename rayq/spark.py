@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,7 +42,7 @@ from rayq.ranges import (
     plan_ranges,
     split,
 )
-from rayq.store.errors import ConfigError, InvalidMessageError
+from rayq.store.errors import ConfigError, InvalidMessageError, RayqError, all_error_classes
 from rayq.store.names import validate_group, validate_topic
 from rayq.streaming import StreamingQuery
 
@@ -276,8 +277,31 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
                           group, credentials=credentials)  # fmt: skip
         yield pa.RecordBatch.from_pydict({"rows": [n]}, schema=pa.schema([("rows", pa.int64())]))
 
-    out = df.select(*needed).mapInArrow(write_partition, "rows long").collect()
+    try:
+        out = df.select(*needed).mapInArrow(write_partition, "rows long").collect()
+    except Exception as exc:
+        raised = raised_in_task(exc)
+        if raised is None:
+            raise
+        raise raised from exc
     return sum(r["rows"] for r in out)
+
+
+# The last line of a Python worker's traceback, as Spark's job error quotes it.
+_TASK_ERROR = re.compile(r"^rayq(?:\.store)?\.errors\.(\w+): (.*)$", re.MULTILINE)
+
+
+def raised_in_task(exc: BaseException) -> RayqError | None:
+    """The rayq error a Spark task raised, rebuilt from the job's error (Spark carries
+    only its text), e.g. PermissionDeniedError for a write refused by ACL; None if the
+    task raised something else."""
+    found = _TASK_ERROR.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    classes = {cls.__name__: cls for cls in all_error_classes()}
+    cls = classes.get(name)
+    return cls(f"{message} (raised in a Spark task)") if cls is not None else None
 
 
 __all__ = ["JAVA17_OPTIONS", "read", "session", "spark_schema", "stop_session", "stream", "write"]
