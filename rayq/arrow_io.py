@@ -21,6 +21,11 @@ PGROUP, __PID, __PSEQ, __SHARDINGKEY, WAIT, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
 DLQ_ORIGIN_*, RECONSUME_TIME, MAX_RECONSUME_TIMES) are dropped, so that rows read from
 rayq can be written back; the others (DELAY, __DELIVER_AT_MS, REAL_TOPIC, REAL_QID)
 raise InvalidMessageError.
+
+With ACL on, tasks sign their broker calls: the driver hands a task the user's
+``Credentials`` (``ClientConfig.credentials``) and ``read_range`` / ``write_batches``
+wrap each broker client with a ``Signer`` made once per task (actors/auth.py), as
+``ClientContext.broker`` does for the other clients. ``None`` sends unsigned requests.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
+from rayq.actors.auth import Credentials, Signer
 from rayq.actors.protocol import ArrowPage, MessageQueue, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.actors.server.dedupe import sequence_properties
@@ -77,8 +83,22 @@ def ensure_ray(address: str | None, namespace: str) -> None:
                      logging_level=logging.WARNING, configure_logging=False)  # fmt: skip
 
 
-def broker_handle(namespace: str, broker: str, *, refresh: bool = False) -> BrokerClient:
-    """The broker's client, through this process's transport for ``namespace``."""
+def broker_handle(
+    namespace: str, broker: str, *, refresh: bool = False, signer: Signer | None = None
+) -> BrokerClient:
+    """The broker's client, through this process's transport for ``namespace``; its
+    requests signed by ``signer`` if given."""
+    client = _unsigned_handle(namespace, broker, refresh)
+    if signer is None:
+        return client
+    return BrokerClient(signer.wrap(client._invoke))
+
+
+def _signer(credentials: Credentials | None) -> Signer | None:
+    return None if credentials is None else Signer(credentials)
+
+
+def _unsigned_handle(namespace: str, broker: str, refresh: bool) -> BrokerClient:
     with _lock:
         transport = _transports.get(namespace)
         if transport is None:
@@ -103,12 +123,19 @@ def _get(reply: Reply[T], broker: str) -> T:
 
 
 # ------------------------------------------------------------------ read
-def read_range(topic: str, r: OffsetRange, namespace: str,
-               page_bytes: int = PAGE_BYTES) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The records of ``r`` as ``SCHEMA`` batches (nothing for an empty range)."""
+def read_range(
+    topic: str,
+    r: OffsetRange,
+    namespace: str,
+    page_bytes: int = PAGE_BYTES,
+    *,
+    credentials: Credentials | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` as ``SCHEMA`` batches (nothing for an empty range); each
+    page request signed with ``credentials`` if given."""
     if r.start >= r.end:
         return
-    handle = broker_handle(namespace, r.broker)
+    handle = broker_handle(namespace, r.broker, signer=_signer(credentials))
     offset = r.start
 
     def ask(start: int) -> Reply[ArrowPage]:
@@ -189,12 +216,24 @@ def _messages(batch: pa.RecordBatch, cols: Columns) -> list[tuple[bytes, str | N
             for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]  # fmt: skip
 
 
-def write_batches(batches: Iterable[pa.RecordBatch], topic: str, broker: str, queue_id: int,
-                  producer_id: str, cols: Columns, namespace: str, group: str) -> int:  # fmt: skip
-    """Send every row to ``broker``/``queue_id`` idempotently; returns the rows sent."""
+def write_batches(
+    batches: Iterable[pa.RecordBatch],
+    topic: str,
+    broker: str,
+    queue_id: int,
+    producer_id: str,
+    cols: Columns,
+    namespace: str,
+    group: str,
+    *,
+    credentials: Credentials | None = None,
+) -> int:
+    """Send every row to ``broker``/``queue_id`` idempotently (puts signed with
+    ``credentials`` if given); returns the rows sent."""
     check_topic(topic)
     policy = RetryPolicy(attempts=PUT_ATTEMPTS, timeout_s=CALL_TIMEOUT_S, backoff_s=0.5)
-    sender = Sender(f"write-{producer_id}", policy, lambda: _NamedBrokers(namespace))
+    brokers = _NamedBrokers(namespace, _signer(credentials))
+    sender = Sender(f"write-{producer_id}", policy, lambda: brokers)
     queue = MessageQueue(topic, broker, queue_id)
     puts = _puts(batches, queue, producer_id, cols, group)
     return sum(put.batch.count for put, _ in sender.pipeline(puts, MAX_PUTS_IN_FLIGHT))  # type: ignore[union-attr]
@@ -247,13 +286,15 @@ def _merged(props: dict[str, str], shared: dict[str, str]) -> dict[str, str]:
 
 
 class _NamedBrokers:
-    """Broker handles looked up by name in ``namespace`` (no coordinator needed)."""
+    """Broker handles looked up by name in ``namespace`` (no coordinator needed), signed
+    by ``signer`` if given."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, signer: Signer | None = None) -> None:
         self.namespace = namespace
+        self._signer = signer
 
     def broker(self, broker_name: str) -> BrokerClient:
-        return broker_handle(self.namespace, broker_name)
+        return broker_handle(self.namespace, broker_name, signer=self._signer)
 
     def forget(self, broker_name: str) -> None:
         with _lock:

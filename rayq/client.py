@@ -20,7 +20,12 @@ from rayq.actors.auth import Signer
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ClientRequest, MessageQueue, RouteRequest, TopicRoute
 from rayq.cluster import current_namespace
-from rayq.store.errors import BrokerUnavailableError, RayqError, TopicNotFoundError
+from rayq.store.errors import (
+    BrokerUnavailableError,
+    ConfigError,
+    RayqError,
+    TopicNotFoundError,
+)
 from rayq.transport import BrokerClient, CoordinatorClient, HoldClient, Reply, Transport
 
 logger = logging.getLogger(__name__)
@@ -37,6 +42,8 @@ class ClientContext:
     def __init__(self, config: ClientConfig | None = None, namespace: str | None = None,
                  transport: Transport | None = None,
                  client_id: str | None = None) -> None:  # fmt: skip
+        if config is not None and not isinstance(config, ClientConfig):
+            raise ConfigError(f"config must be a rayq.ClientConfig, got {type(config).__name__}")
         self.config = config or ClientConfig()
         # The caller's identity in every request (logs now, ACL later).
         self.client_id = client_id or new_client_id()

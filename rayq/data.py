@@ -9,7 +9,9 @@
 batches, and its block metadata carries the exact row count (a range of a queue
 holds exactly ``end - start`` messages). ``TopicDatasink`` writes each write task's
 rows to one queue with idempotent puts (producer id per write and task, sequence
-per row), like ``rayq.spark.write``.
+per row), like ``rayq.spark.write``. With ACL on, ``config=ClientConfig(credentials=...)``
+signs the planning calls on the driver and every task's broker calls (the credentials
+travel to the tasks; the secret never shows in a repr or a task name).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
+from rayq.actors.config import ClientConfig
 from rayq.arrow_io import SCHEMA, Columns, check_columns, read_range, write_batches
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
@@ -38,22 +41,24 @@ class TopicDatasource(Datasource):
 
     def __init__(self, topic: str, starting: object = "earliest", ending: object = "latest", *,
                  max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
-                 namespace: str | None = None) -> None:  # fmt: skip
+                 namespace: str | None = None,
+                 config: ClientConfig | None = None) -> None:  # fmt: skip
         super().__init__()
         self.topic = validate_topic(topic)
-        ctx = ClientContext(None, namespace)
+        ctx = ClientContext(config, namespace)
         self.namespace = ctx.namespace
+        self.credentials = ctx.config.credentials
         self.ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition)
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
 
     def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
-        topic, ns = self.topic, self.namespace
+        topic, ns, credentials = self.topic, self.namespace, self.credentials
 
         def task(r: OffsetRange) -> ReadTask:
             def read() -> Iterable[pa.Table]:
-                batches = list(read_range(topic, r, ns))
+                batches = list(read_range(topic, r, ns, credentials=credentials))
                 yield pa.Table.from_batches(batches, schema=SCHEMA)
 
             meta = BlockMetadata(num_rows=r.count, size_bytes=None, input_files=None,
@@ -68,9 +73,11 @@ class TopicDatasource(Datasource):
 
 def read_topic(topic: str, starting: object = "earliest", ending: object = "latest", *,
                max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
-               namespace: str | None = None) -> ray.data.Dataset:  # fmt: skip
-    """A Dataset of the messages of ``topic`` (columns as ``rayq.spark.read``)."""
-    source = TopicDatasource(topic, starting, ending, namespace=namespace,
+               namespace: str | None = None,
+               config: ClientConfig | None = None) -> ray.data.Dataset:  # fmt: skip
+    """A Dataset of the messages of ``topic`` (columns as ``rayq.spark.read``); with ACL
+    on, ``config=ClientConfig(credentials=...)`` signs every broker call."""
+    source = TopicDatasource(topic, starting, ending, namespace=namespace, config=config,
                              max_messages_per_partition=max_messages_per_partition)  # fmt: skip
     if not source.ranges:
         return ray.data.from_arrow(SCHEMA.empty_table())
@@ -78,17 +85,19 @@ def read_topic(topic: str, starting: object = "earliest", ending: object = "late
 
 
 class TopicDatasink(Datasink):
-    """Writes rows to a topic: ``ds.write_datasink(TopicDatasink("results"))``."""
+    """Writes rows to a topic: ``ds.write_datasink(TopicDatasink("results"))``; with ACL
+    on, ``config=ClientConfig(credentials=...)`` signs the puts."""
 
     def __init__(self, topic: str, body_col: str = "body", keys_col: str | None = None,
                  tags_col: str | None = None, properties_col: str | None = None, *,
-                 group: str = "rayq-data-writer",
-                 namespace: str | None = None) -> None:  # fmt: skip
+                 group: str = "rayq-data-writer", namespace: str | None = None,
+                 config: ClientConfig | None = None) -> None:  # fmt: skip
         self.topic = validate_topic(topic)
         self.group = validate_group(group)
         self.cols = Columns(body_col, keys_col, tags_col, properties_col)
-        ctx = ClientContext(None, namespace)
+        ctx = ClientContext(config, namespace)
         self.namespace = ctx.namespace or current_namespace()
+        self.credentials = ctx.config.credentials  # the puts' signer, in each write task
         queues = sorted(ctx.write_queues(topic, refresh=True))
         if not queues:
             raise InvalidMessageError(f"topic {topic!r} has no writeable queue")
@@ -109,7 +118,8 @@ class TopicDatasink(Datasink):
         tables = (BlockAccessor.for_block(b).to_arrow() for b in blocks)
         batches = (b for t in tables for b in _checked(t, self.cols).to_batches())
         return write_batches(batches, self.topic, broker, qid, f"data-{self.write_id}-{idx}",
-                             self.cols, self.namespace, self.group)  # fmt: skip
+                             self.cols, self.namespace, self.group,
+                             credentials=self.credentials)  # fmt: skip
 
     def on_write_complete(self, write_result: Any) -> None:
         self.rows_written = sum(write_result.write_returns)

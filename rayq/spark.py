@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from rayq.actors.auth import Credentials
 from rayq.actors.config import ClientConfig
 from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
 from rayq.client import ClientContext
@@ -41,7 +43,7 @@ from rayq.ranges import (
     plan_ranges,
     split,
 )
-from rayq.store.errors import ConfigError, InvalidMessageError
+from rayq.store.errors import ConfigError, InvalidMessageError, RayqError, all_error_classes
 from rayq.store.names import validate_group, validate_topic
 from rayq.streaming import StreamingQuery
 
@@ -160,11 +162,21 @@ def _ray_address() -> str:
     return ray.get_runtime_context().gcs_address
 
 
-def ranges_df(spark: Any, topic: str, ranges: list[OffsetRange], namespace: str | None = None,
-              page_bytes: int | None = None) -> Any:  # fmt: skip
-    """A DataFrame of the messages in ``ranges``: one partition per range."""
+def ranges_df(
+    spark: Any,
+    topic: str,
+    ranges: list[OffsetRange],
+    namespace: str | None = None,
+    page_bytes: int | None = None,
+    *,
+    credentials: Credentials | None = None,
+) -> Any:
+    """A DataFrame of the messages in ``ranges``: one partition per range, each read by
+    its Spark task with requests signed with ``credentials`` (if given)."""
     ns, address = namespace or current_namespace(), _ray_address()
-    kwargs = {"page_bytes": page_bytes} if page_bytes else {}
+    kwargs: dict[str, Any] = {"credentials": credentials}
+    if page_bytes:
+        kwargs["page_bytes"] = page_bytes
     if not ranges:
         return spark.createDataFrame([], spark_schema())
     rows = [(r.broker, r.queue_id, r.start, r.end) for r in ranges]
@@ -182,18 +194,21 @@ def ranges_df(spark: Any, topic: str, ranges: list[OffsetRange], namespace: str 
 
 def read(spark: Any, topic: str, starting: object = "earliest", ending: object = "latest", *,
          max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
-         skip_unavailable: bool = False, namespace: str | None = None) -> Any:  # fmt: skip
+         skip_unavailable: bool = False, namespace: str | None = None,
+         config: ClientConfig | None = None) -> Any:  # fmt: skip
     """The messages of ``topic`` between ``starting`` and ``ending`` as a DataFrame
     (columns: topic, broker, queue_id, queue_offset, msg_id, tags, keys, body,
     properties, born_timestamp, store_timestamp, reconsume_times). Offset specs are
     described in rayq/ranges.py; the ranges are fixed now, the data is read when the
     DataFrame is evaluated. A broker holding the topic that is down raises
-    BrokerUnavailableError, unless ``skip_unavailable`` (then its queues are left out)."""
+    BrokerUnavailableError, unless ``skip_unavailable`` (then its queues are left out).
+    With ACL on, ``config=ClientConfig(credentials=...)`` signs the planning calls and
+    every task's reads."""
     validate_topic(topic)
-    ctx = ClientContext(None, namespace)
+    ctx = ClientContext(config, namespace)
     ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition,
                          skip_unavailable)  # fmt: skip
-    return ranges_df(spark, topic, ranges, ctx.namespace)
+    return ranges_df(spark, topic, ranges, ctx.namespace, credentials=ctx.config.credentials)
 
 
 def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any],
@@ -204,15 +219,19 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
            ) -> StreamingQuery:  # fmt: skip
     """Start a micro-batch query: every ``trigger_interval`` seconds, up to
     ``max_messages_per_trigger`` new messages as a DataFrame to ``process(df, batch_id)``;
-    the group's offsets are committed after it returns (see rayq/streaming.py)."""
+    the group's offsets are committed after it returns (see rayq/streaming.py). With ACL
+    on, ``config=ClientConfig(credentials=...)`` signs the offset queries and commits and
+    every task's reads."""
     if not callable(process):
         raise ConfigError(f"process must be callable as process(df, batch_id), got {process!r}")
     check_max("max_messages_per_partition", max_messages_per_partition)
     ns = namespace or current_namespace()
+    # (a config that is not a ClientConfig makes StreamingQuery raise ConfigError)
+    credentials = config.credentials if isinstance(config, ClientConfig) else None
 
     def run_batch(ranges: list[OffsetRange], batch_id: int) -> None:
         pieces = split(ranges, max_messages_per_partition)
-        process(ranges_df(spark, topic, pieces, ns), batch_id)
+        process(ranges_df(spark, topic, pieces, ns, credentials=credentials), batch_id)
 
     query = StreamingQuery(topic, group, run_batch, trigger_interval=trigger_interval,
                            max_messages_per_trigger=max_messages_per_trigger,
@@ -222,12 +241,14 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
 
 def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = None,
           tags_col: str | None = None, properties_col: str | None = None, *,
-          group: str = "rayq-spark-writer", namespace: str | None = None) -> int:  # fmt: skip
+          group: str = "rayq-spark-writer", namespace: str | None = None,
+          config: ClientConfig | None = None) -> int:  # fmt: skip
     """Send every row of ``df`` to ``topic``; returns the number of rows written.
 
     ``body_col`` is binary or string; ``keys_col`` string (space-separated) or
     array<string>; ``tags_col`` string; ``properties_col`` map<string, string>. Each
-    partition goes to one write queue (spread over brokers) with idempotent puts.
+    partition goes to one write queue (spread over brokers) with idempotent puts, signed
+    with ``config.credentials`` when ACL is on.
     """
     validate_topic(topic)
     validate_group(group)
@@ -237,7 +258,8 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
         if name is not None and not isinstance(name, str):
             raise InvalidMessageError(f"{arg} must be a column name, got {name!r}")
     check_columns(_arrow_schema_of(df.schema), cols)
-    ctx = ClientContext(None, namespace)
+    ctx = ClientContext(config, namespace)
+    credentials = ctx.config.credentials
     queues = sorted(ctx.write_queues(topic, refresh=True))
     if not queues:
         raise InvalidMessageError(f"topic {topic!r} has no writeable queue")
@@ -255,11 +277,34 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
         part = TaskContext.get().partitionId()
         broker, qid = targets[part % len(targets)]
         n = write_batches(batches, topic, broker, qid, f"spark-{write_id}-{part}", cols, ns,
-                          group)  # fmt: skip
+                          group, credentials=credentials)  # fmt: skip
         yield pa.RecordBatch.from_pydict({"rows": [n]}, schema=pa.schema([("rows", pa.int64())]))
 
-    out = df.select(*needed).mapInArrow(write_partition, "rows long").collect()
+    try:
+        out = df.select(*needed).mapInArrow(write_partition, "rows long").collect()
+    except Exception as exc:
+        raised = raised_in_task(exc)
+        if raised is None:
+            raise
+        raise raised from exc
     return sum(r["rows"] for r in out)
+
+
+# The last line of a Python worker's traceback, as Spark's job error quotes it.
+_TASK_ERROR = re.compile(r"^rayq(?:\.store)?\.errors\.(\w+): (.*)$", re.MULTILINE)
+
+
+def raised_in_task(exc: BaseException) -> RayqError | None:
+    """The rayq error a Spark task raised, rebuilt from the job's error (Spark carries
+    only its text), e.g. PermissionDeniedError for a write refused by ACL; None if the
+    task raised something else."""
+    found = _TASK_ERROR.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    classes = {cls.__name__: cls for cls in all_error_classes()}
+    cls = classes.get(name)
+    return cls(f"{message} (raised in a Spark task)") if cls is not None else None
 
 
 __all__ = ["JAVA17_OPTIONS", "read", "session", "spark_schema", "stop_session", "stream", "write"]

@@ -178,3 +178,66 @@ def test_stream_crash_mid_batch_reruns_identical_ranges(spark: object) -> None:
     assert len(after) == len(set(after)) == 150  # nothing lost, nothing twice after the re-run
     progress = query.last_progress
     assert progress is not None and {"num_input_rows", "lag", "durations_ms"} <= set(progress)
+
+
+ACL_NAMESPACE = "rayq-test-spark-acl"
+ACL_APP = rayq.Credentials(access_key="app", secret_key="app-secret-123456")
+ACL_RULES = """
+[[accounts]]
+access_key = "app"
+secret_key = "app-secret-123456"
+admin = true
+"""
+
+
+def test_acl_read_stream_and_write_sign_with_credentials(spark: object, tmp_path: Path) -> None:
+    """Given a deployment with ACL on (a second one, in its own namespace, on the same Ray),
+    when read, stream and write carry credentials, then the driver and the executors sign
+    every broker call; without credentials, read and write raise PermissionDeniedError;
+    the secret shows in no plan or error."""
+    cluster = rayq.start(tmp_path, namespace=ACL_NAMESPACE,
+                         config=rayq.BrokerConfig(store=SMALL_STORE, acl_enable=True))  # fmt: skip
+    try:
+        for name in cluster.broker_names:
+            (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(ACL_RULES)
+        config = rayq.ClientConfig(credentials=ACL_APP)
+        admin = rayq.Admin(namespace=ACL_NAMESPACE, config=config)
+        deadline = time.monotonic() + 60
+        while True:  # until the broker has loaded the file (looked at once a second)
+            try:
+                admin.create_topic("acl-in", queues=2)
+                break
+            except rayq.PermissionDeniedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        admin.create_topic("acl-out", queues=2)
+        with rayq.Producer("acl-pg", namespace=ACL_NAMESPACE, config=config) as producer:
+            producer.send_batch([rayq.Message("acl-in", f"m{i}".encode()) for i in range(30)])
+
+        df = rqspark.read(spark, "acl-in", namespace=ACL_NAMESPACE, config=config)
+        plan = df._jdf.queryExecution().toString()  # type: ignore[attr-defined]
+        assert ACL_APP.secret_key not in plan
+        written = rqspark.write(df.select("body"), "acl-out", namespace=ACL_NAMESPACE,
+                                config=config)  # fmt: skip
+        assert written == 30
+        seen: list[int] = []
+        query = rqspark.stream(spark, "acl-out", "acl-etl", lambda d, _: seen.append(d.count()),
+                               trigger_interval=0.2, starting="earliest",
+                               namespace=ACL_NAMESPACE, config=config)  # fmt: skip
+        try:
+            end = time.monotonic() + 120
+            while sum(seen) < 30:
+                assert time.monotonic() < end and query.is_active, query.exception()
+                time.sleep(0.2)
+        finally:
+            query.stop(60)
+        assert sum(seen) == 30 and query.exception() is None
+
+        with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
+            rqspark.read(spark, "acl-in", namespace=ACL_NAMESPACE)
+        rows = spark.createDataFrame([(b"x",)], "body binary")  # type: ignore[attr-defined]
+        with pytest.raises(rayq.PermissionDeniedError, match="no credentials") as refused:
+            rqspark.write(rows, "acl-out", namespace=ACL_NAMESPACE)
+        assert ACL_APP.secret_key not in str(refused.value)
+    finally:
+        cluster.shutdown()

@@ -1,0 +1,127 @@
+"""ACL on, through Ray Data: ``rayq.data`` reads and writes signed with
+``config=ClientConfig(credentials=...)`` (planning on the driver, reads and puts in Ray
+tasks) work; without credentials, or without the perm, they raise PermissionDeniedError;
+the secret shows in no repr, name or error."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pyarrow as pa
+import pytest
+import ray
+
+import rayq
+import rayq.data
+
+pytestmark = pytest.mark.integration
+NAMESPACE = "rayq-test-acl-ray-data"
+BROKER_OVERRIDES = {"acl_enable": True}
+SOURCE, SINK = "acl-events", "acl-copy"
+T = TypeVar("T")
+
+ADMIN = rayq.Credentials(access_key="ops", secret_key="ops-secret-123456")
+APP = rayq.Credentials(access_key="app", secret_key="app-secret-123456")
+READER = rayq.Credentials(access_key="reader", secret_key="reader-secret-123456")
+SECRETS = ("ops-secret-123456", "app-secret-123456", "reader-secret-123456")
+RULES = """
+[[accounts]]
+access_key = "ops"
+secret_key = "ops-secret-123456"
+admin = true
+
+[[accounts]]
+access_key = "app"
+secret_key = "app-secret-123456"
+default_topic_perm = "DENY"
+topic_perms = ["acl-events=PUB|SUB", "acl-copy=PUB|SUB"]
+
+[[accounts]]
+access_key = "reader"
+secret_key = "reader-secret-123456"
+default_topic_perm = "DENY"
+topic_perms = ["acl-events=SUB", "acl-copy=SUB"]
+"""
+
+
+def config(credentials: rayq.Credentials) -> rayq.ClientConfig:
+    return rayq.ClientConfig(credentials=credentials)
+
+
+def eventually(fn: Callable[[], T], timeout_s: float = 60.0) -> T:
+    """``fn()`` once the broker has (re)loaded the ACL file (looked at once a second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except rayq.PermissionDeniedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def assert_no_secret(text: str) -> None:
+    assert not any(secret in text for secret in SECRETS), text
+
+
+@pytest.fixture(scope="module")
+def deployment(cluster: rayq.Cluster) -> rayq.Cluster:
+    for name in cluster.broker_names:  # the default place: <store dir>/config/plain_acl.toml
+        (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(RULES)
+    admin = rayq.Admin(namespace=NAMESPACE, config=config(ADMIN))
+    eventually(lambda: admin.create_topic(SOURCE, queues=2))
+    admin.create_topic(SINK, queues=2)
+    with rayq.Producer("acl-pg", namespace=NAMESPACE, config=config(APP)) as producer:
+        producer.send_batch([rayq.Message(SOURCE, f"e{i}".encode()) for i in range(20)])
+    return cluster
+
+
+def test_read_and_write_with_credentials(deployment: rayq.Cluster) -> None:
+    """Given ACL on, when a read and a write carry credentials, then every call is signed:
+    the driver plans, the read tasks read and the write tasks put."""
+    ds = rayq.data.read_topic(SOURCE, namespace=NAMESPACE, config=config(APP))
+    assert sorted(r["body"] for r in ds.take_all()) == sorted(f"e{i}".encode() for i in range(20))
+    assert_no_secret(repr(ds))
+    sink = rayq.data.TopicDatasink(SINK, body_col="body", namespace=NAMESPACE, config=config(APP))
+    ds.select_columns(["body"]).write_datasink(sink)
+    assert sink.rows_written == 20
+    assert_no_secret(repr(sink) + sink.get_name())
+    copy = rayq.data.read_topic(SINK, namespace=NAMESPACE, config=config(READER))
+    assert copy.count() == 20
+
+
+def test_read_and_write_without_credentials_are_refused(deployment: rayq.Cluster) -> None:
+    """Given ACL on, when a read or a write carries no credentials, then it raises
+    PermissionDeniedError (a read while planning, a write from its task)."""
+    with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
+        rayq.data.read_topic(SOURCE, namespace=NAMESPACE)
+    rows = ray.data.from_arrow(pa.table({"body": [b"x", b"y"]}))
+    with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
+        rows.write_datasink(rayq.data.TopicDatasink(SINK, namespace=NAMESPACE))
+
+
+def test_the_tasks_sign_with_the_given_account(deployment: rayq.Cluster) -> None:
+    """A write task signs with the credentials given (an account without PUB is refused,
+    a wrong secret fails the signature), and the errors do not show the secret."""
+
+    def stored() -> int:
+        return rayq.data.read_topic(SINK, namespace=NAMESPACE, config=config(APP)).count()
+
+    before = stored()
+    rows = ray.data.from_arrow(pa.table({"body": [b"x", b"y"]}))
+    sink = rayq.data.TopicDatasink(SINK, namespace=NAMESPACE, config=config(READER))
+    with pytest.raises(rayq.PermissionDeniedError, match=r"'reader'.*no PUB") as denied:
+        rows.write_datasink(sink)
+    assert_no_secret(str(denied.value))
+    wrong = rayq.Credentials(access_key="app", secret_key="not-the-app-secret")
+    with pytest.raises(rayq.PermissionDeniedError, match="bad signature") as bad:
+        rayq.data.read_topic(SOURCE, namespace=NAMESPACE, config=config(wrong))
+    assert "not-the-app-secret" not in str(bad.value)
+    assert stored() == before  # nothing refused was stored
+
+
+def test_config_must_be_a_client_config(deployment: rayq.Cluster) -> None:
+    with pytest.raises(rayq.ConfigError, match=r"config must be a rayq\.ClientConfig"):
+        rayq.data.read_topic(SOURCE, namespace=NAMESPACE, config=APP)  # type: ignore[arg-type]
