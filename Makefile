@@ -39,17 +39,20 @@ demo-spark: $(STAMP)
 
 # Figures print as they come and go as JSON lines to $(RESULTS) (benchmarks/results.py);
 # plot.py then draws them into docs/bench/*.png (README shows them). ANCHORS=<file>: the
-# anchors' JSON lines of the same run (../shared/anchors), drawn beside rayq's.
+# anchors' JSON lines of the same run (../shared/anchors), drawn beside rayq's. QUICK=1:
+# the smaller runs (smoke figures).
 RESULTS ?= bench-results/results.jsonl
 ANCHORS ?=
+QUICK ?=
+Q = $(if $(QUICK),--quick)
 PLOT = $(BIN)/python benchmarks/plot.py $(RESULTS) --out docs/bench $(if $(ANCHORS),--anchors $(ANCHORS))
 
 bench: $(STAMP)
 	rm -f $(RESULTS)
-	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/store_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/store_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/codec_bench.py
-	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/broker_bench.py
-	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/push_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/broker_bench.py $(Q)
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/push_bench.py $(Q)
 	$(PLOT)
 
 bench-spark: $(STAMP)
