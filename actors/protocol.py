@@ -99,7 +99,8 @@ class PullStatus(enum.Enum):
     - NO_MATCHED_MSG: nothing readable in what was scanned (tags that do not match, or
       damaged or removed records) but ``next_offset`` moved past it: answered at once,
       never held; pull again from there at once;
-    - OFFSET_ILLEGAL: the offset is outside the queue; ``next_offset`` is the nearest end.
+    - OFFSET_ILLEGAL: the offset is outside the queue; ``next_offset`` is where to read
+      instead (RocketMQ's corrections: see ``BrokerServer.pull``).
     """
 
     FOUND = "FOUND"
