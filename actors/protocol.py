@@ -700,11 +700,15 @@ class LostBrokersRequest(_Request, frozen=True, kw_only=True):
 
 
 class GroupShareRequest(_Request, frozen=True, kw_only=True):
-    """A pull consumer's share of ``topic`` among its group's live members."""
+    """A pull consumer's share of ``topic`` among its group's live members, allocated
+    with ``strategy`` (every live member must use the same one); ``allocation``: the
+    caller's queues, for CONFIG."""
 
     group: Text
     topic: Text
     expiry_ms: Annotated[int, Meta(ge=1, le=2**31 - 1)]
+    strategy: AllocateStrategy = AllocateStrategy.AVERAGELY
+    allocation: Annotated[list[MessageQueue], Meta(max_length=1 << 16)] = []
 
 
 class JoinGroupRequest(_Request, frozen=True, kw_only=True):
