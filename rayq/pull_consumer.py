@@ -56,7 +56,6 @@ from typing import Any
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     ClientRequest,
-    CommitOffsetsRequest,
     ConsumeFromWhere,
     GroupShareRequest,
     MessageModel,
@@ -70,7 +69,8 @@ from rayq.actors.protocol import (
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.client import ClientContext
-from rayq.offset_store import LocalOffsetStore, offsets_path
+from rayq.offset_store import offsets_path
+from rayq.pull_offsets import PullOffsets
 from rayq.pull_share import (
     MessageQueueListener,
     QueueListener,
@@ -82,13 +82,11 @@ from rayq.selector import MessageSelector, check_sql_brokers, filter_type, to_fi
 from rayq.service_state import ServiceState
 from rayq.start_offsets import (
     check_start_options,
-    committed_offsets,
     fresh_start_offsets,
     queue_ends,
 )
 from rayq.store.codec import decode_records
 from rayq.store.errors import (
-    BrokenError,
     BrokerUnavailableError,
     ClientError,
     ClosedError,
@@ -154,12 +152,14 @@ class PullConsumer:
         self.group = group
         self.model = model
         self._strategy = allocate_strategy
-        self._local: LocalOffsetStore | None = None  # broadcasting: opened on first use
         self._consume_from = consume_from
         self._consume_timestamp_ms = start_ms
         self._auto_commit = auto_commit
         self._ctx = ClientContext(config, namespace, transport)
         self._config = self._ctx.config
+        self._offsets = PullOffsets(
+            self._ctx, group, broadcasting=model is MessageModel.BROADCASTING
+        )
         self.client_id = self._ctx.client_id
         self._subscriptions: dict[str, TagFilter] = {}
         self._listeners: dict[str, QueueListener | None] = {}
@@ -425,18 +425,7 @@ class PullConsumer:
         local file when broadcasting (-1: none)."""
         self._check_open()
         _check_mq(mq)
-        return self._committed_offsets([mq]).get(mq, -1)
-
-    def _committed_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
-        if self.model is MessageModel.BROADCASTING:
-            return self._local_offsets().saved(mqs)
-        return committed_offsets(self._ctx, self.group, mqs)
-
-    def _local_offsets(self) -> LocalOffsetStore:
-        if self._local is None:
-            cfg = self._config
-            self._local = LocalOffsetStore(cfg.offset_store_dir, cfg.instance_name, self.group)
-        return self._local
+        return self._offsets.read([mq]).get(mq, -1)
 
     # ---------------------------------------------------------- send-back
     def send_back(self, msgs: list[MessageExt], *, delay_level: int = 0,
@@ -473,46 +462,16 @@ class PullConsumer:
         self._commit()
 
     def _commit(self) -> None:
-        if self.model is MessageModel.BROADCASTING:
-            self._commit_local()
-            return
-        todo: dict[tuple[str, str], dict[int, int]] = {}
-        for mq, s in self._queues.items():
-            if s.offset >= 0 and s.offset != s.committed:
-                todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = s.offset
-        replies = {key: self._ctx.broker(key[0]).commit_offsets(CommitOffsetsRequest(
-            group=self.group, topic=key[1], offsets=offsets, client_id=self.client_id))
-            for key, offsets in todo.items()}  # fmt: skip
-        self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
-        first_error: RayqError | None = None
-        for (broker, topic), reply in replies.items():
-            try:
-                reply.result(OFFSET_CALL_TIMEOUT_S)
-            except RayqError as exc:
-                first_error = first_error or exc
-                continue
-            for qid, offset in todo[(broker, topic)].items():
-                s = self._queues.get(MessageQueue(topic, broker, qid))
-                if s is not None:
-                    s.committed = offset
-        if first_error is not None:
-            raise first_error
-
-    def _commit_local(self) -> None:
-        """Broadcasting: the positions go to this consumer's offsets file."""
-        local = self._local_offsets()
         moved = {mq: s.offset for mq, s in self._queues.items()
                  if s.offset >= 0 and s.offset != s.committed}  # fmt: skip
-        for mq, offset in moved.items():
-            local.update(mq, offset)
         self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
-        try:
-            local.save()
-        except OSError as exc:
-            raise BrokenError(f"writing the offsets file {local.file.path} failed: {exc}",
-                              path=str(local.file.path)) from exc  # fmt: skip
-        for mq, offset in moved.items():
-            self._queues[mq].committed = offset
+        done, error = self._offsets.commit(moved)
+        for mq in done:
+            s = self._queues.get(mq)
+            if s is not None:
+                s.committed = moved[mq]
+        if error is not None:
+            raise error
 
     def _commit_quietly(self) -> None:
         try:
@@ -612,7 +571,7 @@ class PullConsumer:
         """Start each queue at its committed offset, else where ``consume_from`` says."""
         if not mqs:
             return
-        committed = self._committed_offsets(mqs)
+        committed = self._offsets.read(mqs)
         for mq, offset in committed.items():
             self._queues[mq].offset = self._queues[mq].committed = offset
         fresh = [mq for mq in mqs if mq not in committed]
