@@ -279,11 +279,15 @@ class PullRounds:
         pq.msgs.clear()
         pq.taken.clear()
         pq.next_pull = resp.next_offset  # pq.commit_offset() is the corrected offset now
+        self.offsets.update(mq, resp.next_offset)
         self._spawn(self._offset_moved(mq, pq))
 
     async def _offset_moved(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        self.offsets.update(mq, pq.commit_offset())
-        await self.offsets.persist([mq], self.generation)
+        try:
+            await self.offsets.persist([mq], self.generation)
+        except Exception:  # the queue starts again at its last committed offset
+            logger.exception("consumer %s: committing the corrected offset of %s failed",
+                             self.client_id, mq)  # fmt: skip
         if self.queues.get(mq) is not pq:
             return  # revoked (or assigned anew) meanwhile
         del self.queues[mq]
