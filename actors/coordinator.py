@@ -55,7 +55,6 @@ from .protocol import (
     check,
     consumer_actor_name,
 )
-from .server.allocation import allocate_averagely
 from .server.rebalance import Plan, Rebalancer
 from .server.routes import GroupTable, RouteTable
 from .server.stream_plans import StreamPlans
@@ -328,8 +327,8 @@ class CoordinatorActor:
 
     # ----------------------------------------------- pull-consumer shares
     async def group_share(self, req: GroupShareRequest) -> ShareReply:
-        """The caller's share of the topic's queues among the group's live members
-        (averagely); members not heard from for ``expiry_ms`` no longer count."""
+        """The caller's share of the topic's queues among the group's live members (by
+        the request's strategy); members not heard from for ``expiry_ms`` no longer count."""
         req = check(req, GroupShareRequest)
         if not req.client_id:
             raise InvalidRequestError("group_share needs the caller's client_id")
@@ -337,9 +336,7 @@ class CoordinatorActor:
         route = self.table.route(req.topic)
         if route is None:
             return ShareReply(queues=None)
-        members = self.groups.touch(req.group, req.topic, req.client_id, _now_ms(),
-                                    req.expiry_ms)  # fmt: skip
-        return ShareReply(queues=allocate_averagely(route.read_queues(), members)[req.client_id])
+        return ShareReply(queues=self.groups.share(req, route.read_queues(), _now_ms()))
 
     async def leave_shares(self, req: ClientRequest) -> Done:
         """A pull consumer shut down: its shares go to the other members at once."""

@@ -108,7 +108,8 @@ class PullStatus(enum.Enum):
     - NO_MATCHED_MSG: nothing readable in what was scanned (tags that do not match, or
       damaged or removed records) but ``next_offset`` moved past it: answered at once,
       never held; pull again from there at once;
-    - OFFSET_ILLEGAL: the offset is outside the queue; ``next_offset`` is the nearest end.
+    - OFFSET_ILLEGAL: the offset is outside the queue; ``next_offset`` is where to read
+      instead (RocketMQ's corrections: see ``BrokerServer.pull``).
     """
 
     FOUND = "FOUND"
@@ -764,11 +765,15 @@ class LostBrokersRequest(_Request, frozen=True, kw_only=True):
 
 
 class GroupShareRequest(_Request, frozen=True, kw_only=True):
-    """A pull consumer's share of ``topic`` among its group's live members."""
+    """A pull consumer's share of ``topic`` among its group's live members, allocated
+    with ``strategy`` (every live member must use the same one); ``allocation``: the
+    caller's queues, for CONFIG."""
 
     group: Text
     topic: Text
     expiry_ms: Annotated[int, Meta(ge=1, le=2**31 - 1)]
+    strategy: AllocateStrategy = AllocateStrategy.AVERAGELY
+    allocation: Annotated[list[MessageQueue], Meta(max_length=1 << 16)] = []
 
 
 class JoinGroupRequest(_Request, frozen=True, kw_only=True):

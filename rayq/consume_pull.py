@@ -20,6 +20,12 @@ A queue that flow control (or a pause after an error) leaves out of a round thro
 the hold service is not left waiting for that round: the round is cancelled as soon
 as the queue may be pulled, and the next one takes it in.
 
+An OFFSET_ILLEGAL answer (RocketMQ's ``DefaultMQPushConsumerImpl``): the queue's process
+queue is dropped (what it holds is neither consumed nor committed any more), the
+offset the broker corrected to is committed, and the queue is removed; the next
+rebalance (the coordinator's safety rebalance at the latest) assigns it again, and it
+starts at that offset.
+
 The next round is sent before a large answer is decoded (decoding overlaps the
 call; the answer's records count against flow control until they are put), and
 after a small one was handed to the listener (its latency comes first).
@@ -75,8 +81,14 @@ class PullRounds:
     group: str
     client_id: str
     orderly: bool
+    generation: int
+    tasks: dict[MessageQueue, list[asyncio.Task]]
+    history: list[tuple[MessageQueue, float, float]]
+    _owned_since: dict[MessageQueue, float]
 
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None: ...
+
+    def _spawn(self, coro: Any) -> None: ...
 
     def _restart_pulls(self, broker: str) -> None:
         """(Re)start the one pull loop of ``broker`` for the queues owned there now."""
@@ -243,14 +255,43 @@ class PullRounds:
             pq.retry_at = time.monotonic() + self.config.pull_time_delay_when_exception_ms / 1000
             pq.backlog = pq.found = False
             return False
+        if resp.status is PullStatus.OFFSET_ILLEGAL:
+            self._offset_illegal(mq, pq, resp)
+            return False
         pq.found = found = resp.status is PullStatus.FOUND
         pq.backlog = found and resp.records_left
-        if resp.status is PullStatus.OFFSET_ILLEGAL:
-            logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, pq.next_pull,
-                           resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
         pq.next_pull = resp.next_offset
         if found:
             pq.arriving(resp.count, len(resp.buffer))
         elif not pq.count:
             self.offsets.update(mq, pq.commit_offset())
         return found
+
+    def _offset_illegal(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None:
+        """Drop ``pq`` and let ``_offset_moved`` commit the corrected offset and remove it."""
+        logger.warning(
+            "consumer %s: %s offset %d is outside %d..%d; dropping the queue and committing "
+            "%d, where the next rebalance starts it again", self.client_id, mq, pq.next_pull,
+            resp.min_offset, resp.max_offset, resp.next_offset,
+        )  # fmt: skip
+        pq.drop()  # its consume work stops, and what it holds is never committed
+        pq.pulling = False
+        pq.msgs.clear()
+        pq.taken.clear()
+        pq.next_pull = resp.next_offset  # pq.commit_offset() is the corrected offset now
+        self.offsets.update(mq, resp.next_offset)
+        self._spawn(self._offset_moved(mq, pq))
+
+    async def _offset_moved(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        try:
+            await self.offsets.persist([mq], self.generation)
+        except Exception:  # the queue starts again at its last committed offset
+            logger.exception("consumer %s: committing the corrected offset of %s failed",
+                             self.client_id, mq)  # fmt: skip
+        if self.queues.get(mq) is not pq:
+            return  # revoked (or assigned anew) meanwhile
+        del self.queues[mq]
+        for task in self.tasks.pop(mq, []):  # the orderly consume loop
+            task.cancel()
+        self.offsets.forget(mq)
+        self.history.append((mq, self._owned_since.pop(mq, 0.0), time.monotonic()))

@@ -125,9 +125,17 @@ class LocalOffsetStore:
         self.offsets[mq] = offset
 
     async def read(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return self.saved(mqs)
+
+    def saved(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """The saved offsets of ``mqs`` (queues without one are left out)."""
         return {mq: self._saved[_key(mq)] for mq in mqs if _key(mq) in self._saved}
 
     async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
+        self.save()
+
+    def save(self) -> None:
+        """Write the offsets that changed since the last save."""
         changed = False
         for mq, off in self.offsets.items():
             if off >= 0 and self._saved.get(_key(mq)) != off:

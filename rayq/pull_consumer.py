@@ -28,12 +28,19 @@ queues from the start while they are young) or the first message stored at or
 after ``consume_timestamp_ms`` (TIMESTAMP; default: half an hour ago).
 
 Sharing: the pull consumers of one group that subscribe to a topic split its
-queues among themselves. The coordinator computes each member's share (averagely,
-over the members that asked within ``member_expiry_ms``); every consumer asks for
-its share on ``subscribe`` and every ``rebalance_interval_ms`` during ``poll``,
-commits the positions of queues it gives up, and starts the queues it gets at their
-committed offsets. ``shutdown`` leaves the group at once. ``assign`` takes queues
-by hand instead. A consumer is not thread-safe: call it from one thread.
+queues among themselves. The coordinator computes each member's share (with the
+group's ``allocate_strategy``, over the members that asked within
+``member_expiry_ms``); every consumer asks for its share on ``subscribe`` and every
+``rebalance_interval_ms`` during ``poll``, commits the positions of queues it gives
+up, starts the queues it gets at their committed offsets, and tells the topic's
+``MessageQueueListener`` (rayq/pull_share.py). ``shutdown`` leaves the group at once.
+``assign`` takes queues by hand instead. With ``model=MessageModel.BROADCASTING``
+every consumer reads every queue and keeps its offsets in a local file
+(``rayq.offset_store.LocalOffsetStore``, as the push consumer does).
+
+Life cycle (``service_state``, RocketMQ's ``ServiceState``): ``start`` once, from
+CREATE_JUST to RUNNING (a second ``start`` raises ClientError); ``shutdown`` to
+SHUTDOWN_ALREADY. A consumer is not thread-safe: call it from one thread.
 """
 
 from __future__ import annotations
@@ -49,9 +56,9 @@ from typing import Any
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     ClientRequest,
-    CommitOffsetsRequest,
     ConsumeFromWhere,
     GroupShareRequest,
+    MessageModel,
     MessageQueue,
     PullRequest,
     PullResponse,
@@ -59,12 +66,22 @@ from rayq.actors.protocol import (
     SendBackItem,
     SendBackRequest,
 )
+from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.client import ClientContext
+from rayq.offset_store import offsets_path
+from rayq.pull_offsets import PullOffsets
+from rayq.pull_share import (
+    MessageQueueListener,
+    QueueListener,
+    as_listener,
+    check_share_options,
+    tell,
+)
 from rayq.selector import MessageSelector, check_sql_brokers, filter_type, to_filter
+from rayq.service_state import ServiceState
 from rayq.start_offsets import (
     check_start_options,
-    committed_offsets,
     fresh_start_offsets,
     queue_ends,
 )
@@ -117,6 +134,9 @@ class PullConsumer:
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp_ms: int | None = None,
         auto_commit: bool = True,
+        model: MessageModel = MessageModel.CLUSTERING,
+        allocate_strategy: AllocateStrategy = AllocateStrategy.AVERAGELY,
+        allocate_queues: list[MessageQueue] | None = None,
         config: ClientConfig | None = None,
         namespace: str | None = None,
         transport: Transport | None = None,
@@ -125,36 +145,56 @@ class PullConsumer:
         start_ms = check_start_options(consume_from, consume_timestamp_ms, config, namespace)
         if not isinstance(auto_commit, bool):
             raise ConfigError(f"auto_commit must be a bool, got {auto_commit!r}")
+        self._allocation = check_share_options(model, allocate_strategy, allocate_queues)
+        if model is MessageModel.BROADCASTING:  # its offsets file: ConfigError now, not later
+            cfg = config or ClientConfig()
+            offsets_path(cfg.offset_store_dir, cfg.instance_name, group)
         self.group = group
+        self.model = model
+        self._strategy = allocate_strategy
         self._consume_from = consume_from
         self._consume_timestamp_ms = start_ms
         self._auto_commit = auto_commit
         self._ctx = ClientContext(config, namespace, transport)
         self._config = self._ctx.config
+        self._offsets = PullOffsets(
+            self._ctx, group, broadcasting=model is MessageModel.BROADCASTING
+        )
         self.client_id = self._ctx.client_id
         self._subscriptions: dict[str, TagFilter] = {}
+        self._listeners: dict[str, QueueListener | None] = {}
         self._manual = False
         self._queues: dict[MessageQueue, _QueueState] = {}
         self._pending: dict[Any, MessageQueue] = {}  # pull ref -> its queue
-        self._started = False
-        self._closed = False
+        self._service_state = ServiceState.CREATE_JUST
         self._next_auto_commit = 0.0
         self._next_route_check = 0.0
 
     # ------------------------------------------------------- subscription
-    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
-        """Consume every readable queue of ``topic`` (all of them: see the module doc),
+    def subscribe(
+        self,
+        topic: str,
+        expression: str | MessageSelector = "*",
+        *,
+        listener: MessageQueueListener | QueueListener | None = None,
+    ) -> None:
+        """Consume ``topic`` (this consumer's share of its queues: see the module doc),
         filtered by ``expression``: ``"*"``, ``"TagA || TagB"``, or a
-        ``rayq.MessageSelector`` (``by_sql`` filters by properties on the broker)."""
+        ``rayq.MessageSelector`` (``by_sql`` filters by properties on the broker).
+        ``listener`` (a ``rayq.MessageQueueListener`` or ``fn(topic, all_queues,
+        assigned)``) is told each time this consumer's queues of ``topic`` change."""
         self._check_open()
         validate_topic(topic)
         tag_filter = to_filter(expression)
+        told = as_listener(listener)
         if self._manual:
             raise ClientError("this consumer uses assign(); subscribe() and assign() don't mix")
         self._ctx.read_queues(topic, refresh=True)  # TopicNotFoundError for unknown topics
         check_sql_brokers(self._ctx, topic, tag_filter)
+        share = self._share(topic)
         self._subscriptions[topic] = tag_filter
-        self._set_topic_queues(topic, self._share(topic), tag_filter)
+        self._listeners[topic] = told
+        self._set_topic_queues(topic, share, tag_filter)
 
     def assign(self, mqs: Iterable[MessageQueue]) -> None:
         """Consume exactly these queues (replacing the previous assignment), all tags."""
@@ -185,13 +225,32 @@ class PullConsumer:
         return sorted(self._queues)
 
     # ---------------------------------------------------------- lifecycle
+    @property
+    def service_state(self) -> ServiceState:
+        """CREATE_JUST, RUNNING (started), SHUTDOWN_ALREADY or START_FAILED."""
+        return self._service_state
+
+    @property
+    def _started(self) -> bool:
+        return self._service_state is ServiceState.RUNNING
+
+    @property
+    def _closed(self) -> bool:
+        return self._service_state is ServiceState.SHUTDOWN_ALREADY
+
     def start(self) -> None:
-        """Find the starting offset of every queue."""
+        """Find the starting offset of every queue; once only (ClientError after that)."""
         self._check_open()
-        if self._started:
-            return
+        state = self._service_state
+        if state is not ServiceState.CREATE_JUST:
+            raise ClientError(
+                f"the pull consumer of group {self.group!r} is {state.value}: start() may be "
+                "called once; make a new PullConsumer to start again",
+                state=state.value,
+            )
+        self._service_state = ServiceState.START_FAILED  # unless what follows succeeds
         self._resolve_offsets([mq for mq, s in self._queues.items() if s.offset < 0])
-        self._started = True
+        self._service_state = ServiceState.RUNNING
         now = time.monotonic()
         self._next_auto_commit = now + self._config.auto_commit_interval_ms / 1000
         self._next_route_check = now + self._config.rebalance_interval_ms / 1000
@@ -206,8 +265,8 @@ class PullConsumer:
         finally:
             for mq in list(self._queues):
                 self._cancel(self._queues[mq])
-            self._closed = True
-            if self._started:
+            self._service_state = ServiceState.SHUTDOWN_ALREADY
+            if self._subscriptions and self.model is MessageModel.CLUSTERING:
                 with suppress(RayqError):
                     self._ctx.coordinator.leave_shares(ClientRequest(client_id=self.client_id))
 
@@ -318,7 +377,8 @@ class PullConsumer:
     # ---------------------------------------------------------- positions
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Make the next poll read ``mq`` from ``offset`` (an offset outside the queue
-        moves to its nearest end on the next pull)."""
+        moves on the next pull where the broker says: its min offset if below it; past
+        its end, its min offset if that is 0, else its end)."""
         self._check_open()
         s = self._state(mq)
         if offset.__class__ is not int or not 0 <= offset <= OFFSET_MAX:
@@ -361,10 +421,11 @@ class PullConsumer:
         return self._state(mq).offset
 
     def committed(self, mq: MessageQueue) -> int:
-        """The group's committed offset of ``mq`` on its broker (-1: none)."""
+        """The group's committed offset of ``mq`` on its broker, or this consumer's in its
+        local file when broadcasting (-1: none)."""
         self._check_open()
         _check_mq(mq)
-        return committed_offsets(self._ctx, self.group, [mq]).get(mq, -1)
+        return self._offsets.read([mq]).get(mq, -1)
 
     # ---------------------------------------------------------- send-back
     def send_back(self, msgs: list[MessageExt], *, delay_level: int = 0,
@@ -401,27 +462,16 @@ class PullConsumer:
         self._commit()
 
     def _commit(self) -> None:
-        todo: dict[tuple[str, str], dict[int, int]] = {}
-        for mq, s in self._queues.items():
-            if s.offset >= 0 and s.offset != s.committed:
-                todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = s.offset
-        replies = {key: self._ctx.broker(key[0]).commit_offsets(CommitOffsetsRequest(
-            group=self.group, topic=key[1], offsets=offsets, client_id=self.client_id))
-            for key, offsets in todo.items()}  # fmt: skip
+        moved = {mq: s.offset for mq, s in self._queues.items()
+                 if s.offset >= 0 and s.offset != s.committed}  # fmt: skip
         self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
-        first_error: RayqError | None = None
-        for (broker, topic), reply in replies.items():
-            try:
-                reply.result(OFFSET_CALL_TIMEOUT_S)
-            except RayqError as exc:
-                first_error = first_error or exc
-                continue
-            for qid, offset in todo[(broker, topic)].items():
-                s = self._queues.get(MessageQueue(topic, broker, qid))
-                if s is not None:
-                    s.committed = offset
-        if first_error is not None:
-            raise first_error
+        done, error = self._offsets.commit(moved)
+        for mq in done:
+            s = self._queues.get(mq)
+            if s is not None:
+                s.committed = moved[mq]
+        if error is not None:
+            raise error
 
     def _commit_quietly(self) -> None:
         try:
@@ -455,7 +505,14 @@ class PullConsumer:
         self._cancel(self._queues.pop(mq))
 
     def _set_topic_queues(self, topic: str, mqs: list[MessageQueue], tf: TagFilter) -> None:
-        """Make the assignment of ``topic`` exactly ``mqs`` with filter ``tf``."""
+        """Make the assignment of ``topic`` exactly ``mqs`` with filter ``tf``; tell the
+        topic's listener if that changed it."""
+        before = {mq for mq in self._queues if mq.topic == topic}
+        self._take_topic_queues(topic, mqs, tf)
+        if set(mqs) != before:
+            tell(self._listeners.get(topic), topic, self._ctx.read_queues(topic), sorted(mqs))
+
+    def _take_topic_queues(self, topic: str, mqs: list[MessageQueue], tf: TagFilter) -> None:
         gone = [mq for mq in self._queues if mq.topic == topic and mq not in mqs]
         if gone and self._started:  # the next owner starts where this one got to
             self._commit_quietly()
@@ -485,9 +542,18 @@ class PullConsumer:
                 logger.warning("group %s: rebalancing %r failed: %s", self.group, topic, exc)
 
     def _share(self, topic: str) -> list[MessageQueue]:
-        """This member's queues of ``topic`` (the coordinator splits them among the group)."""
-        req = GroupShareRequest(group=self.group, topic=topic, client_id=self.client_id,
-                                expiry_ms=self._config.member_expiry_ms)  # fmt: skip
+        """This member's queues of ``topic`` (the coordinator splits them among the group;
+        broadcasting: all of them)."""
+        if self.model is MessageModel.BROADCASTING:
+            return self._ctx.read_queues(topic, refresh=True)
+        req = GroupShareRequest(
+            group=self.group,
+            topic=topic,
+            client_id=self.client_id,
+            expiry_ms=self._config.member_expiry_ms,
+            strategy=self._strategy,
+            allocation=[q for q in self._allocation if q.topic == topic],
+        )
         share = self._ctx.coordinator.group_share(req).result(OFFSET_CALL_TIMEOUT_S).queues
         if share is None:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
@@ -505,7 +571,7 @@ class PullConsumer:
         """Start each queue at its committed offset, else where ``consume_from`` says."""
         if not mqs:
             return
-        committed = committed_offsets(self._ctx, self.group, mqs)
+        committed = self._offsets.read(mqs)
         for mq, offset in committed.items():
             self._queues[mq].offset = self._queues[mq].committed = offset
         fresh = [mq for mq in mqs if mq not in committed]

@@ -64,7 +64,6 @@ from rayq.actors.protocol import (
     StreamPlanReply,
     StreamPlanRequest,
 )
-from rayq.actors.server.allocation import allocate_averagely
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.routes import GroupTable, RouteTable
 from rayq.actors.server.stream_plans import StreamPlans
@@ -455,9 +454,7 @@ class FakeCluster:
         route = self.route_table().route(req.topic)
         if route is None:
             return ShareReply(queues=None)
-        members = self.groups.touch(req.group, req.topic, req.client_id, SYSTEM_CLOCK.now_ms(),
-                                    req.expiry_ms)  # fmt: skip
-        return ShareReply(queues=allocate_averagely(route.read_queues(), members)[req.client_id])
+        return ShareReply(queues=self.groups.share(req, route.read_queues(), SYSTEM_CLOCK.now_ms()))
 
     def _coordinator_leave_shares(self, req: ClientRequest) -> Done:
         self.groups.leave(req.client_id)

@@ -41,6 +41,8 @@ MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _offset_status(offset: int, lo: int, hi: int) -> tuple[GetStatus | None, int]:
+    """An offset outside ``lo..hi``: its status and where to read instead (RocketMQ's
+    ``getMessage``); None for an offset with entries to read."""
     if hi == 0:
         return GetStatus.NO_MESSAGE_IN_QUEUE, 0
     if offset < lo:
@@ -48,7 +50,10 @@ def _offset_status(offset: int, lo: int, hi: int) -> tuple[GetStatus | None, int
     if offset == hi:
         return GetStatus.OFFSET_OVERFLOW_ONE, offset
     if offset > hi:
-        return GetStatus.OFFSET_OVERFLOW_BADLY, hi
+        # Past the end: a queue that never lost a message (min 0) is read again from its
+        # start (the offset belongs to an older life of the queue, e.g. a store that was
+        # wiped), else from its end.
+        return GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi
     return None, offset
 
 

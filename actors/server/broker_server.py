@@ -104,7 +104,7 @@ from rayq.store.errors import (
     ReplicationError,
     TopicNotFoundError,
 )
-from rayq.store.message import GetStatus, PutResult
+from rayq.store.message import GetResult, GetStatus, PutResult
 from rayq.store.names import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -163,6 +163,7 @@ _PULL_STATUS = {
     GetStatus.OFFSET_TOO_SMALL: PullStatus.OFFSET_ILLEGAL,
     GetStatus.OFFSET_OVERFLOW_BADLY: PullStatus.OFFSET_ILLEGAL,
 }
+_EMPTY_QUEUE = (GetStatus.NO_MESSAGE_IN_QUEUE, GetStatus.NO_MATCHED_LOGIC_QUEUE)
 
 
 def local_host(port: int = 10911) -> str:
@@ -484,10 +485,26 @@ class BrokerServer:
             first.next_begin_offset)  # fmt: skip
         if status is PullStatus.NO_MATCHED_MSG and next_offset <= req.queue_offset:
             status = PullStatus.NO_NEW_MSG  # nothing scanned (a missing file): wait for news
+        if not count:
+            status, next_offset = self._corrected(first, req.queue_offset, status, next_offset)
         return PullResponse(status=status, next_offset=next_offset, min_offset=first.min_offset,
                             max_offset=max(first.max_offset, got.max_offset),
                             buffer=b"".join(parts), count=count,
                             suggest_replica=suggest)  # fmt: skip
+
+    def _corrected(self, got: GetResult, queue_offset: int, status: PullStatus,
+                   next_offset: int) -> tuple[PullStatus, int]:  # fmt: skip
+        """RocketMQ's PullMessageProcessor: a queue with nothing in it (or none at all)
+        moves a pull at an offset other than 0 to 0 (OFFSET_ILLEGAL; at 0 it waits for
+        news). A slave may lag its master, so it corrects nothing backwards: such a pull
+        waits there, and one past its end moves to its end, never back to its start."""
+        if got.status in _EMPTY_QUEUE and queue_offset != 0:
+            if self.slave is None:
+                return PullStatus.OFFSET_ILLEGAL, 0
+            return PullStatus.NO_NEW_MSG, queue_offset
+        if got.status is GetStatus.OFFSET_OVERFLOW_BADLY and self.slave is not None:
+            return status, got.max_offset
+        return status, next_offset
 
     def _filters(self, req: PullRequest) -> tuple[TagFilter | None, SqlFilter | None]:
         """The pull's tag filter, or its compiled SQL92 filter (compiled once per text)."""

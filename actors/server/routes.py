@@ -4,8 +4,17 @@ pull-consumer members of each group per topic (group shares)."""
 from __future__ import annotations
 
 from rayq.actors.config import replica_name
-from rayq.actors.protocol import BrokerInfo, QueueData, TopicRoute
+from rayq.actors.protocol import (
+    AllocateStrategy,
+    BrokerInfo,
+    GroupShareRequest,
+    MessageQueue,
+    QueueData,
+    TopicRoute,
+)
+from rayq.store.errors import ConfigError
 
+from .allocation import STRATEGIES, allocate_by_config
 from .table_files import PERM_WRITE
 
 
@@ -56,20 +65,55 @@ class RouteTable:
 
 
 class GroupTable:
-    """Members of each consumer group per topic, with when each was last heard from."""
+    """Members of each consumer group per topic, with when each was last heard from and
+    how it allocates (strategy, and its queues for CONFIG)."""
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, str], dict[str, int]] = {}
+        self.specs: dict[tuple[str, str], dict[str, GroupShareRequest]] = {}
 
     def touch(self, group: str, topic: str, client_id: str, now_ms: int,
               expiry_ms: int) -> list[str]:  # fmt: skip
         """Record ``client_id`` as alive; the sorted live members of group/topic."""
         members = self.seen.setdefault((group, topic), {})
         members[client_id] = now_ms
+        specs = self.specs.setdefault((group, topic), {})
         for cid in [c for c, t in members.items() if now_ms - t > expiry_ms]:
             del members[cid]
+            specs.pop(cid, None)
         return sorted(members)
+
+    def share(self, req: GroupShareRequest, queues: list[MessageQueue],
+              now_ms: int) -> list[MessageQueue]:  # fmt: skip
+        """The caller's share of ``queues`` (the topic's readable ones) among the live
+        members of its group, by its strategy. ConfigError if another live member
+        allocates otherwise, or (CONFIG) names one of the same queues."""
+        key = (req.group, req.topic)
+        members = self.touch(req.group, req.topic, req.client_id, now_ms, req.expiry_ms)
+        specs = self.specs[key]
+        for cid, other in specs.items():
+            if cid != req.client_id and other.strategy is not req.strategy:
+                self.seen[key].pop(req.client_id, None)
+                raise ConfigError(
+                    f"pull consumer {req.client_id} of group {req.group!r} allocates "
+                    f"{req.topic!r} {req.strategy.value} but member {cid} "
+                    f"{other.strategy.value}; every consumer of a group must use the same "
+                    "allocate_strategy, or use another group name", group=req.group,
+                )  # fmt: skip
+        specs[req.client_id] = req
+        if req.strategy is not AllocateStrategy.CONFIG:
+            return STRATEGIES[req.strategy](queues, members)[req.client_id]
+        known = set(queues)
+        config = {m: [q for q in specs[m].allocation if q in known] for m in members}
+        try:
+            return allocate_by_config(queues, members, config)[req.client_id]
+        except ConfigError:
+            specs.pop(req.client_id, None)
+            self.seen[key].pop(req.client_id, None)
+            raise
 
     def leave(self, client_id: str) -> None:
         for members in self.seen.values():
             members.pop(client_id, None)
+        for specs in self.specs.values():
+            specs.pop(client_id, None)

@@ -83,3 +83,33 @@ def test_a_leaving_member_hands_its_queues_over(cluster: rayq.Cluster) -> None:
         more += [m.body for m in b.poll(timeout=0.2)]
     assert sorted(more) == sorted(f"{q}-{i}".encode() for q in range(4) for i in range(5))
     b.shutdown()
+
+
+def test_the_coordinator_allocates_with_the_group_strategy_and_refuses_another(
+    cluster: rayq.Cluster,
+) -> None:
+    """AVERAGELY_BY_CIRCLE deals the queues in turn (not in blocks); a member that asks
+    with another strategy gets a ConfigError from the coordinator actor."""
+    rayq.Admin(namespace=NAMESPACE).create_topic("circle", queues=4)
+    members = []
+    for _ in range(2):
+        c = rayq.PullConsumer(
+            "g3",
+            config=FAST,
+            namespace=NAMESPACE,
+            allocate_strategy=rayq.AllocateStrategy.AVERAGELY_BY_CIRCLE,
+        )
+        c.subscribe("circle")
+        c.start()
+        members.append(c)
+    settle(*members)
+    assert sorted([sorted(q.queue_id for q in c.assignment()) for c in members]) == [
+        [0, 2],
+        [1, 3],
+    ]
+    other = rayq.PullConsumer("g3", config=FAST, namespace=NAMESPACE)
+    with pytest.raises(rayq.ConfigError, match="allocate_strategy"):
+        other.subscribe("circle")
+    other.shutdown()
+    for c in members:
+        c.shutdown()

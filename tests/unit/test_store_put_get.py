@@ -271,15 +271,35 @@ def test_get_at_max_offset_is_overflow_one(store: MessageStore) -> None:
 
 
 @pytest.mark.parametrize("offset", [6, 100, 2**62])
-def test_get_past_max_offset_is_overflow_badly_with_next_at_max(
+def test_get_past_max_offset_of_a_whole_queue_is_overflow_badly_with_next_at_min(
     store: MessageStore, offset: int
 ) -> None:
-    """Reading past the end is OFFSET_OVERFLOW_BADLY with next = max."""
+    """Past the end of a queue whose min offset is 0: OFFSET_OVERFLOW_BADLY, next = 0
+    (RocketMQ's getMessage: read a queue that never lost a message again from its start)."""
     put_ok(store, [msg() for _ in range(5)])
     r = store.get_messages("g", "T", 0, offset)
     assert r.status is GetStatus.OFFSET_OVERFLOW_BADLY
-    assert r.next_begin_offset == 5
+    assert r.next_begin_offset == 0
+    assert (r.min_offset, r.max_offset) == (0, 5)
     assert r.count == 0
+
+
+def test_get_past_max_offset_of_a_trimmed_queue_is_overflow_badly_with_next_at_max(
+    tmp_path: Path,
+) -> None:
+    """Past the end of a queue whose head retention removed (min > 0): next = max."""
+    holder = [0.1]
+    store = MessageStore(tmp_path, CONFIG, clock=FakeClock(T0), disk_usage=lambda _p: holder[0])
+    for _ in range(4):
+        put_ok(store, [msg("T", 0, b"x" * 1000) for _ in range(50)])
+    holder[0] = 0.87  # past disk_clean_forcibly_ratio: old segments go even if young
+    assert store.retention_tick().segments_to_delete > 0
+    lo, hi = store.min_offset("T", 0), store.max_offset("T", 0)
+    assert 0 < lo < hi
+    r = store.get_messages("g", "T", 0, hi + 10)
+    assert r.status is GetStatus.OFFSET_OVERFLOW_BADLY
+    assert r.next_begin_offset == hi
+    store.close()
 
 
 def test_get_found_returns_records_and_next_begin_offset(store: MessageStore) -> None:
