@@ -1,0 +1,687 @@
+"""The ``rayq`` commands that operate a running deployment (topic, group, message,
+offset, cluster, broker, send, consume), over ``rayq.Admin`` and the clients.
+
+Each command gathers plain data (dicts, lists) once; ``--json`` prints that as one
+JSON document, otherwise rich renders it as tables. Waits show a spinner on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from rayq.actors.config import replica_name
+from rayq.actors.protocol import MessageQueue
+from rayq.admin import Admin
+from rayq.health import HealthLevel, HealthLimits
+from rayq.store.errors import InvalidMessageError
+from rayq.store.message import MessageExt
+
+Handler = Callable[[Admin, argparse.Namespace], int]
+_HANDLERS: dict[tuple[str, str | None], Handler] = {}
+_MESSAGE_FIELDS = (
+    "topic",
+    "msg_id",
+    "offset_msg_id",
+    "tags",
+    "keys",
+    "queue_id",
+    "queue_offset",
+    "commitlog_offset",
+    "store_size",
+    "born_timestamp",
+    "store_timestamp",
+    "born_host",
+    "store_host",
+    "reconsume_times",
+    "broker_name",
+    "sys_flag",
+    "flag",
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command against the deployment ``connect`` attached to."""
+    admin = Admin(namespace=args.namespace)
+    return _HANDLERS[args.command, getattr(args, "action", None)](admin, args)
+
+
+def command(group: str, action: str | None = None) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        _HANDLERS[group, action] = fn
+        return fn
+
+    return register
+
+
+# ------------------------------------------------------------------ output
+
+
+def _console() -> Console:
+    return Console(file=sys.stdout, soft_wrap=False, width=160 if not sys.stdout.isatty() else None)
+
+
+def _emit(args: argparse.Namespace, data: Any, render: Callable[[Console], None]) -> None:
+    """``data`` as JSON with ``--json``, else what ``render`` draws."""
+    if getattr(args, "json", False):
+        print(json.dumps(msgspec.to_builtins(data), indent=2, sort_keys=True))
+    else:
+        render(_console())
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    return table
+
+
+@contextmanager
+def _spinner(text: str) -> Iterator[None]:
+    """A spinner on stderr while a wait lasts (nothing when stderr is not a terminal)."""
+    with Console(stderr=True).status(text):
+        yield
+
+
+def _time(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
+        timespec="milliseconds"
+    )
+
+
+def _queue(mq: MessageQueue) -> dict[str, Any]:
+    return {"topic": mq.topic, "broker_name": mq.broker_name, "queue_id": mq.queue_id}
+
+
+def _body(body: bytes) -> tuple[str, str]:
+    """(encoding, text): the body as UTF-8 text when it decodes, else as hex."""
+    try:
+        return "text", body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex", body.hex()
+
+
+def _message(msg: MessageExt) -> dict[str, Any]:
+    out = {name: getattr(msg, name, None) for name in _MESSAGE_FIELDS}
+    out["properties"] = dict(msg.properties)
+    out["body_encoding"], out["body"] = _body(msg.body)
+    return out
+
+
+def _render_message(console: Console, msg: dict[str, Any]) -> None:
+    headers = [[k, msg[k]] for k in _MESSAGE_FIELDS if k not in ("topic",)]
+    headers.insert(0, ["topic", msg["topic"]])
+    for k in ("born_timestamp", "store_timestamp"):
+        headers.append([f"{k} (UTC)", _time(msg[k])])
+    console.print(_table("headers", ["field", "value"], headers))
+    console.print(
+        _table("properties", ["key", "value"], sorted([k, v] for k, v in msg["properties"].items()))
+    )
+    console.print(f"body ({msg['body_encoding']}):")
+    console.print(msg["body"], markup=False, highlight=False)
+
+
+# ------------------------------------------------------------------ topics
+
+
+@command("topic", "list")
+def _topic_list(admin: Admin, args: argparse.Namespace) -> int:
+    routes = admin.routes()
+    data = [
+        {"topic": t, "brokers": sorted(d.broker_name for d in r.queues)}
+        for t, r in sorted(routes.items())
+    ]
+    _emit(
+        args,
+        data,
+        lambda c: c.print(
+            _table(
+                "topics",
+                ["topic", "brokers"],
+                [[d["topic"], ", ".join(d["brokers"])] for d in data],
+            )
+        ),
+    )
+    return 0
+
+
+@command("topic", "route")
+def _topic_route(admin: Admin, args: argparse.Namespace) -> int:
+    route = admin.route(args.topic)
+    data = msgspec.to_builtins(route)
+    _emit(
+        args,
+        data,
+        lambda c: c.print(
+            _table(
+                f"route of {args.topic}",
+                ["broker", "read queues", "write queues", "perm", "read from"],
+                [
+                    [
+                        d.broker_name,
+                        d.read_queue_nums,
+                        d.write_queue_nums,
+                        d.perm,
+                        d.read_from or "-",
+                    ]
+                    for d in route.queues
+                ],
+            )
+        ),
+    )
+    return 0
+
+
+@command("topic", "status")
+def _topic_status(admin: Admin, args: argparse.Namespace) -> int:
+    stats = admin.topic_stats(args.topic)
+    data = [
+        {
+            **_queue(s.queue),
+            "min_offset": s.min_offset,
+            "max_offset": s.max_offset,
+            "last_store_timestamp": s.last_store_timestamp,
+        }
+        for s in stats
+    ]
+    _emit(
+        args,
+        data,
+        lambda c: c.print(
+            _table(
+                f"status of {args.topic}",
+                ["broker", "queue", "min offset", "max offset", "last stored (UTC)"],
+                [
+                    [
+                        d["broker_name"],
+                        d["queue_id"],
+                        d["min_offset"],
+                        d["max_offset"],
+                        _time(d["last_store_timestamp"]),
+                    ]
+                    for d in data
+                ],
+            )
+        ),
+    )
+    return 0
+
+
+@command("topic", "create")
+def _topic_create(admin: Admin, args: argparse.Namespace) -> int:
+    if args.perm is None:
+        admin.create_topic(args.topic, queues=args.queues)
+    else:
+        admin.create_topic(args.topic, queues=args.queues, perm=args.perm)
+    print(f"topic {args.topic} created with {args.queues} queues on each live broker")
+    return 0
+
+
+@command("topic", "update")
+def _topic_update(admin: Admin, args: argparse.Namespace) -> int:
+    admin.update_topic(args.topic, queues=args.queues, perm=args.perm)
+    print(f"topic {args.topic} updated")
+    return 0
+
+
+@command("topic", "delete")
+def _topic_delete(admin: Admin, args: argparse.Namespace) -> int:
+    admin.delete_topic(args.topic)
+    print(f"topic {args.topic} deleted")
+    return 0
+
+
+# ------------------------------------------------------------------ groups
+
+
+@command("group", "list")
+def _group_list(admin: Admin, args: argparse.Namespace) -> int:
+    groups = admin.groups()
+    _emit(args, groups, lambda c: c.print(_table("groups", ["group"], [[g] for g in groups])))
+    return 0
+
+
+@command("group", "progress")
+def _group_progress(admin: Admin, args: argparse.Namespace) -> int:
+    progress = [
+        p
+        for p in admin.consumer_progress(args.group)
+        if args.topic is None or p.queue.topic == args.topic
+    ]
+    queues = [
+        {
+            **_queue(p.queue),
+            "committed_offset": p.committed_offset,
+            "max_offset": p.max_offset,
+            "lag": p.lag,
+        }
+        for p in progress
+    ]
+    total = {
+        "committed_offset": sum(p.committed_offset for p in progress),
+        "max_offset": sum(p.max_offset for p in progress),
+        "lag": sum(p.lag for p in progress),
+    }
+    data = {"group": args.group, "queues": queues, "total": total}
+
+    def render(console: Console) -> None:
+        rows = [
+            [
+                q["topic"],
+                q["broker_name"],
+                q["queue_id"],
+                q["committed_offset"],
+                q["max_offset"],
+                q["lag"],
+            ]
+            for q in queues
+        ]
+        rows.append(["total", "", "", total["committed_offset"], total["max_offset"], total["lag"]])
+        console.print(
+            _table(
+                f"progress of {args.group}",
+                ["topic", "broker", "queue", "committed", "max", "lag"],
+                rows,
+            )
+        )
+
+    _emit(args, data, render)
+    return 0
+
+
+@command("group", "connections")
+def _group_connections(admin: Admin, args: argparse.Namespace) -> int:
+    members = admin.group_connections(args.group)
+    data = [
+        {"client_id": m, "queues": [_queue(q) for q in qs]} for m, qs in sorted(members.items())
+    ]
+    _emit(
+        args,
+        data,
+        lambda c: c.print(
+            _table(
+                f"consumers of {args.group}",
+                ["client id", "queues"],
+                [
+                    [
+                        d["client_id"],
+                        ", ".join(
+                            f"{q['topic']}@{q['broker_name']}:{q['queue_id']}" for q in d["queues"]
+                        )
+                        or "-",
+                    ]
+                    for d in data
+                ],
+            )
+        ),
+    )
+    return 0
+
+
+@command("group", "create")
+def _group_create(admin: Admin, args: argparse.Namespace) -> int:
+    admin.create_group(
+        args.group,
+        consume_enable=not args.disable,
+        retry_max_times=args.retry_max_times,
+        consume_message_orderly=args.orderly,
+    )
+    print(f"group {args.group} created on each live broker")
+    return 0
+
+
+@command("group", "update")
+def _group_update(admin: Admin, args: argparse.Namespace) -> int:
+    names = (
+        "consume_enable",
+        "consume_broadcast_enable",
+        "consume_message_orderly",
+        "retry_max_times",
+    )
+    changes = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    cfg = admin.update_group(args.group, **changes)
+    print(f"group {args.group} updated: {msgspec.to_builtins(cfg)}")
+    return 0
+
+
+@command("group", "delete")
+def _group_delete(admin: Admin, args: argparse.Namespace) -> int:
+    admin.delete_group(args.group, clean_offsets=args.clean_offsets)
+    print(f"group {args.group} deleted")
+    return 0
+
+
+# ---------------------------------------------------------------- messages
+
+
+@command("message", "query")
+def _message_query(admin: Admin, args: argparse.Namespace) -> int:
+    found = [_message(m) for m in admin.query_message(args.topic, args.key, max_num=args.max)]
+    _emit(
+        args,
+        found,
+        lambda c: c.print(
+            _table(
+                f"messages of {args.topic} with key {args.key}",
+                ["msg id", "broker", "queue", "offset", "tags", "keys", "stored (UTC)", "body"],
+                [
+                    [
+                        m["msg_id"],
+                        m["broker_name"],
+                        m["queue_id"],
+                        m["queue_offset"],
+                        m["tags"],
+                        " ".join(m["keys"]),
+                        _time(m["store_timestamp"]),
+                        m["body"][:60],
+                    ]
+                    for m in found
+                ],
+            )
+        ),
+    )
+    return 0
+
+
+@command("message", "view")
+def _message_view(admin: Admin, args: argparse.Namespace) -> int:
+    msg = _message(admin.view_message(args.msg_id))
+    _emit(args, msg, lambda c: _render_message(c, msg))
+    return 0
+
+
+@command("message", "get")
+def _message_get(admin: Admin, args: argparse.Namespace) -> int:
+    msg = _message(admin.get_message(args.topic, args.queue, args.offset, args.broker))
+    _emit(args, msg, lambda c: _render_message(c, msg))
+    return 0
+
+
+# ----------------------------------------------------------------- offsets
+
+
+@command("offset", "reset")
+def _offset_reset(admin: Admin, args: argparse.Namespace) -> int:
+    old = {
+        (p.queue.broker_name, p.queue.queue_id): p.committed_offset
+        for p in admin.consumer_progress(args.group)
+        if p.queue.topic == args.topic
+    }
+    if args.dry_run:
+        with _spinner(f"looking up the offsets of {args.topic} at {args.timestamp}"):
+            new = admin.offsets_at(args.topic, args.timestamp)
+    else:
+        with _spinner(f"resetting {args.group} on {args.topic}"):
+            new = admin.reset_offset(args.group, args.topic, args.timestamp)
+    data = {
+        "group": args.group,
+        "topic": args.topic,
+        "timestamp_ms": args.timestamp,
+        "dry_run": args.dry_run,
+        "queues": [
+            {
+                "broker_name": q.broker_name,
+                "queue_id": q.queue_id,
+                "old_offset": old.get((q.broker_name, q.queue_id), -1),
+                "new_offset": o,
+            }
+            for q, o in sorted(new.items())
+        ],
+    }
+    title = ("would reset" if args.dry_run else "reset") + f" {args.group} on {args.topic}"
+    _emit(
+        args,
+        data,
+        lambda c: c.print(
+            _table(
+                title,
+                ["broker", "queue", "old", "new"],
+                [
+                    [
+                        d["broker_name"],
+                        d["queue_id"],
+                        d["old_offset"] if d["old_offset"] >= 0 else "-",
+                        d["new_offset"],
+                    ]
+                    for d in data["queues"]
+                ],
+            )
+        ),
+    )
+    return 0
+
+
+# ----------------------------------------------------------------- cluster
+
+
+@command("cluster", "list")
+def _cluster_list(admin: Admin, args: argparse.Namespace) -> int:
+    entries = admin.broker_table()
+    names = [replica_name(e.broker_name, e.broker_id) for e in entries]
+    statuses = admin.statuses([n for n, e in zip(names, entries, strict=True) if not e.lost])
+    data = []
+    for name, e in zip(names, entries, strict=True):
+        status = statuses.get(name, "lost")
+        info = None if isinstance(status, str) else status.info
+        data.append(
+            {
+                "broker_name": e.broker_name,
+                "broker_id": e.broker_id,
+                "replica": name,
+                "role": e.role,
+                "node_id": e.node_id,
+                "lost": e.lost,
+                "last_heartbeat_ms": e.last_heartbeat_ms,
+                "error": status if isinstance(status, str) else "",
+                "disk_ratio": info.disk_ratio if info else None,
+                "put_tps": info.put_tps if info else None,
+                "written_offset": info.written_offset if info else None,
+                "epoch": info.epoch if info else None,
+            }
+        )
+    _emit(
+        args,
+        data,
+        lambda c: c.print(
+            _table(
+                "brokers",
+                [
+                    "broker",
+                    "id",
+                    "role",
+                    "node",
+                    "state",
+                    "disk",
+                    "put TPS",
+                    "written",
+                    "last heartbeat (UTC)",
+                ],
+                [
+                    [
+                        d["broker_name"],
+                        d["broker_id"],
+                        d["role"],
+                        d["node_id"][:12],
+                        "LOST" if d["lost"] else "UNREACHABLE" if d["error"] else "ALIVE",
+                        "-" if d["disk_ratio"] is None else f"{d['disk_ratio']:.1%}",
+                        "-" if d["put_tps"] is None else f"{d['put_tps']:.1f}",
+                        d["written_offset"],
+                        _time(d["last_heartbeat_ms"]),
+                    ]
+                    for d in data
+                ],
+            )
+        ),
+    )
+    return 0
+
+
+_STYLE = {HealthLevel.OK: "green", HealthLevel.WARN: "yellow", HealthLevel.FAIL: "red"}
+
+
+@command("cluster", "health")
+def _cluster_health(admin: Admin, args: argparse.Namespace) -> int:
+    limits = HealthLimits(
+        disk_warn_ratio=args.disk_warn_ratio, disk_fail_ratio=args.disk_fail_ratio
+    )
+    records = admin.health(limits)
+
+    def render(console: Console) -> None:
+        table = Table(title="health", title_justify="left")
+        for name in ("actor", "level", "check", "value", "reason"):
+            table.add_column(name, overflow="fold")
+        for r in records:
+            for i, c in enumerate(r.checks):
+                table.add_row(
+                    r.actor if i == 0 else "",
+                    f"[{_STYLE[r.level]}]{r.level.value}[/]" if i == 0 else "",
+                    c.name,
+                    c.value,
+                    f"[{_STYLE[c.level]}]{c.level.value}[/] {c.reason}",
+                )
+        console.print(table)
+
+    _emit(args, records, render)
+    return 1 if any(r.level is HealthLevel.FAIL for r in records) else 0
+
+
+@command("broker", "status")
+def _broker_status(admin: Admin, args: argparse.Namespace) -> int:
+    status = admin.broker_status(args.broker)
+    data = msgspec.to_builtins(msgspec.structs.replace(status, config={}))
+    info = status.info
+    rows = [
+        ["broker", replica_name(info.broker_name, info.broker_id)],
+        ["role", info.role],
+        ["node", info.node_id],
+        ["store", info.store_dir],
+        ["epoch", info.epoch],
+        ["written offset", info.written_offset],
+        ["flushed offset", status.flushed_offset],
+        [
+            "disk",
+            f"{info.disk_ratio:.1%} (clean past {status.disk_clean_ratio:.0%}, "
+            f"full past {status.disk_full_ratio:.0%})",
+        ],
+        ["put TPS", f"{info.put_tps:.1f}"],
+        ["topics", len(info.topics)],
+        [
+            "slaves",
+            ", ".join(f"#{r.broker_id} lag {r.lag_bytes} B / {r.lag_ms} ms" for r in info.replicas)
+            or "-",
+        ],
+        ["flusher", status.flusher_error or "ok"],
+        ["hold service", status.hold_error or "ok"],
+        ["replication", status.replication_error or "ok"],
+    ]
+    _emit(args, data, lambda c: c.print(_table(f"broker {args.broker}", ["field", "value"], rows)))
+    return 0
+
+
+@command("broker", "config")
+def _broker_config(admin: Admin, args: argparse.Namespace) -> int:
+    config = admin.broker_status(args.broker).config
+    rows = _flatten(config)
+    _emit(
+        args,
+        config,
+        lambda c: c.print(_table(f"config of {args.broker}", ["setting", "value"], rows)),
+    )
+    return 0
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for key, value in sorted(values.items()):
+        if isinstance(value, dict) and value:
+            rows += _flatten(value, f"{prefix}{key}.")
+        else:
+            rows.append([f"{prefix}{key}", value])
+    return rows
+
+
+# ------------------------------------------------------- send and consume
+
+
+@command("send")
+def _send(admin: Admin, args: argparse.Namespace) -> int:
+    from rayq.producer import Producer
+    from rayq.store import Message
+
+    props = {}
+    for item in args.property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidMessageError(f"--property takes KEY=VALUE, got {item!r}")
+        props[key] = value
+    keys = [k for k in args.keys.split(",") if k]
+    producer = Producer("rayq_cli_producer", namespace=args.namespace)
+    try:
+        result = producer.send(
+            Message(args.topic, args.body.encode(), tags=args.tags, keys=keys, properties=props)
+        )
+    finally:
+        producer.shutdown()
+    print(
+        f"{result.status.value} msg_id={result.msg_id} broker={result.queue.broker_name} "
+        f"queue={result.queue.queue_id} offset={result.queue_offset}"
+    )
+    return 0
+
+
+@command("consume")
+def _consume(admin: Admin, args: argparse.Namespace) -> int:
+    import time
+
+    from rayq.actors.protocol import ConsumeFromWhere
+    from rayq.pull_consumer import PullConsumer
+
+    start = ConsumeFromWhere.FIRST_OFFSET if args.start == "first" else ConsumeFromWhere.LAST_OFFSET
+    consumer = PullConsumer(args.group, consume_from=start, namespace=args.namespace)
+    got: list[dict[str, Any]] = []
+    try:
+        consumer.subscribe(args.topic)
+        consumer.start()
+        deadline = time.monotonic() + args.timeout
+        with _spinner(f"waiting for messages of {args.topic}"):
+            while len(got) < args.count and time.monotonic() < deadline:
+                batch = consumer.poll(timeout=min(1.0, max(deadline - time.monotonic(), 0.0)))
+                got += [_message(m) for m in batch]
+        consumer.commit()
+    finally:
+        consumer.shutdown()
+    _emit(
+        args,
+        got,
+        lambda c: c.print(
+            _table(
+                f"consumed from {args.topic} as {args.group}",
+                ["msg id", "broker", "queue", "offset", "tags", "body"],
+                [
+                    [
+                        m["msg_id"],
+                        m["broker_name"],
+                        m["queue_id"],
+                        m["queue_offset"],
+                        m["tags"],
+                        m["body"][:60],
+                    ]
+                    for m in got
+                ],
+            )
+        ),
+    )
+    return 0
