@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         from rayq.cli_ops import run
 
         return run(args)
-    except RayqError as exc:
+    except (RayqError, ConnectionError) as exc:  # ConnectionError: no Ray at --address
         message = " ".join(str(exc).split())
         print(f"rayq {what}: {message}", file=sys.stderr)
         return 1

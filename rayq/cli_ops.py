@@ -1,5 +1,6 @@
-"""The ``rayq`` commands that operate a running deployment (topic, group, message,
-offset, cluster, broker, send, consume), over ``rayq.Admin`` and the clients.
+"""The ``rayq`` commands that operate a running deployment: topic, group, message and
+offset here, cluster, broker, send and consume in ``rayq.cli_cluster``; over
+``rayq.Admin`` and the clients.
 
 Each command gathers plain data (dicts, lists) once; ``--json`` prints that as one
 JSON document, otherwise rich renders it as tables. Waits show a spinner on stderr.
@@ -19,11 +20,8 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from rayq.actors.config import replica_name
 from rayq.actors.protocol import MessageQueue
 from rayq.admin import Admin
-from rayq.health import HealthLevel, HealthLimits
-from rayq.store.errors import InvalidMessageError
 from rayq.store.message import MessageExt
 
 Handler = Callable[[Admin, argparse.Namespace], int]
@@ -51,6 +49,8 @@ _MESSAGE_FIELDS = (
 
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command against the deployment ``connect`` attached to."""
+    import rayq.cli_cluster  # noqa: F401  (registers its commands)
+
     admin = Admin(namespace=args.namespace)
     return _HANDLERS[args.command, getattr(args, "action", None)](admin, args)
 
@@ -70,7 +70,7 @@ def _console() -> Console:
     return Console(file=sys.stdout, soft_wrap=False, width=160 if not sys.stdout.isatty() else None)
 
 
-def _emit(args: argparse.Namespace, data: Any, render: Callable[[Console], None]) -> None:
+def emit(args: argparse.Namespace, data: Any, render: Callable[[Console], None]) -> None:
     """``data`` as JSON with ``--json``, else what ``render`` draws."""
     if getattr(args, "json", False):
         print(json.dumps(msgspec.to_builtins(data), indent=2, sort_keys=True))
@@ -78,7 +78,7 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Console], None]
         render(_console())
 
 
-def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     table = Table(title=title, title_justify="left")
     for name in columns:
         table.add_column(name, overflow="fold")
@@ -88,13 +88,13 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
 
 
 @contextmanager
-def _spinner(text: str) -> Iterator[None]:
+def spinner(text: str) -> Iterator[None]:
     """A spinner on stderr while a wait lasts (nothing when stderr is not a terminal)."""
     with Console(stderr=True).status(text):
         yield
 
 
-def _time(ms: int) -> str:
+def utc(ms: int) -> str:
     if ms <= 0:
         return "-"
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
@@ -114,7 +114,7 @@ def _body(body: bytes) -> tuple[str, str]:
         return "hex", body.hex()
 
 
-def _message(msg: MessageExt) -> dict[str, Any]:
+def message_dict(msg: MessageExt) -> dict[str, Any]:
     out = {name: getattr(msg, name, None) for name in _MESSAGE_FIELDS}
     out["properties"] = dict(msg.properties)
     out["body_encoding"], out["body"] = _body(msg.body)
@@ -125,10 +125,10 @@ def _render_message(console: Console, msg: dict[str, Any]) -> None:
     headers = [[k, msg[k]] for k in _MESSAGE_FIELDS if k not in ("topic",)]
     headers.insert(0, ["topic", msg["topic"]])
     for k in ("born_timestamp", "store_timestamp"):
-        headers.append([f"{k} (UTC)", _time(msg[k])])
-    console.print(_table("headers", ["field", "value"], headers))
+        headers.append([f"{k} (UTC)", utc(msg[k])])
+    console.print(table("headers", ["field", "value"], headers))
     console.print(
-        _table("properties", ["key", "value"], sorted([k, v] for k, v in msg["properties"].items()))
+        table("properties", ["key", "value"], sorted([k, v] for k, v in msg["properties"].items()))
     )
     console.print(f"body ({msg['body_encoding']}):")
     console.print(msg["body"], markup=False, highlight=False)
@@ -144,11 +144,11 @@ def _topic_list(admin: Admin, args: argparse.Namespace) -> int:
         {"topic": t, "brokers": sorted(d.broker_name for d in r.queues)}
         for t, r in sorted(routes.items())
     ]
-    _emit(
+    emit(
         args,
         data,
         lambda c: c.print(
-            _table(
+            table(
                 "topics",
                 ["topic", "brokers"],
                 [[d["topic"], ", ".join(d["brokers"])] for d in data],
@@ -162,11 +162,11 @@ def _topic_list(admin: Admin, args: argparse.Namespace) -> int:
 def _topic_route(admin: Admin, args: argparse.Namespace) -> int:
     route = admin.route(args.topic)
     data = msgspec.to_builtins(route)
-    _emit(
+    emit(
         args,
         data,
         lambda c: c.print(
-            _table(
+            table(
                 f"route of {args.topic}",
                 ["broker", "read queues", "write queues", "perm", "read from"],
                 [
@@ -197,11 +197,11 @@ def _topic_status(admin: Admin, args: argparse.Namespace) -> int:
         }
         for s in stats
     ]
-    _emit(
+    emit(
         args,
         data,
         lambda c: c.print(
-            _table(
+            table(
                 f"status of {args.topic}",
                 ["broker", "queue", "min offset", "max offset", "last stored (UTC)"],
                 [
@@ -210,7 +210,7 @@ def _topic_status(admin: Admin, args: argparse.Namespace) -> int:
                         d["queue_id"],
                         d["min_offset"],
                         d["max_offset"],
-                        _time(d["last_store_timestamp"]),
+                        utc(d["last_store_timestamp"]),
                     ]
                     for d in data
                 ],
@@ -250,7 +250,7 @@ def _topic_delete(admin: Admin, args: argparse.Namespace) -> int:
 @command("group", "list")
 def _group_list(admin: Admin, args: argparse.Namespace) -> int:
     groups = admin.groups()
-    _emit(args, groups, lambda c: c.print(_table("groups", ["group"], [[g] for g in groups])))
+    emit(args, groups, lambda c: c.print(table("groups", ["group"], [[g] for g in groups])))
     return 0
 
 
@@ -291,14 +291,14 @@ def _group_progress(admin: Admin, args: argparse.Namespace) -> int:
         ]
         rows.append(["total", "", "", total["committed_offset"], total["max_offset"], total["lag"]])
         console.print(
-            _table(
+            table(
                 f"progress of {args.group}",
                 ["topic", "broker", "queue", "committed", "max", "lag"],
                 rows,
             )
         )
 
-    _emit(args, data, render)
+    emit(args, data, render)
     return 0
 
 
@@ -308,11 +308,11 @@ def _group_connections(admin: Admin, args: argparse.Namespace) -> int:
     data = [
         {"client_id": m, "queues": [_queue(q) for q in qs]} for m, qs in sorted(members.items())
     ]
-    _emit(
+    emit(
         args,
         data,
         lambda c: c.print(
-            _table(
+            table(
                 f"consumers of {args.group}",
                 ["client id", "queues"],
                 [
@@ -369,12 +369,12 @@ def _group_delete(admin: Admin, args: argparse.Namespace) -> int:
 
 @command("message", "query")
 def _message_query(admin: Admin, args: argparse.Namespace) -> int:
-    found = [_message(m) for m in admin.query_message(args.topic, args.key, max_num=args.max)]
-    _emit(
+    found = [message_dict(m) for m in admin.query_message(args.topic, args.key, max_num=args.max)]
+    emit(
         args,
         found,
         lambda c: c.print(
-            _table(
+            table(
                 f"messages of {args.topic} with key {args.key}",
                 ["msg id", "broker", "queue", "offset", "tags", "keys", "stored (UTC)", "body"],
                 [
@@ -385,7 +385,7 @@ def _message_query(admin: Admin, args: argparse.Namespace) -> int:
                         m["queue_offset"],
                         m["tags"],
                         " ".join(m["keys"]),
-                        _time(m["store_timestamp"]),
+                        utc(m["store_timestamp"]),
                         m["body"][:60],
                     ]
                     for m in found
@@ -398,15 +398,15 @@ def _message_query(admin: Admin, args: argparse.Namespace) -> int:
 
 @command("message", "view")
 def _message_view(admin: Admin, args: argparse.Namespace) -> int:
-    msg = _message(admin.view_message(args.msg_id))
-    _emit(args, msg, lambda c: _render_message(c, msg))
+    msg = message_dict(admin.view_message(args.msg_id))
+    emit(args, msg, lambda c: _render_message(c, msg))
     return 0
 
 
 @command("message", "get")
 def _message_get(admin: Admin, args: argparse.Namespace) -> int:
-    msg = _message(admin.get_message(args.topic, args.queue, args.offset, args.broker))
-    _emit(args, msg, lambda c: _render_message(c, msg))
+    msg = message_dict(admin.get_message(args.topic, args.queue, args.offset, args.broker))
+    emit(args, msg, lambda c: _render_message(c, msg))
     return 0
 
 
@@ -421,10 +421,10 @@ def _offset_reset(admin: Admin, args: argparse.Namespace) -> int:
         if p.queue.topic == args.topic
     }
     if args.dry_run:
-        with _spinner(f"looking up the offsets of {args.topic} at {args.timestamp}"):
+        with spinner(f"looking up the offsets of {args.topic} at {args.timestamp}"):
             new = admin.offsets_at(args.topic, args.timestamp)
     else:
-        with _spinner(f"resetting {args.group} on {args.topic}"):
+        with spinner(f"resetting {args.group} on {args.topic}"):
             new = admin.reset_offset(args.group, args.topic, args.timestamp)
     data = {
         "group": args.group,
@@ -442,11 +442,11 @@ def _offset_reset(admin: Admin, args: argparse.Namespace) -> int:
         ],
     }
     title = ("would reset" if args.dry_run else "reset") + f" {args.group} on {args.topic}"
-    _emit(
+    emit(
         args,
         data,
         lambda c: c.print(
-            _table(
+            table(
                 title,
                 ["broker", "queue", "old", "new"],
                 [
@@ -457,229 +457,6 @@ def _offset_reset(admin: Admin, args: argparse.Namespace) -> int:
                         d["new_offset"],
                     ]
                     for d in data["queues"]
-                ],
-            )
-        ),
-    )
-    return 0
-
-
-# ----------------------------------------------------------------- cluster
-
-
-@command("cluster", "list")
-def _cluster_list(admin: Admin, args: argparse.Namespace) -> int:
-    entries = admin.broker_table()
-    names = [replica_name(e.broker_name, e.broker_id) for e in entries]
-    statuses = admin.statuses([n for n, e in zip(names, entries, strict=True) if not e.lost])
-    data = []
-    for name, e in zip(names, entries, strict=True):
-        status = statuses.get(name, "lost")
-        info = None if isinstance(status, str) else status.info
-        data.append(
-            {
-                "broker_name": e.broker_name,
-                "broker_id": e.broker_id,
-                "replica": name,
-                "role": e.role,
-                "node_id": e.node_id,
-                "lost": e.lost,
-                "last_heartbeat_ms": e.last_heartbeat_ms,
-                "error": status if isinstance(status, str) else "",
-                "disk_ratio": info.disk_ratio if info else None,
-                "put_tps": info.put_tps if info else None,
-                "written_offset": info.written_offset if info else None,
-                "epoch": info.epoch if info else None,
-            }
-        )
-    _emit(
-        args,
-        data,
-        lambda c: c.print(
-            _table(
-                "brokers",
-                [
-                    "broker",
-                    "id",
-                    "role",
-                    "node",
-                    "state",
-                    "disk",
-                    "put TPS",
-                    "written",
-                    "last heartbeat (UTC)",
-                ],
-                [
-                    [
-                        d["broker_name"],
-                        d["broker_id"],
-                        d["role"],
-                        d["node_id"][:12],
-                        "LOST" if d["lost"] else "UNREACHABLE" if d["error"] else "ALIVE",
-                        "-" if d["disk_ratio"] is None else f"{d['disk_ratio']:.1%}",
-                        "-" if d["put_tps"] is None else f"{d['put_tps']:.1f}",
-                        d["written_offset"],
-                        _time(d["last_heartbeat_ms"]),
-                    ]
-                    for d in data
-                ],
-            )
-        ),
-    )
-    return 0
-
-
-_STYLE = {HealthLevel.OK: "green", HealthLevel.WARN: "yellow", HealthLevel.FAIL: "red"}
-
-
-@command("cluster", "health")
-def _cluster_health(admin: Admin, args: argparse.Namespace) -> int:
-    limits = HealthLimits(
-        disk_warn_ratio=args.disk_warn_ratio, disk_fail_ratio=args.disk_fail_ratio
-    )
-    records = admin.health(limits)
-
-    def render(console: Console) -> None:
-        table = Table(title="health", title_justify="left")
-        for name in ("actor", "level", "check", "value", "reason"):
-            table.add_column(name, overflow="fold")
-        for r in records:
-            for i, c in enumerate(r.checks):
-                table.add_row(
-                    r.actor if i == 0 else "",
-                    f"[{_STYLE[r.level]}]{r.level.value}[/]" if i == 0 else "",
-                    c.name,
-                    c.value,
-                    f"[{_STYLE[c.level]}]{c.level.value}[/] {c.reason}",
-                )
-        console.print(table)
-
-    _emit(args, records, render)
-    return 1 if any(r.level is HealthLevel.FAIL for r in records) else 0
-
-
-@command("broker", "status")
-def _broker_status(admin: Admin, args: argparse.Namespace) -> int:
-    status = admin.broker_status(args.broker)
-    data = msgspec.to_builtins(msgspec.structs.replace(status, config={}))
-    info = status.info
-    rows = [
-        ["broker", replica_name(info.broker_name, info.broker_id)],
-        ["role", info.role],
-        ["node", info.node_id],
-        ["store", info.store_dir],
-        ["epoch", info.epoch],
-        ["written offset", info.written_offset],
-        ["flushed offset", status.flushed_offset],
-        [
-            "disk",
-            f"{info.disk_ratio:.1%} (clean past {status.disk_clean_ratio:.0%}, "
-            f"full past {status.disk_full_ratio:.0%})",
-        ],
-        ["put TPS", f"{info.put_tps:.1f}"],
-        ["topics", len(info.topics)],
-        [
-            "slaves",
-            ", ".join(f"#{r.broker_id} lag {r.lag_bytes} B / {r.lag_ms} ms" for r in info.replicas)
-            or "-",
-        ],
-        ["flusher", status.flusher_error or "ok"],
-        ["hold service", status.hold_error or "ok"],
-        ["replication", status.replication_error or "ok"],
-    ]
-    _emit(args, data, lambda c: c.print(_table(f"broker {args.broker}", ["field", "value"], rows)))
-    return 0
-
-
-@command("broker", "config")
-def _broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    config = admin.broker_status(args.broker).config
-    rows = _flatten(config)
-    _emit(
-        args,
-        config,
-        lambda c: c.print(_table(f"config of {args.broker}", ["setting", "value"], rows)),
-    )
-    return 0
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> list[list[Any]]:
-    rows: list[list[Any]] = []
-    for key, value in sorted(values.items()):
-        if isinstance(value, dict) and value:
-            rows += _flatten(value, f"{prefix}{key}.")
-        else:
-            rows.append([f"{prefix}{key}", value])
-    return rows
-
-
-# ------------------------------------------------------- send and consume
-
-
-@command("send")
-def _send(admin: Admin, args: argparse.Namespace) -> int:
-    from rayq.producer import Producer
-    from rayq.store import Message
-
-    props = {}
-    for item in args.property:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidMessageError(f"--property takes KEY=VALUE, got {item!r}")
-        props[key] = value
-    keys = [k for k in args.keys.split(",") if k]
-    producer = Producer("rayq_cli_producer", namespace=args.namespace)
-    try:
-        result = producer.send(
-            Message(args.topic, args.body.encode(), tags=args.tags, keys=keys, properties=props)
-        )
-    finally:
-        producer.shutdown()
-    print(
-        f"{result.status.value} msg_id={result.msg_id} broker={result.queue.broker_name} "
-        f"queue={result.queue.queue_id} offset={result.queue_offset}"
-    )
-    return 0
-
-
-@command("consume")
-def _consume(admin: Admin, args: argparse.Namespace) -> int:
-    import time
-
-    from rayq.actors.protocol import ConsumeFromWhere
-    from rayq.pull_consumer import PullConsumer
-
-    start = ConsumeFromWhere.FIRST_OFFSET if args.start == "first" else ConsumeFromWhere.LAST_OFFSET
-    consumer = PullConsumer(args.group, consume_from=start, namespace=args.namespace)
-    got: list[dict[str, Any]] = []
-    try:
-        consumer.subscribe(args.topic)
-        consumer.start()
-        deadline = time.monotonic() + args.timeout
-        with _spinner(f"waiting for messages of {args.topic}"):
-            while len(got) < args.count and time.monotonic() < deadline:
-                batch = consumer.poll(timeout=min(1.0, max(deadline - time.monotonic(), 0.0)))
-                got += [_message(m) for m in batch]
-        consumer.commit()
-    finally:
-        consumer.shutdown()
-    _emit(
-        args,
-        got,
-        lambda c: c.print(
-            _table(
-                f"consumed from {args.topic} as {args.group}",
-                ["msg id", "broker", "queue", "offset", "tags", "body"],
-                [
-                    [
-                        m["msg_id"],
-                        m["broker_name"],
-                        m["queue_id"],
-                        m["queue_offset"],
-                        m["tags"],
-                        m["body"][:60],
-                    ]
-                    for m in got
                 ],
             )
         ),

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ import ray
 
 import rayq
 from rayq.cli import main
+from rayq.cluster import running_actors
 
 pytestmark = pytest.mark.integration
 
@@ -236,6 +238,23 @@ def test_cluster_list_and_broker_status_and_config(
     config = cli_json(capsys, "broker", "config", "--broker", BROKER)
     assert config["broker_name"] == BROKER
     assert "store.disk_warning_ratio" in cli(capsys, "broker", "config", "--broker", BROKER)
+
+
+def test_start_status_and_stop_a_second_deployment(
+    cluster: rayq.Cluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``start`` deploys into another namespace of the same Ray, ``status`` lists it and
+    ``stop`` ends every one of its actors."""
+    other = f"{NAMESPACE}-2"
+    assert main(["start", "--namespace", other, "--store-dir", str(tmp_path)]) == 0
+    try:
+        assert f"namespace {other!r}" in capsys.readouterr().out
+        assert main(["status", "--namespace", other]) == 0
+        assert "brokers: ['broker-a']" in capsys.readouterr().out
+    finally:
+        assert main(["stop", "--namespace", other]) == 0
+    assert running_actors(other) == []
+    assert running_actors(NAMESPACE) != []
 
 
 @pytest.mark.parametrize(
