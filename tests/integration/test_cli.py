@@ -1,4 +1,4 @@
-"""The ``rayq`` command against a live one-broker deployment, called in-process.
+"""The ``rayq`` command against a live deployment (one broker and its slave), in-process.
 
 Every command runs through ``rayq.cli.main`` with its output captured; ``--json``
 output is parsed back; bad arguments exit 2 with one line on stderr; a rayq error
@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,32 @@ pytestmark = pytest.mark.integration
 
 NAMESPACE = "rayq-test-cli"
 BROKER = "broker-a"
+SLAVE = "broker-a#1"
+SMALL_STORE = rayq.StoreConfig.for_tests(
+    commitlog_segment_size_bytes=256 * 1024,
+    cq_entries_per_file=1024,
+    index_hash_slots=1024,
+    index_entries_max=8192,
+    disk_max_used_space_ratio=1.0,
+    disk_clean_forcibly_ratio=1.0,
+    disk_warning_ratio=1.0,
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayq.Cluster]:
+    """One broker with one slave (so health covers slaves), small store files, no disk
+    limits (tests must not depend on how full the machine's disk is)."""
+    if ray.is_initialized():
+        pytest.skip("Ray is already initialized in this process; this module starts its own")
+    config = rayq.BrokerConfig(store=SMALL_STORE, auto_failover=False)
+    started = rayq.start(
+        tmp_path_factory.mktemp("store"), namespace=NAMESPACE, config=config, slaves=1
+    )
+    try:
+        yield started
+    finally:
+        started.shutdown()
 
 
 def unique(prefix: str) -> str:
@@ -225,12 +252,15 @@ def test_cluster_list_and_broker_status_and_config(
     """cluster list shows the broker with role, node, disk and TPS; broker status and
     config show its state and settings."""
     brokers = cli_json(capsys, "cluster", "list")
-    assert [(b["broker_name"], b["role"], b["lost"]) for b in brokers] == [
-        (BROKER, "ASYNC_MASTER", False)
+    assert [(b["replica"], b["role"], b["lost"]) for b in brokers] == [
+        (BROKER, "ASYNC_MASTER", False),
+        (SLAVE, "SLAVE", False),
     ]
     assert 0.0 <= brokers[0]["disk_ratio"] <= 1.0 and brokers[0]["put_tps"] >= 0.0
     assert brokers[0]["node_id"] == ray.get_runtime_context().get_node_id()
-    assert BROKER in cli(capsys, "cluster", "list")
+    assert SLAVE.split("#")[0] in cli(capsys, "cluster", "list")
+    slave = cli_json(capsys, "broker", "status", "--broker", SLAVE)
+    assert (slave["info"]["broker_id"], slave["replication_error"]) == (1, "")
     status = cli_json(capsys, "broker", "status", "--broker", BROKER)
     assert status["info"]["broker_name"] == BROKER
     assert status["flushed_offset"] >= 0 and status["flusher_error"] == ""
@@ -308,6 +338,9 @@ def test_health_is_ok_on_a_healthy_deployment(
         f"broker {BROKER}": "OK",
         f"flusher {BROKER}": "OK",
         f"hold {BROKER}": "OK",
+        f"slave {SLAVE}": "OK",
+        f"flusher {SLAVE}": "OK",
+        f"hold {SLAVE}": "OK",
     }
     broker = next(r for r in records if r["kind"] == "broker")
     assert [c["name"] for c in broker["checks"]] == [
@@ -340,6 +373,17 @@ def test_health_fails_when_the_flusher_is_killed_for_good(
     flusher = next(r for r in records if r["kind"] == "flusher")
     assert flusher["level"] == "FAIL"
     assert "rayq-flusher-" in flusher["checks"][0]["reason"]
+
+
+def test_health_fails_when_a_slave_is_killed_for_good(
+    cluster: rayq.Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slave actor that is gone is FAIL (unreachable or lost); the exit code is 1."""
+    ray.kill(ray.get_actor(f"rayq-broker-{SLAVE}", namespace=NAMESPACE), no_restart=True)
+    records = cli_json(capsys, "cluster", "health", code=1)
+    slave = next(r for r in records if r["kind"] == "slave")
+    assert slave["level"] == "FAIL"
+    assert slave["checks"][0]["value"] in ("LOST", "UNREACHABLE")
 
 
 def test_health_fails_when_the_broker_is_killed_for_good(
