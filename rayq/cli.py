@@ -275,7 +275,11 @@ def _add_start(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def make_argument_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="rayq", description=__doc__.split("\n\n")[0])
+    parser = _Parser(
+        prog="rayq",
+        description=__doc__.replace("``", "`"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     plain, reading = _common(False), _common(True)
     _add_start(sub, plain)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from rayq.actors.config import replica_name
 from rayq.admin import Admin
-from rayq.cli_ops import command, emit, message_dict, spinner, table, utc
+from rayq.cli_ops import command, emit, message_dict, pick, show, spinner, utc
 from rayq.health import HealthLevel, HealthLimits
 from rayq.store.errors import InvalidMessageError
 
@@ -46,40 +46,19 @@ def _cluster_list(admin: Admin, args: argparse.Namespace) -> int:
                 "epoch": info.epoch if info else None,
             }
         )
-    emit(
-        args,
-        data,
-        lambda c: c.print(
-            table(
-                "brokers",
-                [
-                    "broker",
-                    "id",
-                    "role",
-                    "node",
-                    "state",
-                    "disk",
-                    "put TPS",
-                    "written",
-                    "last heartbeat (UTC)",
-                ],
-                [
-                    [
-                        d["broker_name"],
-                        d["broker_id"],
-                        d["role"],
-                        d["node_id"][:12],
-                        "LOST" if d["lost"] else "UNREACHABLE" if d["error"] else "ALIVE",
-                        "-" if d["disk_ratio"] is None else f"{d['disk_ratio']:.1%}",
-                        "-" if d["put_tps"] is None else f"{d['put_tps']:.1f}",
-                        d["written_offset"],
-                        utc(d["last_heartbeat_ms"]),
-                    ]
-                    for d in data
-                ],
-            )
-        ),
-    )
+    columns = ["broker_name", "broker_id", "role", "node_id", "state", "disk", "put_tps"]
+    rows = [
+        [
+            *pick([d], columns[:4])[0],
+            "LOST" if d["lost"] else "UNREACHABLE" if d["error"] else "ALIVE",
+            "-" if d["disk_ratio"] is None else f"{d['disk_ratio']:.1%}",
+            "-" if d["put_tps"] is None else f"{d['put_tps']:.1f}",
+            d["written_offset"],
+            utc(d["last_heartbeat_ms"]),
+        ]
+        for d in data
+    ]
+    show(args, data, "brokers", [*columns, "written", "last heartbeat (UTC)"], rows)
     return 0
 
 
@@ -141,19 +120,14 @@ def _broker_status(admin: Admin, args: argparse.Namespace) -> int:
         ["hold service", status.hold_error or "ok"],
         ["replication", status.replication_error or "ok"],
     ]
-    emit(args, data, lambda c: c.print(table(f"broker {args.broker}", ["field", "value"], rows)))
+    show(args, data, f"broker {args.broker}", ["field", "value"], rows)
     return 0
 
 
 @command("broker", "config")
 def _broker_config(admin: Admin, args: argparse.Namespace) -> int:
     config = admin.broker_status(args.broker).config
-    rows = _flatten(config)
-    emit(
-        args,
-        config,
-        lambda c: c.print(table(f"config of {args.broker}", ["setting", "value"], rows)),
-    )
+    show(args, config, f"config of {args.broker}", ["setting", "value"], _flatten(config))
     return 0
 
 
@@ -198,7 +172,6 @@ def _send(admin: Admin, args: argparse.Namespace) -> int:
 
 @command("consume")
 def _consume(admin: Admin, args: argparse.Namespace) -> int:
-
     from rayq.actors.protocol import ConsumeFromWhere
     from rayq.pull_consumer import PullConsumer
 
@@ -216,25 +189,6 @@ def _consume(admin: Admin, args: argparse.Namespace) -> int:
         consumer.commit()
     finally:
         consumer.shutdown()
-    emit(
-        args,
-        got,
-        lambda c: c.print(
-            table(
-                f"consumed from {args.topic} as {args.group}",
-                ["msg id", "broker", "queue", "offset", "tags", "body"],
-                [
-                    [
-                        m["msg_id"],
-                        m["broker_name"],
-                        m["queue_id"],
-                        m["queue_offset"],
-                        m["tags"],
-                        m["body"][:60],
-                    ]
-                    for m in got
-                ],
-            )
-        ),
-    )
+    columns = ["msg_id", "broker_name", "queue_id", "queue_offset", "tags", "body"]
+    show(args, got, f"consumed from {args.topic} as {args.group}", columns, pick(got, columns))
     return 0

@@ -78,10 +78,22 @@ def emit(args: argparse.Namespace, data: Any, render: Callable[[Console], None])
         render(_console())
 
 
+def show(
+    args: argparse.Namespace, data: Any, title: str, columns: list[str], rows: list[list[Any]]
+) -> None:
+    """``data`` as JSON with ``--json``, else ``rows`` as a table."""
+    emit(args, data, lambda console: console.print(table(title, columns, rows)))
+
+
+def pick(dicts: list[dict[str, Any]], keys: list[str]) -> list[list[Any]]:
+    """The values of ``keys`` of each dict, as table rows."""
+    return [[d[k] for k in keys] for d in dicts]
+
+
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     table = Table(title=title, title_justify="left")
     for name in columns:
-        table.add_column(name, overflow="fold")
+        table.add_column(name.replace("_", " "), overflow="fold")
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row))
     return table
@@ -139,55 +151,26 @@ def _render_message(console: Console, msg: dict[str, Any]) -> None:
 
 @command("topic", "list")
 def _topic_list(admin: Admin, args: argparse.Namespace) -> int:
-    routes = admin.routes()
     data = [
         {"topic": t, "brokers": sorted(d.broker_name for d in r.queues)}
-        for t, r in sorted(routes.items())
+        for t, r in sorted(admin.routes().items())
     ]
-    emit(
-        args,
-        data,
-        lambda c: c.print(
-            table(
-                "topics",
-                ["topic", "brokers"],
-                [[d["topic"], ", ".join(d["brokers"])] for d in data],
-            )
-        ),
-    )
+    rows = [[d["topic"], ", ".join(d["brokers"])] for d in data]
+    show(args, data, "topics", ["topic", "brokers"], rows)
     return 0
 
 
 @command("topic", "route")
 def _topic_route(admin: Admin, args: argparse.Namespace) -> int:
     route = admin.route(args.topic)
+    columns = ["broker_name", "read_queue_nums", "write_queue_nums", "perm", "read_from"]
     data = msgspec.to_builtins(route)
-    emit(
-        args,
-        data,
-        lambda c: c.print(
-            table(
-                f"route of {args.topic}",
-                ["broker", "read queues", "write queues", "perm", "read from"],
-                [
-                    [
-                        d.broker_name,
-                        d.read_queue_nums,
-                        d.write_queue_nums,
-                        d.perm,
-                        d.read_from or "-",
-                    ]
-                    for d in route.queues
-                ],
-            )
-        ),
-    )
+    show(args, data, f"route of {args.topic}", columns, pick(data["queues"], columns))
     return 0
 
 
 @command("topic", "status")
 def _topic_status(admin: Admin, args: argparse.Namespace) -> int:
-    stats = admin.topic_stats(args.topic)
     data = [
         {
             **_queue(s.queue),
@@ -195,28 +178,14 @@ def _topic_status(admin: Admin, args: argparse.Namespace) -> int:
             "max_offset": s.max_offset,
             "last_store_timestamp": s.last_store_timestamp,
         }
-        for s in stats
+        for s in admin.topic_stats(args.topic)
     ]
-    emit(
-        args,
-        data,
-        lambda c: c.print(
-            table(
-                f"status of {args.topic}",
-                ["broker", "queue", "min offset", "max offset", "last stored (UTC)"],
-                [
-                    [
-                        d["broker_name"],
-                        d["queue_id"],
-                        d["min_offset"],
-                        d["max_offset"],
-                        utc(d["last_store_timestamp"]),
-                    ]
-                    for d in data
-                ],
-            )
-        ),
-    )
+    columns = ["broker_name", "queue_id", "min_offset", "max_offset"]
+    rows = [
+        [*row, utc(d["last_store_timestamp"])]
+        for row, d in zip(pick(data, columns), data, strict=True)
+    ]
+    show(args, data, f"status of {args.topic}", [*columns, "last stored (UTC)"], rows)
     return 0
 
 
@@ -250,7 +219,7 @@ def _topic_delete(admin: Admin, args: argparse.Namespace) -> int:
 @command("group", "list")
 def _group_list(admin: Admin, args: argparse.Namespace) -> int:
     groups = admin.groups()
-    emit(args, groups, lambda c: c.print(table("groups", ["group"], [[g] for g in groups])))
+    show(args, groups, "groups", ["group"], [[g] for g in groups])
     return 0
 
 
@@ -270,64 +239,24 @@ def _group_progress(admin: Admin, args: argparse.Namespace) -> int:
         }
         for p in progress
     ]
-    total = {
-        "committed_offset": sum(p.committed_offset for p in progress),
-        "max_offset": sum(p.max_offset for p in progress),
-        "lag": sum(p.lag for p in progress),
-    }
+    sums = ["committed_offset", "max_offset", "lag"]
+    total = {k: sum(q[k] for q in queues) for k in sums}
     data = {"group": args.group, "queues": queues, "total": total}
-
-    def render(console: Console) -> None:
-        rows = [
-            [
-                q["topic"],
-                q["broker_name"],
-                q["queue_id"],
-                q["committed_offset"],
-                q["max_offset"],
-                q["lag"],
-            ]
-            for q in queues
-        ]
-        rows.append(["total", "", "", total["committed_offset"], total["max_offset"], total["lag"]])
-        console.print(
-            table(
-                f"progress of {args.group}",
-                ["topic", "broker", "queue", "committed", "max", "lag"],
-                rows,
-            )
-        )
-
-    emit(args, data, render)
+    columns = ["topic", "broker_name", "queue_id", *sums]
+    rows = [*pick(queues, columns), ["total", "", "", *pick([total], sums)[0]]]
+    show(args, data, f"progress of {args.group}", columns, rows)
     return 0
 
 
 @command("group", "connections")
 def _group_connections(admin: Admin, args: argparse.Namespace) -> int:
-    members = admin.group_connections(args.group)
-    data = [
-        {"client_id": m, "queues": [_queue(q) for q in qs]} for m, qs in sorted(members.items())
+    members = sorted(admin.group_connections(args.group).items())
+    data = [{"client_id": m, "queues": [_queue(q) for q in qs]} for m, qs in members]
+    rows = [
+        [m, ", ".join(f"{q.topic}@{q.broker_name}:{q.queue_id}" for q in qs) or "-"]
+        for m, qs in members
     ]
-    emit(
-        args,
-        data,
-        lambda c: c.print(
-            table(
-                f"consumers of {args.group}",
-                ["client id", "queues"],
-                [
-                    [
-                        d["client_id"],
-                        ", ".join(
-                            f"{q['topic']}@{q['broker_name']}:{q['queue_id']}" for q in d["queues"]
-                        )
-                        or "-",
-                    ]
-                    for d in data
-                ],
-            )
-        ),
-    )
+    show(args, data, f"consumers of {args.group}", ["client_id", "queues"], rows)
     return 0
 
 
@@ -370,29 +299,13 @@ def _group_delete(admin: Admin, args: argparse.Namespace) -> int:
 @command("message", "query")
 def _message_query(admin: Admin, args: argparse.Namespace) -> int:
     found = [message_dict(m) for m in admin.query_message(args.topic, args.key, max_num=args.max)]
-    emit(
-        args,
-        found,
-        lambda c: c.print(
-            table(
-                f"messages of {args.topic} with key {args.key}",
-                ["msg id", "broker", "queue", "offset", "tags", "keys", "stored (UTC)", "body"],
-                [
-                    [
-                        m["msg_id"],
-                        m["broker_name"],
-                        m["queue_id"],
-                        m["queue_offset"],
-                        m["tags"],
-                        " ".join(m["keys"]),
-                        utc(m["store_timestamp"]),
-                        m["body"][:60],
-                    ]
-                    for m in found
-                ],
-            )
-        ),
-    )
+    columns = ["msg_id", "broker_name", "queue_id", "queue_offset", "tags", "keys"]
+    rows = [
+        [*row, utc(m["store_timestamp"]), m["body"][:60]]
+        for row, m in zip(pick(found, columns), found, strict=True)
+    ]
+    title = f"messages of {args.topic} with key {args.key}"
+    show(args, found, title, [*columns, "stored (UTC)", "body"], rows)
     return 0
 
 
@@ -442,23 +355,6 @@ def _offset_reset(admin: Admin, args: argparse.Namespace) -> int:
         ],
     }
     title = ("would reset" if args.dry_run else "reset") + f" {args.group} on {args.topic}"
-    emit(
-        args,
-        data,
-        lambda c: c.print(
-            table(
-                title,
-                ["broker", "queue", "old", "new"],
-                [
-                    [
-                        d["broker_name"],
-                        d["queue_id"],
-                        d["old_offset"] if d["old_offset"] >= 0 else "-",
-                        d["new_offset"],
-                    ]
-                    for d in data["queues"]
-                ],
-            )
-        ),
-    )
+    columns = ["broker_name", "queue_id", "old_offset", "new_offset"]
+    show(args, data, title, columns, pick(data["queues"], columns))
     return 0

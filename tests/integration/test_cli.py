@@ -74,10 +74,10 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 0) -> A
 
 
 def test_rayq_help_runs_as_a_program() -> None:
-    """``rayq --help`` (the installed entry point's module) lists the command groups."""
-    out = subprocess.run(
-        [sys.executable, "-m", "rayq.cli", "--help"], capture_output=True, text=True, check=True
-    )
+    """The installed ``rayq`` program's ``--help`` lists the command groups, exit code 0."""
+    program = Path(sys.executable).with_name("rayq")
+    argv = [str(program)] if program.exists() else [sys.executable, "-m", "rayq.cli"]
+    out = subprocess.run([*argv, "--help"], capture_output=True, text=True, check=True)
     for name in ("topic", "group", "message", "offset", "cluster", "broker", "send", "consume"):
         assert name in out.stdout
 
