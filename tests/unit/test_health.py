@@ -167,3 +167,22 @@ def test_broker_status_reports_info_limits_and_settings(fake: FakeCluster) -> No
     assert status.info.broker_name == "broker-a"
     assert status.config["broker_name"] == "broker-a"
     assert 0.0 <= status.info.disk_ratio <= 1.0
+
+
+def test_admin_health_marks_a_stopped_broker_lost_and_an_unnoticed_one_unreachable(
+    tmp_path: Path,
+) -> None:
+    """Over the fake cluster: a broker the coordinator dropped is LOST, one it still routes
+    but that does not answer is UNREACHABLE; both FAIL, the coordinator is OK."""
+    with FakeCluster(tmp_path, brokers=("broker-a", "broker-b", "broker-c")) as c:
+        c.stop("broker-b")
+        c.stop("broker-c", keep_route=True)
+        records = {r.actor: r for r in Admin(transport=FakeTransport(c)).health()}
+    assert records["coordinator"].level is HealthLevel.OK
+    states = {
+        a: records[f"broker {a}"].checks[0].value for a in ("broker-a", "broker-b", "broker-c")
+    }
+    assert states == {"broker-a": "ALIVE", "broker-b": "LOST", "broker-c": "UNREACHABLE"}
+    assert records["broker broker-b"].level is HealthLevel.FAIL
+    assert records["broker broker-c"].level is HealthLevel.FAIL
+    assert [c.name for c in records["broker broker-a"].checks][2] == "disk_ratio"
