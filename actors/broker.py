@@ -38,6 +38,8 @@ from .protocol import (
     ArrowPage,
     BatchSendResult,
     BrokerInfo,
+    BrokerStatus,
+    BrokerStatusRequest,
     CommitOffsetsReply,
     CommitOffsetsRequest,
     CompareAndSetOffsetsRequest,
@@ -47,6 +49,7 @@ from .protocol import (
     EndTransactionReply,
     EndTransactionRequest,
     FlushTargets,
+    GetMessageRequest,
     GroupConfigReply,
     GroupRequest,
     GroupsReply,
@@ -101,6 +104,7 @@ R = TypeVar("R")
 logger = logging.getLogger(__name__)
 
 REGISTER_TIMEOUT_S = 30.0
+STATUS_PEER_TIMEOUT_S = 5.0  # broker_status: a flusher or hold service slower is reported
 RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
 LINGER_BELOW = 1 << 20  # a slave of an ASYNC master waits ha_fetch_linger_ms after chunks
@@ -542,6 +546,38 @@ class BrokerActor:
     @ray.method(concurrency_group="admin")
     async def view_message(self, req: ViewMessageRequest) -> MessagesReply:
         return await self._serve(self.server.view_message, req, ViewMessageRequest)
+
+    @ray.method(concurrency_group="admin")
+    async def get_message(self, req: GetMessageRequest) -> MessagesReply:
+        return await self._serve(self.server.get_message, req, GetMessageRequest)
+
+    @ray.method(concurrency_group="admin")
+    async def broker_status(self, req: BrokerStatusRequest) -> BrokerStatus:
+        """This replica's state, with how far its flusher has made the log durable and
+        whether its flusher and hold service answer (within STATUS_PEER_TIMEOUT_S)."""
+        status = await self._serve(self.server.broker_status, req, BrokerStatusRequest)
+        flushed, flusher_error = await self._ask_peer(self._flusher, "durable")
+        _, hold_error = await self._ask_peer(self._hold, "ready")
+        return msgspec.structs.replace(
+            status,
+            flushed_offset=flushed if isinstance(flushed, int) else -1,
+            flusher_error=flusher_error,
+            hold_error=hold_error,
+        )
+
+    async def _ask_peer(self, peer: Peer, method: str) -> tuple[Any, str]:
+        """A peer's answer to ``method()``, and "" or why it did not answer."""
+        handle = peer.get()
+        if handle is None:
+            return None, f"actor {peer.name} is not running"
+        try:
+            answer = await asyncio.wait_for(getattr(handle, method).remote(), STATUS_PEER_TIMEOUT_S)
+            return answer, ""
+        except PEER_LOST_ERRORS as exc:
+            peer.forget()
+            return None, f"actor {peer.name} is unreachable ({type(exc).__name__})"
+        except TimeoutError:
+            return None, f"actor {peer.name} did not answer in {STATUS_PEER_TIMEOUT_S:.0f} s"
 
     @ray.method(concurrency_group="admin")
     async def schedule_stats(self, req: ScheduleStatsRequest) -> ScheduleStats:

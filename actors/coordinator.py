@@ -29,7 +29,9 @@ from .failover import RESTART_GRACE_S, node_alive, place_replicas, promote
 from .protocol import (
     BROKER_ACTOR_PREFIX,
     CONSUMER_ACTOR_PREFIX,
+    BrokerEntry,
     BrokerInfo,
+    BrokerTableReply,
     ClientRequest,
     CountReply,
     Done,
@@ -92,6 +94,7 @@ class CoordinatorActor:
         self._failover_locks: dict[str, asyncio.Lock] = {}
         self._placement: asyncio.Task | None = None
         self._suspects: set[str] = set()
+        self.seen_ms: dict[tuple[str, int], int] = {}  # replica -> last registration
         # Set once the soft state is rebuilt by asking (see _rebuild): routes once the
         # brokers answered, groups once the push consumers re-joined.
         self._routes_ready = asyncio.Event()
@@ -168,6 +171,7 @@ class CoordinatorActor:
     async def register_broker(self, info: BrokerInfo) -> bool:
         if self._scan is None:
             self._scan = asyncio.create_task(self._scan_loop())
+        self.seen_ms[info.broker_name, info.broker_id] = _now_ms()
         if info.broker_id != 0:  # a slave: known, never routed to for sends
             new = info.broker_id not in self.slaves.get(info.broker_name, {})
             self.slaves.setdefault(info.broker_name, {})[info.broker_id] = info
@@ -324,6 +328,27 @@ class CoordinatorActor:
         check(req, ClientRequest)
         await self._ready(self._routes_ready)
         return NamesReply(names=sorted(self.table.brokers))
+
+    async def broker_table(self, req: ClientRequest) -> BrokerTableReply:
+        """Every broker replica known: live masters, slaves and lost masters, each with
+        its role, node and last heartbeat (``rayq cluster list``, ``Admin.health``)."""
+        check(req, ClientRequest)
+        await self._ready(self._routes_ready)
+        infos = [(i, False) for i in self.table.brokers.values()]
+        infos += [(i, True) for n, i in self.lost.items() if n not in self.table.brokers]
+        infos += [(i, False) for per in self.slaves.values() for i in per.values()]
+        out = [
+            BrokerEntry(
+                broker_name=i.broker_name,
+                broker_id=i.broker_id,
+                role=i.role,
+                node_id=i.node_id,
+                lost=lost,
+                last_heartbeat_ms=self.seen_ms.get((i.broker_name, i.broker_id), 0),
+            )
+            for i, lost in infos
+        ]
+        return BrokerTableReply(brokers=sorted(out, key=lambda e: (e.broker_name, e.broker_id)))
 
     # ----------------------------------------------- pull-consumer shares
     async def group_share(self, req: GroupShareRequest) -> ShareReply:

@@ -325,6 +325,8 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     written_offset: int = 0
     replicas: list[ReplicaStatus] = []  # a master's slaves
     auto_failover: bool = True
+    disk_ratio: float = 0.0  # the store disk's last measured used-space ratio
+    put_tps: float = 0.0  # messages stored per second, over the last few seconds
 
 
 class HaFetch(msgspec.Struct, frozen=True, kw_only=True):
@@ -573,6 +575,35 @@ class ReplicationStats(msgspec.Struct, frozen=True, kw_only=True):
     written_offset: int
     replicas: list[ReplicaStatus] = []
     error: str = ""  # a slave: why it is not replicating now ("" while it is)
+
+
+class GetMessageRequest(_Request, frozen=True, kw_only=True):
+    """The one message at ``queue_offset`` of a queue (``rayq message get``)."""
+
+    topic: Text
+    queue_id: QueueId
+    queue_offset: QueueOffset
+
+
+class BrokerStatusRequest(_Request, frozen=True, kw_only=True):
+    pass
+
+
+class BrokerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """A broker replica's state now (``rayq broker status``, ``Admin.health``): its info,
+    how far its flusher has made the commit log durable (-1: the flusher did not
+    answer), why its flusher or hold service did not answer ("" when they did), its
+    disk limits and its settings (``BrokerConfig`` as plain values)."""
+
+    info: BrokerInfo
+    flushed_offset: int = -1
+    flusher_error: str = ""
+    hold_error: str = ""
+    replication_error: str = ""
+    disk_clean_ratio: float = 0.75  # retention deletes files past this ratio
+    disk_full_ratio: float = 0.90  # puts are refused past this ratio
+    heartbeat_interval_ms: int = 30_000
+    config: dict[str, Any] = {}
 
 
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
@@ -834,6 +865,22 @@ class MembersReply(msgspec.Struct, frozen=True, kw_only=True):
     """Each member of a push-consumer group and the queues it owns now."""
 
     members: dict[str, list[MessageQueue]]
+
+
+class BrokerEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """A broker replica the coordinator knows: its last registration or heartbeat, and
+    whether it is lost (died or went silent, not back yet)."""
+
+    broker_name: str
+    broker_id: int
+    role: str
+    node_id: str
+    last_heartbeat_ms: int
+    lost: bool = False
+
+
+class BrokerTableReply(msgspec.Struct, frozen=True, kw_only=True):
+    brokers: list[BrokerEntry]
 
 
 class CountReply(msgspec.Struct, frozen=True, kw_only=True):

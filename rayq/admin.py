@@ -20,14 +20,20 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from rayq.actors.config import ClientConfig
+from rayq.actors.config import ClientConfig, replica_name
 from rayq.actors.protocol import (
+    BrokerEntry,
+    BrokerStatus,
+    BrokerStatusRequest,
     ClientRequest,
     CreateTopicRequest,
     DeleteGroupRequest,
+    GetMessageRequest,
     GroupRequest,
     ListGroupsRequest,
+    MemberRequest,
     MessageQueue,
+    OffsetByTimeRequest,
     QueryMessageRequest,
     QueryOffsetsRequest,
     QueueProgress,
@@ -39,17 +45,21 @@ from rayq.actors.protocol import (
     ScheduleStats,
     ScheduleStatsRequest,
     TopicRequest,
+    TopicRoute,
     UpdateGroupRequest,
     ViewMessageRequest,
 )
 from rayq.actors.server.table_files import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
 from rayq.client import ClientContext
+from rayq.health import ActorHealth, HealthLimits, coordinator_health, replica_health
+from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import (
     BrokerUnavailableError,
     ConfigError,
     GroupNotFoundError,
     InvalidMessageError,
     InvalidOffsetError,
+    RayqError,
     TopicNotFoundError,
 )
 from rayq.store.message import MessageExt
@@ -60,6 +70,8 @@ K = TypeVar("K")
 T = TypeVar("T")
 # Admin calls may scan indexes or persist tables: allow more than a send.
 ADMIN_CALL_TIMEOUT_S = 30.0
+# A status call (health, cluster list) slower than this counts as no answer.
+STATUS_CALL_TIMEOUT_S = 15.0
 QUEUES_MAX = 1024
 QUERY_MAX_NUM = 64 * 1024
 # Readable and writeable; the default of RocketMQ's TopicConfig and mqadmin updateTopic.
@@ -134,6 +146,15 @@ class Admin:
         stats = self._gather({d.broker_name: lambda c: c.topic_stats(req) for d in route.queues})
         return sorted((s for per_broker in stats.values() for s in per_broker.queues),
                       key=lambda s: s.queue)  # fmt: skip
+
+    def route(self, topic: str) -> TopicRoute:
+        """Which brokers serve ``topic``, with their queue counts and permissions."""
+        validate_topic(topic)
+        return self._route(topic)
+
+    def routes(self) -> dict[str, TopicRoute]:
+        """The route of every topic some live broker serves."""
+        return self._routes()
 
     # ------------------------------------------------------------- groups
     def create_group(
@@ -241,6 +262,27 @@ class Admin:
         return {MessageQueue(topic, b, q): o for b, per_queue in sorted(reset.items())
                 for q, o in sorted(per_queue.offsets.items())}  # fmt: skip
 
+    def offsets_at(self, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
+        """What ``reset_offset(group, topic, timestamp_ms)`` would set, changing nothing:
+        per read queue, the first offset stored at or after ``timestamp_ms``."""
+        validate_topic(topic)
+        _check_int("timestamp_ms", timestamp_ms, 0, 2**63 - 1)
+        queues = self._route(topic).read_queues()
+        found = self._gather(
+            {
+                (q.broker_name, q.queue_id): lambda c, q=q: c.offset_by_time(
+                    OffsetByTimeRequest(
+                        topic=topic,
+                        queue_id=q.queue_id,
+                        timestamp_ms=timestamp_ms,
+                        client_id=self.client_id,
+                    )
+                )
+                for q in queues
+            }
+        )
+        return {MessageQueue(topic, b, q): r.offset for (b, q), r in sorted(found.items())}
+
     # ----------------------------------------------------------- messages
     def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                       end_ms: int | None = None) -> list[MessageExt]:  # fmt: skip
@@ -276,6 +318,98 @@ class Admin:
             msg_id=msg_id,
         )
 
+    def get_message(
+        self, topic: str, queue_id: int, queue_offset: int, broker_name: str | None = None
+    ) -> MessageExt:
+        """The message at ``queue_offset`` of queue ``queue_id`` of ``topic`` (on
+        ``broker_name``; may be left out when one broker serves the topic)."""
+        validate_topic(topic)
+        _check_int("queue_id", queue_id, 0, 2**31 - 1)
+        _check_int("queue_offset", queue_offset, 0, 2**63 - 1)
+        brokers = sorted({d.broker_name for d in self._route(topic).queues})
+        if broker_name is None:
+            if len(brokers) != 1:
+                raise InvalidMessageError(
+                    f"topic {topic!r} is on brokers {brokers}: name the broker", topic=topic
+                )
+            broker_name = brokers[0]
+        elif broker_name not in brokers:
+            raise TopicNotFoundError(
+                f"topic {topic!r} is not on broker {broker_name!r} (it is on {brokers})",
+                topic=topic,
+            )
+        req = GetMessageRequest(
+            topic=topic, queue_id=queue_id, queue_offset=queue_offset, client_id=self.client_id
+        )
+        found = self._gather({broker_name: lambda c: c.get_message(req)})[broker_name].messages
+        if not found:
+            raise InvalidOffsetError(
+                f"no message at offset {queue_offset} of queue {queue_id} of {topic!r} on "
+                f"{broker_name} (past the end, or removed by retention)",
+                value=str(queue_offset),
+            )
+        return found[0]
+
+    # ------------------------------------------------------------ cluster
+    def group_connections(self, group: str) -> dict[str, list[MessageQueue]]:
+        """The live push consumers of ``group`` (client ids) and the queues each owns."""
+        validate_group(group)
+        req = MemberRequest(group=group, client_id=self.client_id)
+        return self._ctx.coordinator.group_members(req).result(ADMIN_CALL_TIMEOUT_S).members
+
+    def broker_table(self) -> list[BrokerEntry]:
+        """Every broker replica the coordinator knows (masters, slaves, lost masters), with
+        role, node and last heartbeat."""
+        req = ClientRequest(client_id=self.client_id)
+        return self._ctx.coordinator.broker_table(req).result(ADMIN_CALL_TIMEOUT_S).brokers
+
+    def broker_status(self, replica: str) -> BrokerStatus:
+        """One broker replica's state now (``<name>`` for a master, ``<name>#<id>`` for a
+        slave): info, disk, flush position, its flusher and hold service, settings."""
+        if not isinstance(replica, str) or not replica:
+            raise ConfigError(f"replica must be a broker name, got {replica!r}")
+        req = BrokerStatusRequest(client_id=self.client_id)
+        return self._ctx.broker(replica).broker_status(req).result(STATUS_CALL_TIMEOUT_S)
+
+    def statuses(self, replicas: list[str]) -> dict[str, BrokerStatus | str]:
+        """``broker_status`` of each replica at once; a replica that did not answer maps to
+        why (a str), rather than raising."""
+        req = BrokerStatusRequest(client_id=self.client_id)
+        pending: dict[str, Any] = {}
+        out: dict[str, BrokerStatus | str] = {}
+        for name in replicas:
+            try:
+                pending[name] = self._ctx.broker(name).broker_status(req)
+            except RayqError as exc:
+                out[name] = str(exc)
+        for name, reply in pending.items():
+            try:
+                out[name] = reply.result(STATUS_CALL_TIMEOUT_S)
+            except RayqError as exc:
+                self._ctx.forget(name)
+                out[name] = str(exc)
+        return {n: out[n] for n in replicas}
+
+    def health(self, limits: HealthLimits | None = None) -> list[ActorHealth]:
+        """Each actor's health (rayq/health.py): the coordinator, and per broker replica the
+        broker, its flusher and its hold service, each check OK, WARN or FAIL and why."""
+        if limits is not None and not isinstance(limits, HealthLimits):
+            raise ConfigError(f"limits must be a HealthLimits, got {type(limits).__name__}")
+        limits = limits or HealthLimits()
+        try:
+            entries = self.broker_table()
+        except RayqError as exc:
+            return [coordinator_health(f"the coordinator did not answer: {exc}")]
+        names = [replica_name(e.broker_name, e.broker_id) for e in entries]
+        live = [n for n, e in zip(names, entries, strict=True) if not e.lost]
+        statuses = self.statuses(live)
+        now = SYSTEM_CLOCK.now_ms()
+        out = [coordinator_health()]
+        for name, entry in zip(names, entries, strict=True):
+            status = statuses.get(name, "lost")
+            out += replica_health(entry, status, now, limits)
+        return out
+
     # ------------------------------------------------------------ helpers
     def _live_brokers(self) -> list[str]:
         brokers = self._ctx.brokers()
@@ -283,13 +417,13 @@ class Admin:
             raise BrokerUnavailableError("no live broker is registered with the coordinator")
         return brokers
 
-    def _route(self, topic: str) -> Any:
+    def _route(self, topic: str) -> TopicRoute:
         route = self._ctx.route(topic, refresh=True)
         if route is None:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on any broker", topic=topic)
         return route
 
-    def _routes(self) -> dict[str, Any]:
+    def _routes(self) -> dict[str, TopicRoute]:
         topics = self.topics()
         req = RoutesRequest(topics=topics, client_id=self.client_id)
         routes = self._ctx.coordinator.routes(req).result(ADMIN_CALL_TIMEOUT_S).routes

@@ -45,6 +45,8 @@ import msgspec
 from rayq.actors import protocol
 from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
+    BrokerEntry,
+    BrokerTableReply,
     ClientRequest,
     Done,
     FinishStreamPlanRequest,
@@ -441,6 +443,23 @@ class FakeCluster:
 
     def _coordinator_brokers(self, req: ClientRequest) -> NamesReply:
         return NamesReply(names=sorted(self.route_table().brokers))
+
+    def _coordinator_broker_table(self, req: ClientRequest) -> BrokerTableReply:
+        """Every broker, last seen now; a stopped one (without ``keep_route``) as lost."""
+        now = SYSTEM_CLOCK.now_ms()
+        with self._lock:
+            entries = [
+                BrokerEntry(
+                    broker_name=name,
+                    broker_id=0,
+                    role=srv.role.value,
+                    node_id=srv.node_id,
+                    last_heartbeat_ms=now,
+                    lost=not self.stopped.get(name, True),
+                )
+                for name, srv in sorted(self.servers.items())
+            ]
+        return BrokerTableReply(brokers=entries)
 
     def _coordinator_read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
         return ReadReplicaReply(replica=req.broker_name)  # no slaves in the fake cluster

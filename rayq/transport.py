@@ -28,6 +28,9 @@ from typing import Any, Generic, Protocol, TypeVar
 from rayq.actors.protocol import (
     ArrowPage,
     BatchSendResult,
+    BrokerStatus,
+    BrokerStatusRequest,
+    BrokerTableReply,
     ClientRequest,
     CommitOffsetsReply,
     CommitOffsetsRequest,
@@ -39,6 +42,7 @@ from rayq.actors.protocol import (
     EndTransactionReply,
     EndTransactionRequest,
     FinishStreamPlanRequest,
+    GetMessageRequest,
     GroupConfigReply,
     GroupRequest,
     GroupShareRequest,
@@ -219,6 +223,12 @@ class BrokerClient(_Client):
     def view_message(self, req: ViewMessageRequest) -> Reply[MessagesReply]:
         return self._invoke("view_message", req)
 
+    def get_message(self, req: GetMessageRequest) -> Reply[MessagesReply]:
+        return self._invoke("get_message", req)
+
+    def broker_status(self, req: BrokerStatusRequest) -> Reply[BrokerStatus]:
+        return self._invoke("broker_status", req)
+
     def schedule_stats(self, req: ScheduleStatsRequest) -> Reply[ScheduleStats]:
         return self._invoke("schedule_stats", req)
 
@@ -266,6 +276,9 @@ class CoordinatorClient(_Client):
 
     def brokers(self, req: ClientRequest) -> Reply[NamesReply]:
         return self._invoke("brokers", req)
+
+    def broker_table(self, req: ClientRequest) -> Reply[BrokerTableReply]:
+        return self._invoke("broker_table", req)
 
     def lost_brokers(self, req: LostBrokersRequest) -> Reply[NamesReply]:
         return self._invoke("lost_brokers", req)

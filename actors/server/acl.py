@@ -60,6 +60,7 @@ RELOAD_CHECK_S = 1.0
 ADMIN_METHODS = frozenset({
     "create_topic", "delete_topic", "update_group", "delete_group", "groups",
     "reset_offsets", "view_message", "schedule_stats", "replication",
+    "get_message", "broker_status",
 })  # fmt: skip
 
 

@@ -32,6 +32,8 @@ from rayq.actors.protocol import (
     ArrowPage,
     BatchSendResult,
     BrokerInfo,
+    BrokerStatus,
+    BrokerStatusRequest,
     CommitOffsetsReply,
     CommitOffsetsRequest,
     CompareAndSetOffsetsRequest,
@@ -41,6 +43,7 @@ from rayq.actors.protocol import (
     EndTransactionReply,
     EndTransactionRequest,
     FlushTargets,
+    GetMessageRequest,
     GroupConfigReply,
     GroupRequest,
     GroupsReply,
@@ -119,6 +122,7 @@ from rayq.store.sql92 import SqlFilter, compile_sql, sql_filter_records
 from . import columnar
 from .acl import AclService
 from .dedupe import Verdict, open_sequences
+from .put_rate import PutRate
 from .queue_locks import QueueLocks
 from .replication import (
     MasterReplication,
@@ -220,6 +224,7 @@ class BrokerServer:
             acl_file = config.acl_file or str(self.tables.config_dir / ACL_FILE_NAME)
             self.acl = AclService(acl_file, config.acl_timestamp_window_ms)
         self.replication_error = ""  # a slave: why it is not replicating now
+        self.put_rate = PutRate()
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
                     self.store.recovery)  # fmt: skip
 
@@ -288,7 +293,9 @@ class BrokerServer:
                           broker_id=self.config.broker_id, role=self.role.value,
                           epoch=self.epochs.current, written_offset=self.store.written_offset,
                           replicas=self.master.status(now) if self.master else [],
-                          auto_failover=self.config.auto_failover)  # fmt: skip
+                          auto_failover=self.config.auto_failover,
+                          disk_ratio=self.store.disk.ratio,
+                          put_tps=self.put_rate.per_second(now))  # fmt: skip
 
     # --------------------------------------------------------------- send
     def put(self, batch: EncodedBatch) -> BatchSendResult:
@@ -343,6 +350,7 @@ class BrokerServer:
 
     def _sent(self, batch: EncodedBatch, topic: str, result: PutResult) -> BatchSendResult:
         raise_for_put(result)
+        self.put_rate.add(batch.count, SYSTEM_CLOCK.now_ms())
         out = BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
                               offset_msg_ids=result.offset_msg_ids,
                               queue_offsets=result.queue_offsets)  # fmt: skip
@@ -712,6 +720,37 @@ class BrokerServer:
         """The message with this id ([] if none)."""
         found = self.store.view_message(req.msg_id)
         return MessagesReply(messages=[found] if found is not None else [])
+
+    def get_message(self, req: GetMessageRequest) -> MessagesReply:
+        """The message at ``queue_offset`` of a queue ([] if none is there: past the end,
+        removed by retention, or damaged)."""
+        cfg = self.topic_config(req.topic, create=False)
+        if not 0 <= req.queue_id < max(cfg.read_queue_nums, cfg.write_queue_nums):
+            raise InvalidOffsetError(
+                f"queue {req.queue_id} of topic {req.topic!r} does not exist (it has "
+                f"{cfg.read_queue_nums} queues)",
+                value=str(req.queue_id),
+            )
+        got = self.store.get_messages("", req.topic, req.queue_id, req.queue_offset, 1)
+        if got.status is not GetStatus.FOUND or not got.count:
+            return MessagesReply(messages=[])
+        found = decode_records(got.buffer, broker_name=self.name)
+        return MessagesReply(messages=[m for m in found if m.queue_offset == req.queue_offset])
+
+    def broker_status(self, req: BrokerStatusRequest) -> BrokerStatus:
+        """This replica's info with a fresh disk measurement, its limits and settings (the
+        actor adds what its flusher and hold service answer)."""
+        now = SYSTEM_CLOCK.now_ms()
+        self.store.disk.measure(now)
+        store = self.config.store_config
+        return BrokerStatus(
+            info=self.info(),
+            replication_error=self.replication_error,
+            disk_clean_ratio=store.disk_max_used_space_ratio,
+            disk_full_ratio=store.disk_warning_ratio,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            config=msgspec.to_builtins(self.config),
+        )
 
     # ------------------------------------------------- delays and retries
     def send_back(self, request: SendBackRequest) -> SendBackResult:

@@ -41,3 +41,39 @@ def test_start_takes_slaves_role_and_failover() -> None:
     assert (args.slaves, args.role, args.no_failover) == (1, "SYNC_MASTER", True)
     with pytest.raises(SystemExit):
         parser.parse_args(["start", "--role", "SLAVE"])  # slaves come from --slaves/resources
+
+
+def test_every_read_command_takes_json_and_address_and_namespace() -> None:
+    """Read commands take ``--json``; every command takes ``--address``/``--namespace``."""
+    parser = make_argument_parser()
+    args = parser.parse_args(["topic", "status", "--topic", "t", "--json", "--namespace", "n"])
+    assert (args.command, args.action, args.topic, args.json, args.namespace) == (
+        "topic",
+        "status",
+        "t",
+        True,
+        "n",
+    )
+    assert parser.parse_args(["cluster", "health"]).json is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["topic", "delete", "--topic", "t", "--json"])  # a write
+
+
+def test_offset_reset_takes_milliseconds_or_an_iso_time() -> None:
+    parser = make_argument_parser()
+    base = ["offset", "reset", "--group", "g", "--topic", "t", "--timestamp"]
+    assert parser.parse_args([*base, "1000"]).timestamp == 1000
+    assert parser.parse_args([*base, "1970-01-01T00:00:01"]).timestamp == 1000
+    assert parser.parse_args([*base, "1970-01-01T01:00:01+01:00"]).timestamp == 1000
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "soon"])
+
+
+def test_main_reports_a_usage_error_on_one_line_with_exit_code_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rayq.cli import main
+
+    assert main(["group", "progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--group" in err
