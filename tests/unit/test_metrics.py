@@ -4,6 +4,8 @@ computed by BrokerServer (actors/metrics.py, actors/server/tally.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,3 +144,30 @@ def test_group_lags_sum_max_minus_committed_over_the_committed_queues(server: An
     assert server.group_lags() == {("cg", "orders"): 3}
     server.commit_offsets(CommitOffsetsRequest(group="cg", topic="orders", offsets={1: 1}))
     assert server.group_lags() == {("cg", "orders"): 5}
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "rayq-dashboard.json"
+
+
+def _dashboard_queries() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    variables = [v["definition"] for v in board["templating"]["list"] if "definition" in v]
+    return exprs + variables
+
+
+def test_dashboard_queries_name_only_exported_metrics_and_show_them_all() -> None:
+    """docs/grafana/rayq-dashboard.json parses; each ray_rayq_* name in its queries is an
+    exported family (a histogram's _bucket/_sum/_count under its family); and every
+    family is on some panel."""
+    queries = _dashboard_queries()
+    assert queries
+    histograms = {s.exported for s in SPECS if s.kind == "histogram"}
+    used = set()
+    for query in queries:
+        for name in re.findall(r"\bray_rayq_[a-z_]+", query):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            family = base if base in histograms else name
+            assert family in EXPORTED_FAMILIES, (name, query)
+            used.add(family)
+    assert used == EXPORTED_FAMILIES
