@@ -10,9 +10,11 @@ are few and bounded: broker, topic, group, slave (a broker id), mode. Never a
 message, key or client id.
 
 The hot paths (a put, a pull, a listener call) only add to a ``Tally``
-(actors/server/tally.py): a dict lookup, no Ray call. Each actor's metrics timer
-(every ``REPORT_INTERVAL_S``) drains it into the counters and histograms and sets
-the gauges (lag, parked pulls, disk, replication) from the server objects it holds.
+(actors/server/tally.py): a dict lookup, no Ray call. The broker's and consumer's
+metrics timers (every ``REPORT_INTERVAL_S``) and the flusher's rounds drain it into
+the counters and histograms and set the gauges (lag, parked pulls, disk,
+replication, dirty bytes) from the server objects they hold. The coordinator counts
+its rebalances directly (a few a minute at most).
 
     broker      rayq_put_*, rayq_pull_*, rayq_consumer_lag_messages, rayq_retry_messages,
                 rayq_dlq_messages, rayq_parked_pulls, rayq_disk_usage_ratio,
