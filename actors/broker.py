@@ -22,6 +22,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -30,8 +31,10 @@ import ray
 
 from rayq.store import SYSTEM_CLOCK, EncodedBatch
 from rayq.store.errors import ClosedError, InvalidRequestError
+from rayq.store.names import is_dlq_topic
 
 from .config import BrokerConfig
+from .metrics import REPORT_INTERVAL_S, BrokerMetrics
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
     HOLD_REPLY_BYTES,
@@ -148,6 +151,7 @@ class BrokerActor:
         self._parked = ParkedPulls()  # the hold service's pulls waiting for appends
         self._delivering: set[asyncio.Future[None]] = set()  # answers sent, not yet acked
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._metrics = BrokerMetrics(config.replica_name)
         # An async actor's __init__ runs on its event loop: start serving now.
         self._startup = asyncio.get_running_loop().create_task(self.start_services())
 
@@ -167,6 +171,8 @@ class BrokerActor:
                 asyncio.create_task(self._every(cfg.retention_check_interval_ms,
                                                 self.server.retention_tick)),
                 asyncio.create_task(self._heartbeat_loop(cfg.heartbeat_interval_ms)),
+                asyncio.create_task(self._every(int(REPORT_INTERVAL_S * 1000),
+                                                self._report_metrics)),
             ]  # fmt: skip
             if self.server.slave is None:
                 self._tasks += [asyncio.create_task(self._schedule_loop()),
@@ -210,6 +216,35 @@ class BrokerActor:
                 fn()
             except Exception:  # a failed tick is logged; the next one tries again
                 logger.exception("broker %s: periodic %s failed", self.server.name, fn.__name__)
+
+    def _report_metrics(self) -> None:
+        """Hand the tallies to Ray and set the gauges (actors/metrics.py): consumer lag,
+        parked pulls, disk usage, and a master's view of its slaves' lag."""
+        now_ms = _now_ms()
+        store = self.server.store
+        store.disk.check(now_ms)
+        master = self.server.master
+        replicas = {
+            str(r.broker_id): (r.lag_bytes, r.lag_ms / 1000)
+            for r in (master.status(now_ms) if master is not None else [])
+        }
+        self._metrics.report(
+            lags=self.server.group_lags(),
+            parked=len(self._parked),
+            disk_ratio=store.disk.ratio,
+            replicas=replicas,
+        )
+
+    def _count_pull(self, req: PullRequest | PullManyRequest, reply: Any) -> None:
+        """Tally the messages and bytes a pull answered, per topic."""
+        pulls = self._metrics.pulls
+        if isinstance(req, PullRequest):
+            if reply.count:
+                pulls.count((req.topic,), reply.count, len(reply.buffer))
+            return
+        for item, got in zip(req.items, reply.results, strict=False):
+            if type(got) is PullResponse and got.count:
+                pulls.count((item.topic,), got.count, len(got.buffer))
 
     async def _schedule_loop(self) -> None:
         """Deliver delayed messages when due and wake the long polls waiting for them."""
@@ -290,6 +325,7 @@ class BrokerActor:
             return
         hold = self._hold.get()
         if hold is not None:
+            self._count_pull(req, reply)
             answer = to_wire(reply) if type(reply) is PullResponse else reply
             task = asyncio.ensure_future(
                 self._follow_up(hold.deliver.remote(token, answer), token, req, reply)
@@ -376,6 +412,7 @@ class BrokerActor:
         Ray's inline limit, rayq/ray_transport.py ``inline_args``), joined here: one
         call, so the batch is appended whole or not at all. A batch sent as ``to_wire``
         bytes (as the Ray transport sends it) is answered in bytes too."""
+        started = time.perf_counter()
         wire = type(batch) is bytes
         if wire:
             batch = check(batch, EncodedBatch)
@@ -399,6 +436,8 @@ class BrokerActor:
         if not batch.scheduled and self._parked.watched(key):
             asyncio.get_running_loop().call_soon(self._wake, (key,))  # after the reply
         result = await self._wait_safe(result)
+        self._metrics.puts.count((batch.topic,), batch.count, len(batch.records))
+        self._metrics.puts.observe((batch.topic,), time.perf_counter() - started)
         return to_wire(result) if wire else result
 
     @ray.method(concurrency_group="send")
@@ -444,6 +483,7 @@ class BrokerActor:
         hold service's waiting pull), a read that finds nothing new leaves the pull
         parked: the next append to its queue answers it through
         ``PullHoldActor.deliver``."""
+        started = time.perf_counter()
         wire = type(req) is bytes
         req = check(req, PullRequest)
         self.server.authorize("pull", req)  # also the hold service's: the client's request
@@ -451,6 +491,8 @@ class BrokerActor:
             resp = self.server.pull(req)
         else:
             resp, _, _ = self._park_and_read(check(park, Park).token, req)
+        self._count_pull(req, resp)
+        self._metrics.pulls.observe((), time.perf_counter() - started)
         return to_wire(resp) if wire else resp
 
     @ray.method(concurrency_group="pull")
@@ -459,11 +501,15 @@ class BrokerActor:
     ) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
         With ``park``: parked (on all its queues) if none of them has anything new."""
+        started = time.perf_counter()
         req = check(req, PullManyRequest)
         self.server.authorize("pull_many", req)
         if park is None:
-            return self.server.pull_many(req)
-        reply, _, _ = self._park_and_read(check(park, Park).token, req)
+            reply = self.server.pull_many(req)
+        else:
+            reply, _, _ = self._park_and_read(check(park, Park).token, req)
+        self._count_pull(req, reply)
+        self._metrics.pulls.observe((), time.perf_counter() - started)
         return reply
 
     # ------------------------------------------------ admin, offsets, locks
@@ -593,8 +639,11 @@ class BrokerActor:
 
     @ray.method(concurrency_group="admin")
     async def send_back(self, req: SendBackRequest) -> SendBackResult:
+        req = check(req, SendBackRequest)
         result = await self._serve(self.server.send_back, req, SendBackRequest)
         self._wake((t, 0) for t in set(result.topics))
+        dead = sum(1 for t in result.topics if is_dlq_topic(t))
+        self._metrics.send_backs.count((req.group,), len(result.topics) - dead, dead)
         return result
 
     async def _serve(self, method: Callable[[Any], R], req: object, cls: type) -> R:

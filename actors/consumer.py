@@ -5,6 +5,8 @@ client logic in ``rayq.consume_service``; this module never imports it), hands t
 coordinator's ``assign``/``revoke`` calls through, and runs the timers: offset
 commits, orderly lock renewal, membership heartbeats and the consume-timeout scan.
 A restarted coordinator asks it to ``rejoin`` at once (no waiting for the heartbeat).
+Every ``REPORT_INTERVAL_S`` it hands the service's tally (messages consumed and
+failed per topic, listener call times) to Ray (actors/metrics.py).
 ``park`` never returns while the actor lives, so the coordinator learns of its
 death from Ray at once and rebalances the group.
 """
@@ -18,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
+
+from .metrics import REPORT_INTERVAL_S, record_tally
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ class ConsumerActor:
         ]
         if self.service.orderly:
             timers.append((cfg.lock_renew_interval_ms / 1000, self.service.renew_locks))
+        timers.append((REPORT_INTERVAL_S, self._report_metrics))
         self._tasks = [asyncio.create_task(self._every(s, fn)) for s, fn in timers]
         return True
 
@@ -51,6 +56,15 @@ class ConsumerActor:
                 await fn()
             except Exception:  # logged; the next tick tries again
                 logger.exception("consumer timer %s failed", getattr(fn, "__name__", fn))
+
+    async def _report_metrics(self) -> None:
+        """Hand what the service tallied since the last report to Ray."""
+        record_tally(
+            self.service.tally,
+            {"group": self.service.group},
+            ("rayq_consumed_messages", "rayq_consume_failed_messages"),
+            "rayq_listener_latency_seconds",
+        )
 
     async def rejoin(self) -> bool:
         """Join the group again (asked by a coordinator that was restarted); False if
@@ -79,6 +93,8 @@ class ConsumerActor:
         with contextlib.suppress(Exception):
             await self.service.commit()
         await self.service.shutdown()
+        with contextlib.suppress(Exception):
+            await self._report_metrics()
         return self.service.stats()
 
 

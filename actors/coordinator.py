@@ -26,6 +26,7 @@ from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import ClosedError, InvalidRequestError
 
 from .failover import RESTART_GRACE_S, node_alive, place_replicas, promote
+from .metrics import metric
 from .protocol import (
     BROKER_ACTOR_PREFIX,
     CONSUMER_ACTOR_PREFIX,
@@ -475,6 +476,7 @@ class CoordinatorActor:
     async def _carry_out(self, plan: Plan) -> None:
         """Step 1: owners release what they lose (acknowledged or dead). Step 2: assign."""
         group = plan.group
+        metric("rayq_rebalances").inc(1, {"group": group})
         revokes = {m: qs for m, qs in plan.revoke.items() if qs}
         results = await self._call_members(group, "revoke", plan.generation, revokes)
         for member, qs in revokes.items():

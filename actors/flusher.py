@@ -8,20 +8,25 @@ queues and index every ``flush_cq_interval_ms``, then writes the checkpoint.
 SYNC_FLUSH: ``sync(offset)`` returns once the commit log is durable up to
 ``offset``; concurrent callers share one fdatasync (group commit).
 The disk work runs in a thread (``asyncio.to_thread``), off the event loop.
+Each round reports the bytes it found not yet durable and the time each flush took
+(actors/metrics.py: ``rayq_flush_dirty_bytes``, ``rayq_flush_latency_seconds``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import ray
 
 from rayq.store import DiskFlusher, StoreConfig
 
+from .metrics import metric, record_tally
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import FlushTargets, broker_actor_name
+from .server.tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ class FlushService:
         self._waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._running: asyncio.Task | None = None
         self._disk_lock = asyncio.Lock()  # one disk operation at a time
+        self.timings = Tally()  # ("sync",) group commits, ("async",) rounds: seconds
 
     async def sync(self, offset: int) -> int:
         """Wait until the commit log is durable up to ``offset``; returns the durable offset."""
@@ -51,7 +57,9 @@ class FlushService:
             target = max(o for o, _ in self._waiters)
             try:
                 async with self._disk_lock:
+                    started = time.perf_counter()
                     done = await asyncio.to_thread(self.disk.flush_commitlog, target)
+                    self.timings.observe(("sync",), time.perf_counter() - started)
             except Exception as exc:  # the waiters see the failure
                 for _, fut in self._waiters:
                     if not fut.done():
@@ -71,6 +79,7 @@ class FlushService:
         """One round of async flush."""
         least = 0 if thorough else self.config.flush_least_pages
         async with self._disk_lock:
+            started = time.perf_counter()
             if written < self.disk.commitlog_flushed:
                 # The broker cut its log (a slave fenced by its master's epochs): what
                 # is durable ends there now. (A stale ``written`` only makes it lower.)
@@ -79,6 +88,7 @@ class FlushService:
             if logics:
                 await asyncio.to_thread(self.disk.flush_logics, dispatched)
             await asyncio.to_thread(self.disk.checkpoint)
+            self.timings.observe(("async",), time.perf_counter() - started)
 
 
 class FlusherActor:
@@ -91,6 +101,7 @@ class FlusherActor:
         self.service = FlushService(store_dir, config)
         self.broker_name = broker_name
         self.broker = Peer(broker_actor_name(broker_name), namespace)
+        self._tags = {"broker": broker_name}
         # An async actor's __init__ runs on its event loop: the loop starts now.
         self._task: asyncio.Task = asyncio.get_running_loop().create_task(self._loop())
 
@@ -108,6 +119,7 @@ class FlusherActor:
             try:
                 if broker is not None:
                     targets: FlushTargets = await broker.flush_targets.remote()
+                    self._report(targets.written)
                     await self.service.tick(targets.written, targets.dispatched,
                                             thorough=n % thorough_every == 0,
                                             logics=n % logics_every == 0)  # fmt: skip
@@ -118,6 +130,12 @@ class FlusherActor:
             except Exception:
                 logger.exception("flusher %s: flush round failed", self.broker_name)
             await asyncio.sleep(cfg.flush_interval_ms / 1000)
+
+    def _report(self, written: int) -> None:
+        """The bytes not yet durable now, and the flush timings since the last round."""
+        dirty = max(written - self.service.disk.commitlog_flushed, 0)
+        metric("rayq_flush_dirty_bytes").set(dirty, self._tags)
+        record_tally(self.service.timings, self._tags, (), "rayq_flush_latency_seconds")
 
     async def durable(self) -> int:
         """Commit-log offset below which everything is known durable."""

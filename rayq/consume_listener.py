@@ -5,16 +5,19 @@ return ``(ConsumeStatus.CONSUME_SUCCESS, ack_index)``: messages up to and includ
 ``ack_index`` succeeded, the rest are sent back (RocketMQ's ``ackIndex``). An
 orderly listener returns a ``ConsumeOrderlyStatus``. An exception, ``None`` or
 anything else counts as RECONSUME_LATER (or SUSPEND_CURRENT_QUEUE_A_MOMENT) and is
-logged; it never reaches the consumer actor.
+logged; it never reaches the consumer actor. Each listener call's time goes to the
+runner's ``timings`` tally, when it has one (the consumer actor reports it).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
+from rayq.actors.server.tally import Tally
 from rayq.store.message import MessageExt
 
 logger = logging.getLogger(__name__)
@@ -33,10 +36,27 @@ class ConsumeOrderlyStatus(enum.Enum):
 class ListenerRunner:
     """Runs the listener in a pool thread on slices of ``batch_max`` messages."""
 
-    def __init__(self, listener: Callable[..., Any], orderly: bool, batch_max: int) -> None:
+    def __init__(
+        self,
+        listener: Callable[..., Any],
+        orderly: bool,
+        batch_max: int,
+        timings: Tally | None = None,
+    ) -> None:
         self.listener = listener
         self.orderly = orderly
         self.batch_max = batch_max
+        self.timings = timings
+
+    def _call(self, msgs: list[MessageExt]) -> Any:
+        """The listener on ``msgs``, timed."""
+        if self.timings is None:
+            return self.listener(msgs)
+        started = time.perf_counter()
+        try:
+            return self.listener(msgs)
+        finally:
+            self.timings.observe((), time.perf_counter() - started)
 
     def run_concurrently(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """Consume ``msgs``; the ones that failed."""
@@ -45,7 +65,7 @@ class ListenerRunner:
         for i in range(0, len(msgs), n):
             batch = msgs[i : i + n]
             try:
-                result = self.listener(batch)
+                result = self._call(batch)
             except Exception:
                 logger.exception("listener raised on %d messages; they will be consumed again",
                                  len(batch))  # fmt: skip
@@ -70,7 +90,7 @@ class ListenerRunner:
     def run_orderly(self, msgs: list[MessageExt]) -> bool:
         """Consume ``msgs`` in order; True on SUCCESS."""
         try:
-            result = self.listener(msgs)
+            result = self._call(msgs)
         except Exception:
             logger.exception("orderly listener raised; suspending the queue a moment")
             return False

@@ -53,6 +53,7 @@ class OrderlyConsumption:
     broadcasting: bool
     max_reconsume_times: int
     consumed: int
+    tally: Any
 
     async def _send_back(self, msgs: list, *, dlq: bool = False) -> list: ...
 
@@ -70,6 +71,7 @@ class OrderlyConsumption:
                 await pq.changed.wait()
                 continue
             ok = await loop.run_in_executor(self.pool, self.runner.run_orderly, msgs)
+            self.tally.count((mq.topic,), len(msgs) if ok else 0, 0 if ok else len(msgs))
             if ok:
                 self.consumed += len(msgs)
                 self.offsets.update(mq, pq.commit_taken())

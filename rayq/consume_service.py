@@ -48,6 +48,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.rebalance import MemberSpec
+from rayq.actors.server.tally import Tally
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.consume_orderly import OrderlyConsumption, by_broker
@@ -96,7 +97,11 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             model=model,
             strategy=strategy, allocation=tuple(allocation),
         )  # fmt: skip
-        self.runner = ListenerRunner(listener, orderly, config.consume_message_batch_max_size)
+        # (topic,): consumed, failed; listener call times (the actor reports them)
+        self.tally = Tally()
+        self.runner = ListenerRunner(
+            listener, orderly, config.consume_message_batch_max_size, self.tally
+        )
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
         self.queues: dict[MessageQueue, ProcessQueue] = {}
@@ -275,6 +280,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         if pq.dropped:
             return
         self.consumed += len(msgs) - len(failed)
+        self.tally.count((mq.topic,), len(msgs) - len(failed), len(failed))
         kept: list[MessageExt] = []
         if failed and not self.broadcasting:
             kept = await self._send_back(failed)

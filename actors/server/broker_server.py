@@ -816,6 +816,18 @@ class BrokerServer:
         slave, the records dispatched so far (they are applied as they are)."""
         return self.store.written_offset if self.slave is None else self.store.replica_dispatched
 
+    def group_lags(self) -> dict[tuple[str, str], int]:
+        """Consumer lag per (group, topic): max offset minus committed offset, summed over
+        the queues the group committed on (RocketMQ exporter's ``rocketmq_group_diff``)."""
+        lags: dict[tuple[str, str], int] = {}
+        for group, topic, queues in self.tables.consumer_offsets.entries():
+            if topic in self.tables.topics:
+                lags[(group, topic)] = sum(
+                    max(self.store.max_offset(topic, q) - committed, 0)
+                    for q, committed in queues.items()
+                )
+        return lags
+
     def retention_tick(self) -> None:
         self.store.retention_tick()
 

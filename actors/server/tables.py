@@ -275,6 +275,14 @@ class ConsumerOffsetTable(_Table[ConsumerOffsetFile]):
     def query_all(self, group: str, topic: str) -> dict[int, int]:
         return dict(self._offsets.get(offset_key(topic, group), {}))
 
+    def entries(self) -> list[tuple[str, str, dict[int, int]]]:
+        """Every (group, topic, {queue id: committed offset}) held."""
+        out = []
+        for key, queues in self._offsets.items():
+            topic, group = split_offset_key(key)
+            out.append((group, topic, dict(queues)))
+        return out
+
     def groups_of(self, topic: str) -> list[str]:
         return sorted({g for t, g in map(split_offset_key, self._offsets) if t == topic})
 
