@@ -21,7 +21,8 @@ from rayq.actors.protocol import broker_actor_name
 pytestmark = pytest.mark.integration
 
 NAMESPACE = "test-transactions"
-BROKER_OVERRIDES = {"transaction_timeout": 500, "transaction_check_interval": 500}
+BROKER_OVERRIDES = {"transaction_timeout": 500, "transaction_check_interval": 500,
+                    "transaction_check_max": 1000}  # fmt: skip
 POLL = rayq.ClientConfig(check_request_poll_ms=100)
 DEADLINE_S = 60.0
 
@@ -99,19 +100,22 @@ def topic(cluster: rayq.Cluster) -> str:
 
 
 def test_commit_rollback_and_checked(cluster: rayq.Cluster, topic: str) -> None:
-    group = unique("txg")
-    commit = rayq.TransactionProducer(group, Listener(rayq.TransactionStatus.COMMIT), config=POLL)
-    rollback = rayq.TransactionProducer(
-        group, Listener(rayq.TransactionStatus.ROLLBACK), config=POLL
-    )
-    later = Listener(rayq.TransactionStatus.UNKNOWN, check=rayq.TransactionStatus.COMMIT)
-    unknown = rayq.TransactionProducer(group, later, config=POLL)
+    # each its own group: the checks of the open half go to ``unknown`` alone
+    commit = rayq.TransactionProducer(unique("txg"), Listener(rayq.TransactionStatus.COMMIT),
+                                      config=POLL)  # fmt: skip
+    rollback = rayq.TransactionProducer(unique("txg"), Listener(rayq.TransactionStatus.ROLLBACK),
+                                        config=POLL)  # fmt: skip
+    later = Listener(rayq.TransactionStatus.UNKNOWN)  # checks answered UNKNOWN for now
+    unknown = rayq.TransactionProducer(unique("txg"), later, config=POLL)
     reader = Reader(topic)
     try:
         assert commit.send_in_transaction(rayq.Message(topic, b"c")).local_state.value == "COMMIT"
         rollback.send_in_transaction(rayq.Message(topic, b"r"))
         result = unknown.send_in_transaction(rayq.Message(topic, b"u"))
-        assert reader.read(1.0) == [b"c"]  # the half of "u" is not visible yet
+        wait_for(lambda: reader.read(0.2) == [b"c"], "the commit")
+        wait_for(lambda: len(later.checked) >= 2, "two checks of the open half")
+        assert reader.read(0.5) == [b"c"]  # the half of "u", checked twice, is not visible
+        later.check = rayq.TransactionStatus.COMMIT
         wait_for(lambda: sorted(reader.read(0.2)) == [b"c", b"u"], "the checked commit")
         assert result.msg_id in later.checked
         assert sorted(reader.read(2.0)) == [b"c", b"u"]  # exactly one copy each
