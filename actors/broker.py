@@ -416,6 +416,8 @@ class BrokerActor:
         With ``park``: parked (on all its queues) if none of them has anything new."""
         req = check(req, PullManyRequest)
         self.server.authorize("pull_many", req)
+        if req.commits:
+            self.server.commit_pulled(req)
         if park is None:
             return self.server.pull_many(req)
         reply, _, _ = self._park_and_read(check(park, Park).token, req)

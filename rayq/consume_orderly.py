@@ -72,7 +72,7 @@ class OrderlyConsumption:
             ok = await loop.run_in_executor(self.pool, self.runner.run_orderly, msgs)
             if ok:
                 self.consumed += len(msgs)
-                self.offsets.update(mq, pq.commit_taken())
+                pq.commit_taken()
                 continue
             for m in msgs:
                 m.reconsume_times += 1
@@ -85,7 +85,7 @@ class OrderlyConsumption:
                 pq.rollback_taken()
                 await asyncio.sleep(cfg.suspend_current_queue_time_millis / 1000)
             else:
-                self.offsets.update(mq, pq.commit_taken())
+                pq.commit_taken()
 
     async def _lock(self, mqs: list[MessageQueue]) -> bool:
         """Lock (or renew) ``mqs`` on their brokers; True if all were locked."""

@@ -14,7 +14,11 @@ runs in a pool of ``consume_thread`` threads:
   shared among the owned queues), each calling the listener on slices of
   ``consume_message_batch_max_size``; failed messages are sent back to the
   broker (``%RETRY%<group>`` with a delay, ``%DLQ%<group>`` past
-  ``max_reconsume_times``); the committed offset is the smallest one still held.
+  ``max_reconsume_times``); the committed offset is the smallest one still held,
+  committed with the ranges past it already done (``ProcessQueue.commit_state``), so
+  a slow message holds back no commit and a crash redelivers only what was held.
+  Commits ride on the pulls (``PullManyRequest.commits``); the timer commits only what
+  no pull took.
 - orderly: one consume loop per queue, holding the broker's lock on the queue;
   SUSPEND (or an exception) retries the same messages after
   ``suspend_current_queue_time_millis``, counting reconsume times.
@@ -165,7 +169,8 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for mq in new:
             pq = ProcessQueue(self._freed(mq.broker_name))
             pq.next_pull = starts[mq]
-            self.offsets.update(mq, starts[mq])
+            pq.set_skip(self.offsets.acked(mq))
+            self._note(mq, pq)
             self.queues[mq] = pq
             self._owned_since[mq] = time.monotonic()
             if self.orderly:
@@ -187,7 +192,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                 pq.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pq.changed.wait(), 0.1)
-            self.offsets.update(mq, pq.commit_offset())
+            self._note(mq, pq)
         if mqs:
             await self.offsets.persist(mqs, self.generation)
         for mq in mqs:
@@ -222,12 +227,10 @@ class ConsumeService(PullRounds, OrderlyConsumption):
     # --------------------------------------------------------- dispatch
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None:
         msgs = self._prepare(mq, decode_records(resp.buffer, broker_name=mq.broker_name))
-        pq.put(msgs, resp.next_offset)
+        msgs = pq.put(msgs, resp.next_offset)
         if msgs and not self.orderly:
             for part in self._split(msgs):
                 self._hand_off(mq, pq, part)
-        if not pq.count:
-            self.offsets.update(mq, pq.commit_offset())
 
     def _prepare(self, mq: MessageQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         """Exact tag check, and retried messages get their original topic back."""
@@ -286,7 +289,6 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
         else:
             pq.remove(m.queue_offset for m in msgs)
-        self.offsets.update(mq, pq.commit_offset())
         if kept:
             for m in kept:
                 m.reconsume_times += 1
@@ -324,11 +326,18 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                                "back", self.client_id, len(stuck), mq,
                                self.config.consume_timeout_ms)  # fmt: skip
                 pq.remove(m.queue_offset for m in stuck)
-                self.offsets.update(mq, pq.commit_offset())
 
     # ------------------------------------------------------------ offsets
+    def _note(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Hand ``pq``'s commit state (offset and acked ranges) to the offset store."""
+        self.offsets.update(mq, *pq.commit_state())
+
     async def commit(self) -> None:
+        """Commit what changed since the last commit (inside a pull, or here when no pull
+        went out since: the consumer actor's timer)."""
         if self.offsets is not None:
+            for mq, pq in list(self.queues.items()):
+                self._note(mq, pq)
             await self.offsets.persist(None, self.generation)
 
     async def shutdown(self) -> None:

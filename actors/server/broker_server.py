@@ -63,6 +63,7 @@ from rayq.actors.protocol import (
     QueryMessageRequest,
     QueryOffsetsRequest,
     QueueBoundsReply,
+    QueueCommit,
     QueueData,
     QueueRef,
     QueueStats,
@@ -489,15 +490,36 @@ class BrokerServer:
 
     # ------------------------------------------------------------ offsets
     def commit_offsets(self, req: CommitOffsetsRequest) -> CommitOffsetsReply:
-        """Commit next-offsets per queue; the queue ids refused as stale.
+        """Commit next-offsets per queue (with the ranges past them consumed already);
+        the queue ids refused as stale.
 
         A push consumer commits with its assignment's ``generation``: once a queue saw a
         commit of generation g, commits of older generations are refused, so a consumer
         that lost the queue in a rebalance cannot move the group's offset (in memory: a
         broker restart forgets the fences)."""
-        group, topic, offsets, generation = req.group, req.topic, dict(req.offsets), req.generation
+        return self._commit(req.group, req.topic, dict(req.offsets), req.generation, req.acked)
+
+    def commit_pulled(self, req: PullManyRequest) -> None:
+        """The commits a push consumer's pull carries (``PullManyRequest.commits``), made
+        when the pull arrives (never again when a parked pull is read)."""
+        by_topic: dict[str, list[QueueCommit]] = {}
+        for c in req.commits:
+            by_topic.setdefault(c.topic, []).append(c)
+        for topic, commits in by_topic.items():
+            offsets = {c.queue_id: c.queue_offset for c in commits}
+            acked = {c.queue_id: c.acked for c in commits if c.acked}
+            self._commit(req.group, topic, offsets, req.generation, acked)
+
+    def _commit(self, group: str, topic: str, offsets: dict[int, int], generation: int,
+                acked: dict[int, Any]) -> CommitOffsetsReply:  # fmt: skip
         self.group_config(group, create=True)
         validate_topic(topic)
+        alone = sorted(set(acked) - set(offsets))
+        if alone:
+            raise InvalidOffsetError(
+                f"acked ranges for queue(s) {alone} of topic {topic!r} come without their "
+                "offsets; commit each queue's offset with its ranges", value=repr(alone),
+            )  # fmt: skip
         stale: list[int] = []
         if generation >= 0:
             fresh = {}
@@ -509,7 +531,8 @@ class BrokerServer:
                     self._fences[key] = generation
                     fresh[qid] = offset
             offsets = fresh
-        self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        acked = {q: r for q, r in acked.items() if q in offsets}
+        self.tables.consumer_offsets.commit_many(group, topic, offsets, acked)
         if self.slave is not None and offsets:
             self.slave_commits.setdefault(offset_key(topic, group), {}).update(offsets)
         return CommitOffsetsReply(stale=stale)
@@ -531,7 +554,9 @@ class BrokerServer:
     def query_offsets(self, req: QueryOffsetsRequest) -> OffsetsReply:
         validate_group(req.group)
         validate_topic(req.topic)
-        return OffsetsReply(offsets=self.tables.consumer_offsets.query_all(req.group, req.topic))
+        table = self.tables.consumer_offsets
+        return OffsetsReply(offsets=table.query_all(req.group, req.topic),
+                            acked=table.acked(req.group, req.topic))  # fmt: skip
 
     def offset_by_time(self, req: OffsetByTimeRequest) -> OffsetReply:
         self.topic_config(req.topic, create=False)
