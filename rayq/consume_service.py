@@ -52,6 +52,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.rebalance import MemberSpec
+from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.consume_orderly import OrderlyConsumption, by_broker
@@ -78,10 +79,11 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                  consume_from: ConsumeFromWhere, consume_timestamp_ms: int,
                  max_reconsume_times: int, strategy: AllocateStrategy,
                  allocation: list[MessageQueue], config: ClientConfig, namespace: str,
-                 transport: Transport | None = None) -> None:  # fmt: skip
+                 transport: Transport | None = None, auto_commit: bool = True) -> None:  # fmt: skip
         self.group = group
         self.client_id = client_id
         self.orderly = orderly
+        self.auto_commit = auto_commit  # orderly: False commits on COMMIT only
         self.model = model
         self.broadcasting = broadcasting = model is MessageModel.BROADCASTING
         self.transport = transport
@@ -104,6 +106,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
         self.queues: dict[MessageQueue, ProcessQueue] = {}
+        self.assigned: set[MessageQueue] = set()  # the coordinator's last assignment
         self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}  # orderly consume loops
         self.broker_loops: dict[str, asyncio.Task] = {}  # one pull loop per broker
         self.freed: dict[str, asyncio.Event] = {}  # per broker: its queues' messages got done
@@ -159,17 +162,28 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         if self.closed:
             return
         self.generation = max(self.generation, generation)
-        gone = [mq for mq in self.queues if mq not in set(queues)]
+        self.assigned = set(queues)
+        gone = [mq for mq in self.queues if mq not in self.assigned]
         if gone:
             await self.revoke(generation, gone)
         new = [mq for mq in queues if mq not in self.queues]
-        if not new:
+        if new:
+            await self._take_over(new)
+
+    async def _take_over(self, mqs: list[MessageQueue]) -> None:
+        """Start consuming ``mqs`` (orderly: the ones locked first) where the group is."""
+        new = await self._lock_first(mqs)
+        starts = await self._start_offsets(new) if new else {}
+        new = [mq for mq in new if mq in self.assigned and mq not in self.queues]
+        if self.closed or not new:
             return
-        starts = await self._start_offsets(new)
+        now = time.monotonic()
         for mq in new:
             pq = ProcessQueue(self._freed(mq.broker_name))
             pq.next_pull = starts[mq]
             pq.set_skip(self.offsets.acked(mq))
+            if self.orderly:
+                pq.locked_at = now  # _lock_first locked it (broadcasting: no lock)
             self._note(mq, pq)
             self.queues[mq] = pq
             self._owned_since[mq] = time.monotonic()
@@ -178,17 +192,18 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for broker in sorted({mq.broker_name for mq in new}):
             self._restart_pulls(broker)
         logger.info("consumer %s now owns %d queues (generation %d)", self.client_id,
-                    len(self.queues), generation)  # fmt: skip
+                    len(self.queues), self.generation)  # fmt: skip
 
     async def revoke(self, generation: int, queues: list[MessageQueue]) -> None:
         """Give ``queues`` up: stop pulling, let in-flight work finish, commit, unlock."""
+        self.assigned.difference_update(queues)
         mqs = [mq for mq in queues if mq in self.queues]
         for mq in mqs:
             self.queues[mq].pulling = False  # its broker's pull loop leaves it out now
         deadline = time.monotonic() + REVOKE_WAIT_S
         for mq in mqs:
             pq = self.queues[mq]
-            while (pq.inflight or pq.taken) and time.monotonic() < deadline:
+            while pq.inflight and time.monotonic() < deadline:
                 pq.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pq.changed.wait(), 0.1)
@@ -302,7 +317,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         kept: list[MessageExt] = []
         for broker, batch in by_broker(msgs).items():
             req = SendBackRequest(
-                group=self.group, max_reconsume_times=self.max_reconsume_times,
+                group=self.group, max_reconsume_times=self._send_back_max(),
                 client_id=self.client_id,
                 items=[SendBackItem(m.commitlog_offset, -1 if dlq else 0) for m in batch],
             )  # fmt: skip
@@ -314,6 +329,13 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                                broker, exc)  # fmt: skip
                 kept.extend(batch)
         return kept
+
+    def _send_back_max(self) -> int:
+        """Reconsume times before the DLQ (-1: RocketMQ's default, 16 for concurrent
+        listeners; orderly ones send to the DLQ only past a limit they were given)."""
+        if self.max_reconsume_times < 0:
+            return DEFAULT_MAX_RECONSUME_TIMES
+        return self.max_reconsume_times
 
     async def clean_expired(self) -> None:
         """Send back messages stuck in the listener past ``consume_timeout_ms``."""

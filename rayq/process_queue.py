@@ -209,15 +209,31 @@ class ProcessQueue:
                 for m in msgs if m.queue_offset in self.msgs]  # fmt: skip
 
     # ------------------------------------------------------------- orderly
-    def take(self, n: int) -> list[MessageExt]:
-        """The lowest ``n`` messages, moved to ``taken`` (nothing if a batch is taken)."""
-        if self.taken:
+    def take(self, n: int, more: bool = False) -> list[MessageExt]:
+        """The lowest ``n`` messages, moved to ``taken`` (nothing if a batch is taken,
+        unless ``more``: a listener that commits by hand takes batch after batch)."""
+        if self.taken and not more:
             return []
         out = []
         for off in list(itertools.islice(self.msgs, n)):
             self.taken[off] = self.msgs.pop(off)
             out.append(self.taken[off])
         return out
+
+    def give_back(self, msgs: Iterable[MessageExt]) -> None:
+        """Put these taken messages back in front, to be consumed again (the others
+        taken stay taken)."""
+        back = {m.queue_offset: self.taken.pop(m.queue_offset) for m in msgs
+                if m.queue_offset in self.taken}  # fmt: skip
+        self.msgs = {**back, **self.msgs}
+        self._version += 1
+
+    def discard_taken(self, msgs: Iterable[MessageExt]) -> None:
+        """These taken messages are done without being consumed (sent to the DLQ)."""
+        for m in msgs:
+            if self.taken.pop(m.queue_offset, None) is not None:
+                self.bytes -= len(m.body)
+        self._version += 1
 
     def commit_taken(self) -> int:
         """The taken batch is done; the offset to commit."""

@@ -185,7 +185,7 @@ def test_consumers_subscribing_differently_in_one_group_get_a_clear_error(
     [
         (lambda: rayq.PushConsumer("bad group!"), rayq.InvalidGroupError),
         (lambda: rayq.PushConsumer("g", model="CLUSTERING"), rayq.ConfigError),
-        (lambda: rayq.PushConsumer("g", max_reconsume_times=-1), rayq.ConfigError),
+        (lambda: rayq.PushConsumer("g", max_reconsume_times=-2), rayq.ConfigError),
         (
             lambda: rayq.PushConsumer("g", allocate_strategy=rayq.AllocateStrategy.CONFIG),
             rayq.ConfigError,
@@ -194,6 +194,10 @@ def test_consumers_subscribing_differently_in_one_group_get_a_clear_error(
         (lambda: rayq.PushConsumer("g").register_listener(42), rayq.ConfigError),
         (
             lambda: rayq.PushConsumer("g").register_listener(lambda m: m, orderly=1),
+            rayq.ConfigError,
+        ),
+        (
+            lambda: rayq.PushConsumer("g").register_listener(lambda m: m, auto_commit=False),
             rayq.ConfigError,
         ),
         (lambda: rayq.PushConsumer("g").start(), rayq.ClientError),
