@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
 from rayq.actors.server.table_files import (
     AckedRanges,
     SubscriptionGroupConfig,
@@ -182,6 +181,8 @@ class PullManyRequest(_Request, frozen=True, kw_only=True):
     suspend_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 15_000
     commits: Annotated[list[QueueCommit], Meta(max_length=4096)] = []
     generation: Annotated[int, Meta(ge=-1)] = -1
+    # a broadcasting consumer's pull: refused if the group has consume_broadcast_enable off
+    broadcasting: bool = False
 
     def request(self, item: PullItem) -> PullRequest:
         return PullRequest(group=self.group, topic=item.topic, queue_id=item.queue_id,
@@ -399,7 +400,8 @@ class SendBackRequest(_Request, frozen=True, kw_only=True):
 
     group: Text
     items: Annotated[list[SendBackItem], Meta(min_length=1, max_length=65536)]
-    max_reconsume_times: Annotated[int, Meta(ge=0, le=1024)] = DEFAULT_MAX_RECONSUME_TIMES
+    # -1: none given, the group's ``retry_max_times`` applies (RocketMQ's subscription group)
+    max_reconsume_times: Annotated[int, Meta(ge=-1, le=1024)] = -1
 
 
 class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):

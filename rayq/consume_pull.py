@@ -78,6 +78,7 @@ class PullRounds:
     client_id: str
     generation: int
     orderly: bool
+    broadcasting: bool
 
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None: ...
 
@@ -182,7 +183,7 @@ class PullRounds:
                             filter_type(self.filters[mq.topic])) for mq, pq in ready],
             commits=[QueueCommit(mq.topic, mq.queue_id, off, acked)
                      for mq, (off, acked) in commits],
-            generation=self.generation,
+            generation=self.generation, broadcasting=self.broadcasting,
         )  # fmt: skip
         source = self.read_from.get(broker) or broker  # a slave the broker suggested
         target = self.ctx.broker(source) if direct else self.ctx.hold(broker)

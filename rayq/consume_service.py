@@ -52,7 +52,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.rebalance import MemberSpec
-from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
+from rayq.actors.server.table_files import check_broadcast
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
 from rayq.consume_orderly import OrderlyConsumption, by_broker
@@ -63,6 +63,7 @@ from rayq.selector import to_filter
 from rayq.start_offsets import fresh_start_offsets
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
+from rayq.store.errors import GroupNotFoundError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
 from rayq.transport import Transport
@@ -131,6 +132,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         offset store, the retry topic. (Tests then ``assign`` queues themselves.)"""
         self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
         if self.broadcasting:
+            await self._check_broadcast_allowed()
             self.offsets = LocalOffsetStore(self.config.offset_store_dir,
                                             self.config.instance_name, self.group)  # fmt: skip
         else:
@@ -148,6 +150,23 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             logger.warning("consumer %s: the coordinator forgot group %s; joining again",
                            self.client_id, self.group)  # fmt: skip
             await self.join()
+
+    async def _check_broadcast_allowed(self) -> None:
+        """PermissionDeniedError if a broker's config of the group refuses broadcasting
+        consumers (``consume_broadcast_enable`` off; a group not created yet allows them)."""
+        brokers = (
+            await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
+        ).names
+        req = GroupRequest(group=self.group, client_id=self.client_id)
+        found = await self.ctx.broker_calls_async(
+            {b: lambda c: c.get_group(req) for b in brokers}, return_exceptions=True
+        )
+        for broker, reply in found.items():
+            if isinstance(reply, GroupNotFoundError):
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            check_broadcast(reply.config, broker)
 
     async def _ensure_retry_topic(self) -> None:
         brokers = (
@@ -317,7 +336,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         kept: list[MessageExt] = []
         for broker, batch in by_broker(msgs).items():
             req = SendBackRequest(
-                group=self.group, max_reconsume_times=self._send_back_max(),
+                group=self.group, max_reconsume_times=self.max_reconsume_times,
                 client_id=self.client_id,
                 items=[SendBackItem(m.commitlog_offset, -1 if dlq else 0) for m in batch],
             )  # fmt: skip
@@ -329,13 +348,6 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                                broker, exc)  # fmt: skip
                 kept.extend(batch)
         return kept
-
-    def _send_back_max(self) -> int:
-        """Reconsume times before the DLQ (-1: RocketMQ's default, 16 for concurrent
-        listeners; orderly ones send to the DLQ only past a limit they were given)."""
-        if self.max_reconsume_times < 0:
-            return DEFAULT_MAX_RECONSUME_TIMES
-        return self.max_reconsume_times
 
     async def clean_expired(self) -> None:
         """Send back messages stuck in the listener past ``consume_timeout_ms``."""

@@ -126,6 +126,7 @@ from .table_files import (
     PERM_WRITE,
     SubscriptionGroupConfig,
     TopicConfig,
+    check_broadcast,
     is_readable,
     is_writeable,
     offset_key,
@@ -409,7 +410,11 @@ class BrokerServer:
 
     def pull_many(self, req: PullManyRequest, max_bytes: int | None = None) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
-        ``max_bytes``: of records in all (the queues in order, each at least one record)."""
+        ``max_bytes``: of records in all (the queues in order, each at least one record).
+        A broadcasting consumer's pull is refused (PermissionDeniedError) if its group has
+        ``consume_broadcast_enable`` off."""
+        if req.broadcasting:
+            check_broadcast(self.group_config(req.group, create=True), self.name)
         out: list[PullResponse | RayqError] = []
         left = max_bytes
         for item in req.items:
@@ -459,6 +464,12 @@ class BrokerServer:
                 "with Admin.create_group or enable auto_create_subscription_group", group=group,
             )  # fmt: skip
         return self._put_group(SubscriptionGroupConfig(group_name=group))
+
+    def group_or_defaults(self, group: str) -> SubscriptionGroupConfig:
+        """The group's config, or RocketMQ's defaults for a group not created (yet)."""
+        validate_group(group)
+        found = self.tables.subscription_groups.get(group)
+        return found if found is not None else SubscriptionGroupConfig(group_name=group)
 
     def get_group(self, req: GroupRequest) -> GroupConfigReply:
         """The config of an existing group (GroupNotFoundError if there is none)."""
@@ -614,14 +625,30 @@ class BrokerServer:
     def send_back(self, request: SendBackRequest) -> SendBackResult:
         """Failed messages of a consumer group to its retry or dead-letter topic: one call
         per batch, all or none (store/send_back.py). Bad input raises a RayqError and
-        writes nothing."""
+        writes nothing. The group's config applies: ``retry_max_times`` when the request
+        gives no ``max_reconsume_times`` (-1), ``retry_queue_nums`` queues for the retry
+        topic, and with ``retry_queue_nums`` 0 the messages are dropped (logged)."""
         items = request.items
         self._check_master("takes no send-backs")
+        group = self.group_or_defaults(request.group)
+        most = request.max_reconsume_times
+        retry = retry_topic(request.group)
+        known = self.tables.topics.get(retry)
+        queues = group.retry_queue_nums if known is None else min(
+            group.retry_queue_nums, known.write_queue_nums)  # fmt: skip
         msgs = prepare_send_back(self.store, request.group,
                                  [(i.commitlog_offset, i.delay_level) for i in items],
-                                 request.max_reconsume_times)  # fmt: skip
+                                 group.retry_max_times if most < 0 else most,
+                                 queues)  # fmt: skip
+        if group.retry_queue_nums <= 0:
+            logger.warning("broker %s: group %s has retry_queue_nums 0: %d failed messages "
+                           "dropped, neither retried nor dead-lettered", self.name,
+                           request.group, len(msgs))  # fmt: skip
+            return SendBackResult(topics=[""] * len(msgs), msg_ids=[""] * len(msgs),
+                                  reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
         for topic in {m.topic for m in msgs}:
-            self.ensure_system_topic(topic, GROUP_TOPIC_QUEUE_NUMS)
+            n = group.retry_queue_nums if topic == retry else GROUP_TOPIC_QUEUE_NUMS
+            self.ensure_system_topic(topic, n)
         with self.writing:
             result = self.schedule.put(msgs)
         raise_for_put(result)
@@ -642,8 +669,9 @@ class BrokerServer:
 
     def ensure_retry_topic(self, req: GroupRequest) -> Done:
         """Create ``%RETRY%<group>`` unless it exists (a push consumer does at start)."""
-        validate_group(req.group)
-        created = self.ensure_system_topic(retry_topic(req.group), GROUP_TOPIC_QUEUE_NUMS)
+        group = self.group_or_defaults(req.group)
+        queues = max(group.retry_queue_nums, GROUP_TOPIC_QUEUE_NUMS)
+        created = self.ensure_system_topic(retry_topic(req.group), queues)
         return Done(existed=not created)
 
     def ensure_system_topic(self, topic: str, queues: int) -> bool:

@@ -51,9 +51,7 @@ import msgspec
 from msgspec import Meta
 
 from rayq.store.config import NonNegative
-from rayq.store.errors import (
-    RayqError,
-)
+from rayq.store.errors import PermissionDeniedError, RayqError
 from rayq.store.json_file import Salvaged
 from rayq.store.names import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported
 from rayq.store.names import validate_group, validate_topic
@@ -131,6 +129,17 @@ class SubscriptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True):
     which_broker_when_consume_slowly: Count = 1
     notify_consumer_ids_changed_enable: bool = True
     consume_message_orderly: bool = False
+
+
+def check_broadcast(group: SubscriptionGroupConfig, broker: str) -> None:
+    """PermissionDeniedError if ``group`` refuses broadcasting consumers."""
+    if not group.consume_broadcast_enable:
+        raise PermissionDeniedError(
+            f"consumer group {group.group_name!r} does not allow broadcasting consumers "
+            f"(consume_broadcast_enable is off on broker {broker}); consume with "
+            "MessageModel.CLUSTERING or turn it on with Admin.update_group",
+            group=group.group_name,
+        )
 
 
 def _check_keys_match(pairs: Iterable[tuple[str, str]]) -> None:
