@@ -7,8 +7,9 @@ and a new PushConsumer of the group takes the queue over. Two runs:
 
 - ``one stuck``: the message at offset 5 sleeps in the listener while all the others
   are consumed; the kill comes once nothing has moved for three commit intervals;
-- ``none stuck``: the kill comes when half the backlog is consumed (what was consumed
-  after the last commit, in a pull or by the timer, comes again in any design).
+- ``none stuck``: each listener call takes 0.1 s and the kill comes when half the
+  backlog is consumed (what was consumed after the last commit, in a pull or by the
+  timer, comes again in any design).
 
 For each run it prints: ``in flight`` (messages the killed consumer's listener got
 but had not finished), ``redelivered`` (messages the new consumer got that the killed
@@ -34,6 +35,7 @@ STUCK_OFFSET = 5
 BATCH = 32  # consume_message_batch_max_size: one Sink call per listener call
 COMMIT_MS = 500
 WAIT_S = 120.0
+PACE_S = 0.1  # per listener call of the "none stuck" run: the backlog takes a few seconds
 
 
 @ray.remote(num_cpus=0)
@@ -52,16 +54,18 @@ class Sink:
 
 class Listener:
     """Reports the offsets it gets (and, for the first consumer, finishes) to the Sink;
-    with ``stuck`` >= 0 the call holding that offset never returns."""
+    with ``stuck`` >= 0 the call holding that offset never returns; each call takes
+    ``pace_s`` (so a kill lands mid-backlog)."""
 
-    def __init__(self, sink: Any, first: bool, stuck: int = -1) -> None:
-        self.sink, self.first, self.stuck = sink, first, stuck
+    def __init__(self, sink: Any, first: bool, stuck: int = -1, pace_s: float = 0.0) -> None:
+        self.sink, self.first, self.stuck, self.pace_s = sink, first, stuck, pace_s
 
     def __call__(self, msgs: list[rayq.MessageExt]) -> rayq.ConsumeStatus:
         offsets = [m.queue_offset for m in msgs]
         self.sink.add.remote("started" if self.first else "again", offsets)
         if self.stuck in offsets:
             time.sleep(3600)  # until the actor is killed
+        time.sleep(self.pace_s)
         if self.first:
             self.sink.add.remote("done", offsets)
         return rayq.ConsumeStatus.CONSUME_SUCCESS
@@ -114,7 +118,8 @@ def run(total: int, stuck: bool) -> dict[str, int]:
         for start in range(0, total, 100):
             producer.send_batch([rayq.Message(topic, b"x" * 100)] * min(100, total - start))
     sink = Sink.remote()
-    first = consumer(group, topic, Listener(sink, True, STUCK_OFFSET if stuck else -1), total)
+    listener = Listener(sink, True, STUCK_OFFSET) if stuck else Listener(sink, True, pace_s=PACE_S)
+    first = consumer(group, topic, listener, total)
     if stuck:
         wait_for(lambda: len(ray.get(sink.get.remote())["done"]) >= total - BATCH, "consumption")
         settled(sink, "done", 3 * COMMIT_MS / 1000)
