@@ -2,7 +2,8 @@
 ``ConsumeService``.
 
 A queue is locked on its broker before its process queue is created (a queue whose
-lock is held by another consumer is taken on later, when ``renew_locks`` gets it).
+lock is held by another consumer is tried again every ``LOCK_RETRY_S`` and taken on
+once its lock is free).
 Each owned queue has one consume loop, so at most one batch of a queue is in the
 listener at a time. The loop consumes only while this consumer holds the broker's
 lock on the queue (``lock_queues``: a lease of ``rebalance_lock_max_live_time_ms``,
@@ -84,6 +85,8 @@ class OrderlyConsumption:
     consumed: int
 
     assigned: set[MessageQueue]
+    closed: bool
+    _lock_waiter: asyncio.Task | None
 
     async def _send_back(self, msgs: list, *, dlq: bool = False) -> list: ...
 
@@ -207,4 +210,16 @@ class OrderlyConsumption:
             logger.warning("consumer %s: %d assigned queues are locked by another consumer; "
                            "taking them on once their locks are free: %s", self.client_id,
                            len(left), left)  # fmt: skip
+            if self._lock_waiter is None or self._lock_waiter.done():
+                self._lock_waiter = asyncio.create_task(self._wait_for_locks())
         return [mq for mq in mqs if mq in held]
+
+    async def _wait_for_locks(self) -> None:
+        """Every LOCK_RETRY_S, try to lock and take on the assigned queues not taken on
+        yet (a dead consumer's lock runs out within its lease); ends when none is left."""
+        while not self.closed:
+            await asyncio.sleep(LOCK_RETRY_S)
+            waiting = sorted(mq for mq in self.assigned if mq not in self.queues)
+            if not waiting:
+                return
+            await self._take_over(waiting)

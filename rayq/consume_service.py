@@ -108,6 +108,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.generation = -1
         self.queues: dict[MessageQueue, ProcessQueue] = {}
         self.assigned: set[MessageQueue] = set()  # the coordinator's last assignment
+        self._lock_waiter: asyncio.Task | None = None  # orderly: queues locked elsewhere
         self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}  # orderly consume loops
         self.broker_loops: dict[str, asyncio.Task] = {}  # one pull loop per broker
         self.freed: dict[str, asyncio.Event] = {}  # per broker: its queues' messages got done
@@ -386,8 +387,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                 await self.ctx.coordinator.leave_group(
                     MemberRequest(group=self.group, client_id=self.client_id)
                 )
-        for task in [*self.background, *self.broker_loops.values()]:
-            task.cancel()
+        for task in [*self.background, *self.broker_loops.values(), self._lock_waiter]:
+            if task is not None:
+                task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:

@@ -184,7 +184,8 @@ def test_commit_and_rollback_count_as_success_with_auto_commit_on(cluster: FakeC
 # ---------------------------------------------------------------- lock first
 def test_a_queue_is_locked_before_its_process_queue_is_created(cluster: FakeCluster) -> None:
     """A queue assigned while another consumer holds its broker lock is neither held nor
-    pulled; once the lock is free, the lock renewal takes it on and consumes it."""
+    pulled; once the lock is free, the consumer takes it on (it tries again every
+    LOCK_RETRY_S) and consumes it."""
     fill(cluster, 3)
     broker = FakeTransport(cluster).broker("broker-a")
     lock = LockQueuesRequest(group=GROUP, client_id="other", queues=[QueueRef(TOPIC, 0)])
@@ -200,7 +201,6 @@ def test_a_queue_is_locked_before_its_process_queue_is_created(cluster: FakeClus
         assert MQ not in svc.queues
         assert cluster.calls_of("pull_many") == cluster.calls_of("hold.pull_many") == []
         broker.unlock_queues(lock).result(WAIT_S)
-        await svc.renew_locks()  # the consumer actor's timer
         await until(lambda: svc.consumed == 3)
         await svc.commit()
         await svc.shutdown()
