@@ -254,3 +254,21 @@ def _msg(offset: int) -> MessageExt:
                       offset_msg_id="", queue_id=0, queue_offset=offset, commitlog_offset=0,
                       store_size=0, born_timestamp=0, store_timestamp=0, born_host="",
                       store_host="", reconsume_times=0)  # fmt: skip
+
+
+def test_a_damaged_acked_range_is_dropped_on_load_and_the_offsets_kept(tmp_path: Path) -> None:
+    """A file whose acked ranges are wrong (one below its offset) and no good .bak: the
+    offsets are salvaged, the bad ranges dropped (their messages only come again)."""
+    with FakeCluster(tmp_path) as c:
+        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
+    path = tmp_path / "broker-a" / "config" / "consumerOffset.json"
+    path.write_text(
+        '{"offset_table": {"a@cg": {"0": 4, "1": 7}},'
+        ' "acked_table": {"a@cg": {"0": [[2, 3]], "1": [[9, 12]]}}}'
+    )
+    path.with_name(path.name + ".bak").unlink(missing_ok=True)
+    with FakeCluster(tmp_path) as c:
+        assert committed(c) == (4, [])
+        got = c.server().query_offsets(QueryOffsetsRequest(group=GROUP, topic=TOPIC))
+        assert got.offsets == {0: 4, 1: 7}
+        assert got.acked == {1: [(9, 12)]}
