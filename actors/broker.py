@@ -504,6 +504,8 @@ class BrokerActor:
         started = time.perf_counter()
         req = check(req, PullManyRequest)
         self.server.authorize("pull_many", req)
+        if req.commits:
+            self.server.commit_pulled(req)
         if park is None:
             reply = self.server.pull_many(req)
         else:

@@ -15,8 +15,12 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
-from rayq.actors.server.send_back import DEFAULT_MAX_RECONSUME_TIMES
-from rayq.actors.server.table_files import SubscriptionGroupConfig, is_readable, is_writeable
+from rayq.actors.server.table_files import (
+    AckedRanges,
+    SubscriptionGroupConfig,
+    is_readable,
+    is_writeable,
+)
 from rayq.store.batch import EncodedBatch, RequestAuth
 from rayq.store.errors import InvalidRequestError
 from rayq.store.message import MessageExt
@@ -172,15 +176,31 @@ class PullItem(msgspec.Struct, frozen=True, array_like=True):
     expression_type: FilterType = "TAG"
 
 
+class QueueCommit(msgspec.Struct, frozen=True, array_like=True):
+    """A queue's offset committed inside a pull (RocketMQ's commit-offset flag on
+    PullRequest), with the ranges past it already consumed (``acked``)."""
+
+    topic: Text
+    queue_id: QueueId
+    queue_offset: QueueOffset
+    acked: AckedRanges = []
+
+
 class PullManyRequest(_Request, frozen=True, kw_only=True):
     """Several queues of one broker in one call (a push consumer's pull per broker):
     up to ``max_nums`` messages from each; with ``suspend_ms`` > 0 the hold service
-    waits until any of them has something new."""
+    waits until any of them has something new. ``commits``: offsets the broker commits
+    (as ``CommitOffsetsRequest`` with ``generation``) when the pull arrives, so a push
+    consumer needs a separate commit call only while no pull goes out."""
 
     group: Text
     items: Annotated[list[PullItem], Meta(min_length=1, max_length=4096)]
     max_nums: Annotated[int, Meta(ge=1, le=1 << 20)] = 32
     suspend_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 15_000
+    commits: Annotated[list[QueueCommit], Meta(max_length=4096)] = []
+    generation: Annotated[int, Meta(ge=-1)] = -1
+    # a broadcasting consumer's pull: refused if the group has consume_broadcast_enable off
+    broadcasting: bool = False
 
     def request(self, item: PullItem) -> PullRequest:
         return PullRequest(group=self.group, topic=item.topic, queue_id=item.queue_id,
@@ -242,6 +262,7 @@ def follow_up(req: Any, answer: Any) -> Any | None:
         if type(answer) is not PullResponse or answer.records_left:
             return None  # more is there: the consumer reads it from the broker directly
         return msgspec.structs.replace(req, queue_offset=answer.next_offset)
+    # A follow-up commits nothing (a pull that commits always reaches the broker).
     results = answer.results if type(answer) is PullManyResponse else None
     if type(req) is not PullManyRequest or results is None:
         return None
@@ -251,7 +272,7 @@ def follow_up(req: Any, answer: Any) -> Any | None:
         return None
     items = [msgspec.structs.replace(i, queue_offset=r.next_offset)
              for i, r in zip(req.items, results, strict=True)]  # fmt: skip
-    return msgspec.structs.replace(req, items=items)
+    return msgspec.structs.replace(req, items=items, commits=[])
 
 
 def follow_up_token(token: str) -> str:
@@ -399,7 +420,8 @@ class SendBackRequest(_Request, frozen=True, kw_only=True):
 
     group: Text
     items: Annotated[list[SendBackItem], Meta(min_length=1, max_length=65536)]
-    max_reconsume_times: Annotated[int, Meta(ge=0, le=1024)] = DEFAULT_MAX_RECONSUME_TIMES
+    # -1: none given, the group's ``retry_max_times`` applies (RocketMQ's subscription group)
+    max_reconsume_times: Annotated[int, Meta(ge=-1, le=1024)] = -1
 
 
 class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -503,12 +525,15 @@ class QueryOffsetsRequest(_Request, frozen=True, kw_only=True):
 
 class CommitOffsetsRequest(_Request, frozen=True, kw_only=True):
     """Next offsets per queue id. A push consumer commits with its assignment's
-    ``generation``; -1 (pull consumers, admin) is never fenced."""
+    ``generation``; -1 (pull consumers, admin) is never fenced. ``acked``: per queue
+    id, sorted ranges ``[start, end)`` past its offset that were consumed already (a
+    queue without any keeps none)."""
 
     group: Text
     topic: Text
     offsets: dict[QueueId, QueueOffset]
     generation: Annotated[int, Meta(ge=-1)] = -1
+    acked: dict[QueueId, AckedRanges] = {}
 
 
 class CompareAndSetOffsetsRequest(_Request, frozen=True, kw_only=True):
@@ -658,9 +683,11 @@ class GroupsReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class OffsetsReply(msgspec.Struct, frozen=True, kw_only=True):
-    """Queue id -> offset (committed, reset or found)."""
+    """Queue id -> offset (committed, reset or found); for committed offsets also the
+    ranges past them consumed already (``CommitOffsetsRequest.acked``)."""
 
     offsets: dict[int, int]
+    acked: dict[int, list[tuple[int, int]]] = {}
 
 
 class CommitOffsetsReply(msgspec.Struct, frozen=True, kw_only=True):

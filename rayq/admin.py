@@ -78,8 +78,15 @@ QUERY_MAX_NUM = 64 * 1024
 DEFAULT_PERM = PERM_READ | PERM_WRITE
 RETRY_MAX_TIMES_MAX = 1024
 _GROUP_FIELDS = frozenset(
-    {"consume_enable", "consume_broadcast_enable", "retry_max_times", "consume_message_orderly"}
+    {
+        "consume_enable",
+        "consume_broadcast_enable",
+        "retry_max_times",
+        "retry_queue_nums",
+        "consume_message_orderly",
+    }
 )
+RETRY_QUEUE_NUMS_MAX = 1024
 
 
 class Admin:
@@ -165,6 +172,7 @@ class Admin:
         consume_broadcast_enable: bool = True,
         retry_max_times: int = 16,
         consume_message_orderly: bool = False,
+        retry_queue_nums: int = 1,
     ) -> SubscriptionGroupConfig:
         """Create (or overwrite) subscription group ``group`` on every live broker."""
         validate_group(group)
@@ -172,7 +180,8 @@ class Admin:
         return self._put_group(cfg, consume_enable=consume_enable,
                                consume_broadcast_enable=consume_broadcast_enable,
                                retry_max_times=retry_max_times,
-                               consume_message_orderly=consume_message_orderly)  # fmt: skip
+                               consume_message_orderly=consume_message_orderly,
+                               retry_queue_nums=retry_queue_nums)  # fmt: skip
 
     def update_group(self, group: str, **changes: Any) -> SubscriptionGroupConfig:
         """Change fields of an existing group's config (e.g. ``consume_enable=False`` stops
@@ -219,6 +228,12 @@ class Admin:
                     raise ConfigError(f"retry_max_times must be an int in "
                                       f"0..{RETRY_MAX_TIMES_MAX}, got {value!r}",
                                       value=repr(value), limit=RETRY_MAX_TIMES_MAX)  # fmt: skip
+            elif name == "retry_queue_nums":
+                if value.__class__ is not int or not 0 <= value <= RETRY_QUEUE_NUMS_MAX:
+                    raise ConfigError(f"retry_queue_nums must be an int in "
+                                      f"0..{RETRY_QUEUE_NUMS_MAX} (0: failed messages are "
+                                      f"dropped), got {value!r}", value=repr(value),
+                                      limit=RETRY_QUEUE_NUMS_MAX)  # fmt: skip
             elif not isinstance(value, bool):
                 raise ConfigError(f"{name} must be a bool, got {value!r}", value=repr(value))
         cfg = msgspec.structs.replace(cfg, **changes)

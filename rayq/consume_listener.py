@@ -29,8 +29,14 @@ class ConsumeStatus(enum.Enum):
 
 
 class ConsumeOrderlyStatus(enum.Enum):
+    """SUCCESS and SUSPEND_CURRENT_QUEUE_A_MOMENT; with ``auto_commit=False`` also
+    COMMIT (commit everything consumed so far) and ROLLBACK (consume everything since
+    the last commit again), deprecated in RocketMQ but supported."""
+
     SUCCESS = "SUCCESS"
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
 
 
 class ListenerRunner:
@@ -88,15 +94,21 @@ class ListenerRunner:
         return failed
 
     def run_orderly(self, msgs: list[MessageExt]) -> bool:
-        """Consume ``msgs`` in order; True on SUCCESS."""
+        """Consume ``msgs`` in order; True on SUCCESS (or COMMIT)."""
+        status = self.consume_orderly(msgs)
+        return status in (ConsumeOrderlyStatus.SUCCESS, ConsumeOrderlyStatus.COMMIT)
+
+    def consume_orderly(self, msgs: list[MessageExt]) -> ConsumeOrderlyStatus:
+        """Consume ``msgs`` in order; what the listener returned (an exception or anything
+        that is not a ConsumeOrderlyStatus: SUSPEND_CURRENT_QUEUE_A_MOMENT)."""
+        suspend = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
         try:
             result = self._call(msgs)
         except Exception:
             logger.exception("orderly listener raised; suspending the queue a moment")
-            return False
-        if result is ConsumeOrderlyStatus.SUCCESS:
-            return True
-        if result is not ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
+            return suspend
+        if not isinstance(result, ConsumeOrderlyStatus):
             logger.warning("orderly listener returned %r, not a ConsumeOrderlyStatus; treated "
                            "as SUSPEND_CURRENT_QUEUE_A_MOMENT", result)  # fmt: skip
-        return False
+            return suspend
+        return result

@@ -46,6 +46,7 @@ from rayq.actors.protocol import (
     PullManyResponse,
     PullResponse,
     PullStatus,
+    QueueCommit,
 )
 from rayq.process_queue import ProcessQueue
 from rayq.selector import filter_type
@@ -65,6 +66,7 @@ class _Round(NamedTuple):
     reply: Reply[PullManyResponse]
     queues: list[tuple[MessageQueue, ProcessQueue]]  # in the call's order
     waiting: list[ProcessQueue]  # held rounds: queues left out that may be pulled soon
+    commits: list[tuple[MessageQueue, Any]]  # (queue, commit state) the call carries
 
 
 class PullRounds:
@@ -80,8 +82,9 @@ class PullRounds:
     offsets: Any
     group: str
     client_id: str
-    orderly: bool
     generation: int
+    orderly: bool
+    broadcasting: bool
     tasks: dict[MessageQueue, list[asyncio.Task]]
     history: list[tuple[MessageQueue, float, float]]
     _owned_since: dict[MessageQueue, float]
@@ -181,16 +184,32 @@ class PullRounds:
             return None
         direct = any(pq.backlog or pq.found for _, pq in ready)
         room = min(room, ROUND_MAX_BYTES // (record_bytes * len(ready)))
+        commits = self._commits(ready)
         req = PullManyRequest(
             group=self.group, client_id=self.client_id,
             max_nums=max(cfg.pull_batch_size, room) if direct else cfg.pull_batch_size,
             suspend_ms=0 if direct else cfg.broker_suspend_max_ms,
-            items=[PullItem(mq.topic, mq.queue_id, pq.next_pull, self.filters[mq.topic].expression,
+            items=[PullItem(mq.topic, mq.queue_id, pq.pull_from(),
+                            self.filters[mq.topic].expression,
                             filter_type(self.filters[mq.topic])) for mq, pq in ready],
+            commits=[QueueCommit(mq.topic, mq.queue_id, off, acked)
+                     for mq, (off, acked) in commits],
+            generation=self.generation, broadcasting=self.broadcasting,
         )  # fmt: skip
         source = self.read_from.get(broker) or broker  # a slave the broker suggested
         target = self.ctx.broker(source) if direct else self.ctx.hold(broker)
-        return _Round(target.pull_many(req), ready, [] if direct else waiting)
+        return _Round(target.pull_many(req), ready, [] if direct else waiting, commits)
+
+    def _commits(self, ready: list[tuple[MessageQueue, ProcessQueue]]) -> list[tuple[Any, Any]]:
+        """The commit states of ``ready`` that changed since their last commit (RocketMQ's
+        commit-offset flag: the pull carries them, so no separate commit call is needed)."""
+        out = []
+        for mq, pq in ready:
+            self.offsets.update(mq, *pq.commit_state())
+            state = self.offsets.pending(mq)
+            if state is not None:
+                out.append((mq, state))
+        return out
 
     async def _answer(self, broker: str, rnd: _Round) -> list[Any] | None:
         """The answers of a round, one per queue; None if it failed (logged, after a
@@ -209,6 +228,8 @@ class PullRounds:
             return None
         if reply is None:
             return None
+        for mq, state in rnd.commits:
+            self.offsets.committed(mq, state)
         # RocketMQ's suggestWhichBrokerId, per broker: a slave while these queues are far
         # behind and the broker has slave_read_enable, else the master.
         self.read_from[broker] = next(
@@ -260,11 +281,10 @@ class PullRounds:
             return False
         pq.found = found = resp.status is PullStatus.FOUND
         pq.backlog = found and resp.records_left
-        pq.next_pull = resp.next_offset
         if found:
-            pq.arriving(resp.count, len(resp.buffer))
-        elif not pq.count:
-            self.offsets.update(mq, pq.commit_offset())
+            pq.arriving(resp.count, len(resp.buffer), resp.next_offset)
+        else:
+            pq.next_pull = resp.next_offset
         return found
 
     def _offset_illegal(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None:

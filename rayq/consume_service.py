@@ -14,7 +14,11 @@ runs in a pool of ``consume_thread`` threads:
   shared among the owned queues), each calling the listener on slices of
   ``consume_message_batch_max_size``; failed messages are sent back to the
   broker (``%RETRY%<group>`` with a delay, ``%DLQ%<group>`` past
-  ``max_reconsume_times``); the committed offset is the smallest one still held.
+  ``max_reconsume_times``); the committed offset is the smallest one still held,
+  committed with the ranges past it already done (``ProcessQueue.commit_state``), so
+  a slow message holds back no commit and a crash redelivers only what was held.
+  Commits ride on the pulls (``PullManyRequest.commits``); the timer commits only what
+  no pull took.
 - orderly: one consume loop per queue, holding the broker's lock on the queue;
   SUSPEND (or an exception) retries the same messages after
   ``suspend_current_queue_time_millis``, counting reconsume times.
@@ -48,6 +52,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.rebalance import MemberSpec
+from rayq.actors.server.table_files import check_broadcast
 from rayq.actors.server.tally import Tally
 from rayq.client import ClientContext
 from rayq.consume_listener import ListenerRunner
@@ -59,6 +64,7 @@ from rayq.selector import to_filter
 from rayq.start_offsets import fresh_start_offsets
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
+from rayq.store.errors import GroupNotFoundError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
 from rayq.transport import Transport
@@ -75,10 +81,11 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                  consume_from: ConsumeFromWhere, consume_timestamp_ms: int,
                  max_reconsume_times: int, strategy: AllocateStrategy,
                  allocation: list[MessageQueue], config: ClientConfig, namespace: str,
-                 transport: Transport | None = None) -> None:  # fmt: skip
+                 transport: Transport | None = None, auto_commit: bool = True) -> None:  # fmt: skip
         self.group = group
         self.client_id = client_id
         self.orderly = orderly
+        self.auto_commit = auto_commit  # orderly: False commits on COMMIT only
         self.model = model
         self.broadcasting = broadcasting = model is MessageModel.BROADCASTING
         self.transport = transport
@@ -105,6 +112,8 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
         self.queues: dict[MessageQueue, ProcessQueue] = {}
+        self.assigned: set[MessageQueue] = set()  # the coordinator's last assignment
+        self._lock_waiter: asyncio.Task | None = None  # orderly: queues locked elsewhere
         self.tasks: dict[MessageQueue, list[asyncio.Task]] = {}  # orderly consume loops
         self.broker_loops: dict[str, asyncio.Task] = {}  # one pull loop per broker
         self.freed: dict[str, asyncio.Event] = {}  # per broker: its queues' messages got done
@@ -129,6 +138,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         offset store, the retry topic. (Tests then ``assign`` queues themselves.)"""
         self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
         if self.broadcasting:
+            await self._check_broadcast_allowed()
             self.offsets = LocalOffsetStore(self.config.offset_store_dir,
                                             self.config.instance_name, self.group)  # fmt: skip
         else:
@@ -147,6 +157,23 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                            self.client_id, self.group)  # fmt: skip
             await self.join()
 
+    async def _check_broadcast_allowed(self) -> None:
+        """PermissionDeniedError if a broker's config of the group refuses broadcasting
+        consumers (``consume_broadcast_enable`` off; a group not created yet allows them)."""
+        brokers = (
+            await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
+        ).names
+        req = GroupRequest(group=self.group, client_id=self.client_id)
+        found = await self.ctx.broker_calls_async(
+            {b: lambda c: c.get_group(req) for b in brokers}, return_exceptions=True
+        )
+        for broker, reply in found.items():
+            if isinstance(reply, GroupNotFoundError):
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            check_broadcast(reply.config, broker)
+
     async def _ensure_retry_topic(self) -> None:
         brokers = (
             await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
@@ -160,17 +187,29 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         if self.closed:
             return
         self.generation = max(self.generation, generation)
-        gone = [mq for mq in self.queues if mq not in set(queues)]
+        self.assigned = set(queues)
+        gone = [mq for mq in self.queues if mq not in self.assigned]
         if gone:
             await self.revoke(generation, gone)
         new = [mq for mq in queues if mq not in self.queues]
-        if not new:
+        if new:
+            await self._take_over(new)
+
+    async def _take_over(self, mqs: list[MessageQueue]) -> None:
+        """Start consuming ``mqs`` (orderly: the ones locked first) where the group is."""
+        new = await self._lock_first(mqs)
+        starts = await self._start_offsets(new) if new else {}
+        new = [mq for mq in new if mq in self.assigned and mq not in self.queues]
+        if self.closed or not new:
             return
-        starts = await self._start_offsets(new)
+        now = time.monotonic()
         for mq in new:
             pq = ProcessQueue(self._freed(mq.broker_name))
             pq.next_pull = starts[mq]
-            self.offsets.update(mq, starts[mq])
+            pq.set_skip(self.offsets.acked(mq))
+            if self.orderly:
+                pq.locked_at = now  # _lock_first locked it (broadcasting: no lock)
+            self._note(mq, pq)
             self.queues[mq] = pq
             self._owned_since[mq] = time.monotonic()
             if self.orderly:
@@ -178,21 +217,22 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for broker in sorted({mq.broker_name for mq in new}):
             self._restart_pulls(broker)
         logger.info("consumer %s now owns %d queues (generation %d)", self.client_id,
-                    len(self.queues), generation)  # fmt: skip
+                    len(self.queues), self.generation)  # fmt: skip
 
     async def revoke(self, generation: int, queues: list[MessageQueue]) -> None:
         """Give ``queues`` up: stop pulling, let in-flight work finish, commit, unlock."""
+        self.assigned.difference_update(queues)
         mqs = [mq for mq in queues if mq in self.queues]
         for mq in mqs:
             self.queues[mq].pulling = False  # its broker's pull loop leaves it out now
         deadline = time.monotonic() + REVOKE_WAIT_S
         for mq in mqs:
             pq = self.queues[mq]
-            while (pq.inflight or pq.taken) and time.monotonic() < deadline:
+            while pq.inflight and time.monotonic() < deadline:
                 pq.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pq.changed.wait(), 0.1)
-            self.offsets.update(mq, pq.commit_offset())
+            self._note(mq, pq)
         if mqs:
             await self.offsets.persist(mqs, self.generation)
         for mq in mqs:
@@ -227,12 +267,10 @@ class ConsumeService(PullRounds, OrderlyConsumption):
     # --------------------------------------------------------- dispatch
     def _dispatch(self, mq: MessageQueue, pq: ProcessQueue, resp: PullResponse) -> None:
         msgs = self._prepare(mq, decode_records(resp.buffer, broker_name=mq.broker_name))
-        pq.put(msgs, resp.next_offset)
+        msgs = pq.put(msgs, resp.next_offset)
         if msgs and not self.orderly:
             for part in self._split(msgs):
                 self._hand_off(mq, pq, part)
-        if not pq.count:
-            self.offsets.update(mq, pq.commit_offset())
 
     def _prepare(self, mq: MessageQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         """Exact tag check, and retried messages get their original topic back."""
@@ -292,7 +330,6 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
         else:
             pq.remove(m.queue_offset for m in msgs)
-        self.offsets.update(mq, pq.commit_offset())
         if kept:
             for m in kept:
                 m.reconsume_times += 1
@@ -330,11 +367,18 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                                "back", self.client_id, len(stuck), mq,
                                self.config.consume_timeout_ms)  # fmt: skip
                 pq.remove(m.queue_offset for m in stuck)
-                self.offsets.update(mq, pq.commit_offset())
 
     # ------------------------------------------------------------ offsets
+    def _note(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Hand ``pq``'s commit state (offset and acked ranges) to the offset store."""
+        self.offsets.update(mq, *pq.commit_state())
+
     async def commit(self) -> None:
+        """Commit what changed since the last commit (inside a pull, or here when no pull
+        went out since: the consumer actor's timer)."""
         if self.offsets is not None:
+            for mq, pq in list(self.queues.items()):
+                self._note(mq, pq)
             await self.offsets.persist(None, self.generation)
 
     async def shutdown(self) -> None:
@@ -349,8 +393,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                 await self.ctx.coordinator.leave_group(
                     MemberRequest(group=self.group, client_id=self.client_id)
                 )
-        for task in [*self.background, *self.broker_loops.values()]:
-            task.cancel()
+        for task in [*self.background, *self.broker_loops.values(), self._lock_waiter]:
+            if task is not None:
+                task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:

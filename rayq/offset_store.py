@@ -1,7 +1,11 @@
 """Where a push consumer keeps its offsets (RocketMQ ``OffsetStore``).
 
 Clustering: on the brokers, shared by the group (``RemoteOffsetStore``); commits
-carry the assignment's generation, so a broker refuses a stale member's commit.
+carry the assignment's generation, so a broker refuses a stale member's commit, and
+with each offset the ranges past it consumed already (``ProcessQueue.commit_state``),
+so the next owner of a queue consumes only the rest again. A push consumer's pull
+carries the commits of its queues that changed (``pending``/``committed``); ``persist``
+sends the ones no pull took.
 Broadcasting: in a local file per consumer instance (``LocalOffsetStore``), since
 every member reads every queue::
 
@@ -25,9 +29,8 @@ from pathlib import Path
 
 import msgspec
 
-from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue
+from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue, QueryOffsetsRequest
 from rayq.client import ClientContext
-from rayq.start_offsets import committed_offsets
 from rayq.store.errors import ConfigError
 from rayq.store.json_file import JsonFile
 from rayq.store.names import validate_group, validate_instance_name
@@ -35,6 +38,9 @@ from rayq.store.names import validate_group, validate_instance_name
 logger = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 30.0
+
+Ranges = list[tuple[int, int]]
+State = tuple[int, Ranges]  # (offset, acked ranges past it)
 
 
 class _OffsetsFile(msgspec.Struct):
@@ -51,45 +57,82 @@ class RemoteOffsetStore:
     def __init__(self, ctx: ClientContext, group: str) -> None:
         self._ctx = ctx
         self.group = group
-        self.offsets: dict[MessageQueue, int] = {}
-        self._committed: dict[MessageQueue, int] = {}
+        self.offsets: dict[MessageQueue, State] = {}
+        self._committed: dict[MessageQueue, State] = {}
+        self._acked_read: dict[MessageQueue, Ranges] = {}
 
-    def update(self, mq: MessageQueue, offset: int) -> None:
-        self.offsets[mq] = offset
+    def update(self, mq: MessageQueue, offset: int, acked: Ranges | None = None) -> None:
+        self.offsets[mq] = (offset, list(acked or []))
 
     async def read(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
-        """The committed offsets of ``mqs`` (queues without one are left out)."""
-        return await asyncio.to_thread(committed_offsets, self._ctx, self.group, mqs)
+        """The committed offsets of ``mqs`` (queues without one are left out); their acked
+        ranges are kept for ``acked``."""
+        found = await asyncio.to_thread(self._query, mqs)
+        for mq, (_, acked) in found.items():
+            self._acked_read[mq] = acked
+        return {mq: off for mq, (off, _) in found.items()}
+
+    def acked(self, mq: MessageQueue) -> Ranges:
+        """The ranges past ``mq``'s committed offset consumed already, as ``read`` found."""
+        return self._acked_read.pop(mq, [])
+
+    def _query(self, mqs: list[MessageQueue]) -> dict[MessageQueue, State]:
+        pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
+        found = self._ctx.broker_calls({
+            p: (lambda b, t=p[1]: b.query_offsets(QueryOffsetsRequest(
+                group=self.group, topic=t, client_id=self._ctx.client_id)))
+            for p in pairs
+        }, CALL_TIMEOUT_S)  # fmt: skip
+        out: dict[MessageQueue, State] = {}
+        for mq in mqs:
+            reply = found[(mq.broker_name, mq.topic)]
+            if mq.queue_id in reply.offsets:
+                acked = [tuple(r) for r in reply.acked.get(mq.queue_id, [])]
+                out[mq] = (reply.offsets[mq.queue_id], acked)  # type: ignore[assignment]
+        return out
+
+    def pending(self, mq: MessageQueue) -> State | None:
+        """``mq``'s state if it changed since it was last committed (a pull may carry it)."""
+        state = self.offsets.get(mq)
+        if state is None or state[0] < 0 or self._committed.get(mq) == state:
+            return None
+        return state
+
+    def committed(self, mq: MessageQueue, state: State) -> None:
+        """``state`` of ``mq`` was committed (inside a pull)."""
+        self._committed[mq] = state
 
     async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
         """Commit the offsets of ``mqs`` (default: all) that changed since the last commit."""
-        todo: dict[tuple[str, str], dict[int, int]] = {}
+        todo: dict[tuple[str, str], dict[int, State]] = {}
         for mq in mqs if mqs is not None else list(self.offsets):
-            off = self.offsets.get(mq)
-            if off is not None and off >= 0 and self._committed.get(mq) != off:
-                todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = off
+            state = self.pending(mq)
+            if state is not None:
+                todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = state
         if not todo:
             return
         results = await self._ctx.broker_calls_async({
-            (b, t): lambda c, t=t, offs=offs: c.commit_offsets(CommitOffsetsRequest(
-                group=self.group, topic=t, offsets=offs, generation=generation,
-                client_id=self._ctx.client_id))
-            for (b, t), offs in todo.items()
+            (b, t): lambda c, t=t, states=states: c.commit_offsets(CommitOffsetsRequest(
+                group=self.group, topic=t, offsets={q: s[0] for q, s in states.items()},
+                generation=generation, client_id=self._ctx.client_id,
+                acked={q: s[1] for q, s in states.items() if s[1]}))
+            for (b, t), states in todo.items()
         }, return_exceptions=True)  # fmt: skip
-        for ((broker, topic), offs), result in zip(todo.items(), results.values(), strict=True):
+        for ((broker, topic), states), result in zip(todo.items(), results.values(), strict=True):
             if isinstance(result, BaseException):
                 logger.warning("group %s: committing %s on %s failed: %s", self.group, topic,
                                broker, result)  # fmt: skip
                 continue
-            for qid, off in offs.items():
+            for qid, state in states.items():
                 if qid in result.stale:
                     logger.warning("group %s: commit of %s:%s:%d refused (a newer owner "
                                    "committed)", self.group, topic, broker, qid)  # fmt: skip
-                self._committed[MessageQueue(topic, broker, qid)] = off
+                self._committed[MessageQueue(topic, broker, qid)] = state
 
     def forget(self, mq: MessageQueue) -> None:
         self.offsets.pop(mq, None)
         self._committed.pop(mq, None)
+        self._acked_read.pop(mq, None)
 
 
 def offsets_path(directory: str, instance_name: str, group: str) -> Path:
@@ -121,8 +164,8 @@ class LocalOffsetStore:
         self._saved = dict(loaded.offsets) if loaded else {}
         self.offsets: dict[MessageQueue, int] = {}
 
-    def update(self, mq: MessageQueue, offset: int) -> None:
-        self.offsets[mq] = offset
+    def update(self, mq: MessageQueue, offset: int, acked: Ranges | None = None) -> None:
+        self.offsets[mq] = offset  # acked ranges are not kept locally: they come again
 
     async def read(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         return self.saved(mqs)
@@ -130,6 +173,15 @@ class LocalOffsetStore:
     def saved(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
         """The saved offsets of ``mqs`` (queues without one are left out)."""
         return {mq: self._saved[_key(mq)] for mq in mqs if _key(mq) in self._saved}
+
+    def acked(self, mq: MessageQueue) -> Ranges:
+        return []
+
+    def pending(self, mq: MessageQueue) -> State | None:
+        return None  # no broker to commit to inside a pull
+
+    def committed(self, mq: MessageQueue, state: State) -> None:
+        pass
 
     async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
         self.save()

@@ -44,6 +44,18 @@ SHUTDOWN_TIMEOUT_S = 60.0
 MAX_RECONSUME_TIMES_MAX = 1024
 
 
+class _DefaultReconsumeTimes(int):
+    """The default of ``max_reconsume_times``: 16 as the API says, with RocketMQ's meaning
+    of its default (-1): 16 for a concurrent listener, or the group's ``retry_max_times``
+    when that is set; without limit for an orderly one. Told apart from an explicit 16."""
+
+    def __repr__(self) -> str:
+        return "16"
+
+
+DEFAULT_RECONSUME_TIMES = _DefaultReconsumeTimes(16)
+
+
 class PushConsumer:
     """A consumer whose listener is called with messages as they arrive."""
 
@@ -55,7 +67,7 @@ class PushConsumer:
         consume_from: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp_ms: int | None = None,
         allocate_strategy: AllocateStrategy = AllocateStrategy.AVERAGELY,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = DEFAULT_RECONSUME_TIMES,
         config: ClientConfig | None = None,
         namespace: str | None = None,
         allocate_queues: list[MessageQueue] | None = None,
@@ -67,10 +79,12 @@ class PushConsumer:
             isinstance(allocate_strategy, AllocateStrategy),
             f"allocate_strategy must be an AllocateStrategy, got {allocate_strategy!r}",
         )
+        if max_reconsume_times is DEFAULT_RECONSUME_TIMES:
+            max_reconsume_times = -1  # RocketMQ's default (see _DefaultReconsumeTimes)
         _check(max_reconsume_times.__class__ is int
-               and 0 <= max_reconsume_times <= MAX_RECONSUME_TIMES_MAX,
-               f"max_reconsume_times must be an int in 0..{MAX_RECONSUME_TIMES_MAX}, "
-               f"got {max_reconsume_times!r}")  # fmt: skip
+               and -1 <= max_reconsume_times <= MAX_RECONSUME_TIMES_MAX,
+               f"max_reconsume_times must be an int in 0..{MAX_RECONSUME_TIMES_MAX}, or -1 "
+               f"for RocketMQ's default, got {max_reconsume_times!r}")  # fmt: skip
         queues = list(allocate_queues or [])
         _check(all(isinstance(q, MessageQueue) for q in queues),
                "allocate_queues must be a list of rayq MessageQueue")  # fmt: skip
@@ -92,6 +106,7 @@ class PushConsumer:
         self._subscriptions: dict[str, str | MessageSelector] = {}
         self._listener: Callable[..., Any] | None = None
         self._orderly = False
+        self._auto_commit = True
         self._actor: Any = None
         self._closed = False
         self._final_stats: dict[str, Any] | None = None
@@ -111,12 +126,20 @@ class PushConsumer:
         self._check_setup()
         self._subscriptions.pop(topic, None)
 
-    def register_listener(self, fn: Callable[..., Any], orderly: bool = False) -> None:
+    def register_listener(self, fn: Callable[..., Any], orderly: bool = False, *,
+                          auto_commit: bool = True) -> None:  # fmt: skip
         """``fn(list[MessageExt]) -> ConsumeStatus`` (or ``-> ConsumeOrderlyStatus`` with
-        ``orderly=True``); it must be picklable: it runs in the Consumer actor."""
+        ``orderly=True``); it must be picklable: it runs in the Consumer actor. An orderly
+        listener with ``auto_commit=False`` commits by returning COMMIT (SUCCESS only
+        acknowledges a batch) and consumes everything since its last commit again by
+        returning ROLLBACK."""
         self._check_setup()
         _check(callable(fn), f"the listener must be callable, got {type(fn).__name__}")
         _check(isinstance(orderly, bool), f"orderly must be a bool, got {orderly!r}")
+        _check(isinstance(auto_commit, bool), f"auto_commit must be a bool, got {auto_commit!r}")
+        _check(orderly or auto_commit,
+               "auto_commit=False is for orderly listeners (orderly=True): a concurrent "
+               "listener's messages are committed as they are consumed")  # fmt: skip
         try:
             cloudpickle.dumps(fn)
         except Exception as exc:
@@ -126,6 +149,7 @@ class PushConsumer:
             ) from None
         self._listener = fn
         self._orderly = orderly
+        self._auto_commit = auto_commit
 
     def start(self) -> None:
         """Start the Consumer actor; returns once it joined and got its first queues."""
@@ -137,7 +161,7 @@ class PushConsumer:
         factory = partial(
             ConsumeService, group=self.group, client_id=self.client_id,
             subscriptions=dict(self._subscriptions), listener=self._listener,
-            orderly=self._orderly, model=self.model,
+            orderly=self._orderly, auto_commit=self._auto_commit, model=self.model,
             consume_from=self._consume_from, consume_timestamp_ms=self._consume_timestamp_ms,
             max_reconsume_times=self._max_reconsume_times, strategy=self._strategy,
             allocation=self._allocation, config=self._ctx.config, namespace=self._ctx.namespace,

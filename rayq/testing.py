@@ -324,6 +324,8 @@ class FakeCluster:
             raise InvalidRequestError(f"the broker has no client method {method!r}")
         req = protocol.check(arg, cls)
         srv.authorize(method, req)
+        if method == "pull_many" and req.commits:
+            srv.commit_pulled(req)
         return getattr(srv, method)(req)
 
     # ----------------------------------------------------------- hold calls
@@ -346,6 +348,8 @@ class FakeCluster:
                     elif method == "pull_many":
                         req = protocol.check(req, PullManyRequest)
                         srv.authorize("pull_many", req)
+                        if req.commits:
+                            srv.commit_pulled(req)
                         reply = srv.pull_many(req)
                         if req.suspend_ms > 0 and protocol.nothing_new(reply.results):
                             beyond = {

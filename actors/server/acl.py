@@ -173,7 +173,8 @@ def _needs(method: str, req: Any) -> list[tuple[str, str, int]]:
     if method == "transaction_checks":  # a producer group's checks: any valid account
         return []
     if method == "pull_many":
-        return [("group", group, SUB)] + [("topic", i.topic, SUB) for i in req.items]
+        topics = [i.topic for i in req.items] + [c.topic for c in req.commits]
+        return [("group", group, SUB)] + [("topic", t, SUB) for t in topics]
     if method == "lock_queues" or method == "unlock_queues":
         return [("group", group, SUB)] + [("topic", q.topic, SUB) for q in req.queues]
     if method == "update_group":

@@ -69,6 +69,7 @@ from rayq.actors.protocol import (
     QueryMessageRequest,
     QueryOffsetsRequest,
     QueueBoundsReply,
+    QueueCommit,
     QueueData,
     QueueRef,
     QueueStats,
@@ -139,6 +140,7 @@ from .table_files import (
     PERM_WRITE,
     SubscriptionGroupConfig,
     TopicConfig,
+    check_broadcast,
     is_readable,
     is_writeable,
     offset_key,
@@ -544,7 +546,11 @@ class BrokerServer:
 
     def pull_many(self, req: PullManyRequest, max_bytes: int | None = None) -> PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
-        ``max_bytes``: of records in all (the queues in order, each at least one record)."""
+        ``max_bytes``: of records in all (the queues in order, each at least one record).
+        A broadcasting consumer's pull is refused (PermissionDeniedError) if its group has
+        ``consume_broadcast_enable`` off."""
+        if req.broadcasting:
+            check_broadcast(self.group_config(req.group, create=True), self.name)
         out: list[PullResponse | RayqError] = []
         left = max_bytes
         for item in req.items:
@@ -595,6 +601,12 @@ class BrokerServer:
             )  # fmt: skip
         return self._put_group(SubscriptionGroupConfig(group_name=group))
 
+    def group_or_defaults(self, group: str) -> SubscriptionGroupConfig:
+        """The group's config, or RocketMQ's defaults for a group not created (yet)."""
+        validate_group(group)
+        found = self.tables.subscription_groups.get(group)
+        return found if found is not None else SubscriptionGroupConfig(group_name=group)
+
     def get_group(self, req: GroupRequest) -> GroupConfigReply:
         """The config of an existing group (GroupNotFoundError if there is none)."""
         return GroupConfigReply(config=self.group_config(req.group))
@@ -625,15 +637,36 @@ class BrokerServer:
 
     # ------------------------------------------------------------ offsets
     def commit_offsets(self, req: CommitOffsetsRequest) -> CommitOffsetsReply:
-        """Commit next-offsets per queue; the queue ids refused as stale.
+        """Commit next-offsets per queue (with the ranges past them consumed already);
+        the queue ids refused as stale.
 
         A push consumer commits with its assignment's ``generation``: once a queue saw a
         commit of generation g, commits of older generations are refused, so a consumer
         that lost the queue in a rebalance cannot move the group's offset (in memory: a
         broker restart forgets the fences)."""
-        group, topic, offsets, generation = req.group, req.topic, dict(req.offsets), req.generation
+        return self._commit(req.group, req.topic, dict(req.offsets), req.generation, req.acked)
+
+    def commit_pulled(self, req: PullManyRequest) -> None:
+        """The commits a push consumer's pull carries (``PullManyRequest.commits``), made
+        when the pull arrives (never again when a parked pull is read)."""
+        by_topic: dict[str, list[QueueCommit]] = {}
+        for c in req.commits:
+            by_topic.setdefault(c.topic, []).append(c)
+        for topic, commits in by_topic.items():
+            offsets = {c.queue_id: c.queue_offset for c in commits}
+            acked = {c.queue_id: c.acked for c in commits if c.acked}
+            self._commit(req.group, topic, offsets, req.generation, acked)
+
+    def _commit(self, group: str, topic: str, offsets: dict[int, int], generation: int,
+                acked: dict[int, Any]) -> CommitOffsetsReply:  # fmt: skip
         self.group_config(group, create=True)
         validate_topic(topic)
+        alone = sorted(set(acked) - set(offsets))
+        if alone:
+            raise InvalidOffsetError(
+                f"acked ranges for queue(s) {alone} of topic {topic!r} come without their "
+                "offsets; commit each queue's offset with its ranges", value=repr(alone),
+            )  # fmt: skip
         stale: list[int] = []
         if generation >= 0:
             fresh = {}
@@ -645,7 +678,8 @@ class BrokerServer:
                     self._fences[key] = generation
                     fresh[qid] = offset
             offsets = fresh
-        self.tables.consumer_offsets.commit_many(group, topic, offsets)
+        acked = {q: r for q, r in acked.items() if q in offsets}
+        self.tables.consumer_offsets.commit_many(group, topic, offsets, acked)
         if self.slave is not None and offsets:
             self.slave_commits.setdefault(offset_key(topic, group), {}).update(offsets)
         return CommitOffsetsReply(stale=stale)
@@ -667,7 +701,9 @@ class BrokerServer:
     def query_offsets(self, req: QueryOffsetsRequest) -> OffsetsReply:
         validate_group(req.group)
         validate_topic(req.topic)
-        return OffsetsReply(offsets=self.tables.consumer_offsets.query_all(req.group, req.topic))
+        table = self.tables.consumer_offsets
+        return OffsetsReply(offsets=table.query_all(req.group, req.topic),
+                            acked=table.acked(req.group, req.topic))  # fmt: skip
 
     def offset_by_time(self, req: OffsetByTimeRequest) -> OffsetReply:
         self.topic_config(req.topic, create=False)
@@ -756,14 +792,30 @@ class BrokerServer:
     def send_back(self, request: SendBackRequest) -> SendBackResult:
         """Failed messages of a consumer group to its retry or dead-letter topic: one call
         per batch, all or none (store/send_back.py). Bad input raises a RayqError and
-        writes nothing."""
+        writes nothing. The group's config applies: ``retry_max_times`` when the request
+        gives no ``max_reconsume_times`` (-1), ``retry_queue_nums`` queues for the retry
+        topic, and with ``retry_queue_nums`` 0 the messages are dropped (logged)."""
         items = request.items
         self._check_master("takes no send-backs")
+        group = self.group_or_defaults(request.group)
+        most = request.max_reconsume_times
+        retry = retry_topic(request.group)
+        known = self.tables.topics.get(retry)
+        queues = group.retry_queue_nums if known is None else min(
+            group.retry_queue_nums, known.write_queue_nums)  # fmt: skip
         msgs = prepare_send_back(self.store, request.group,
                                  [(i.commitlog_offset, i.delay_level) for i in items],
-                                 request.max_reconsume_times)  # fmt: skip
+                                 group.retry_max_times if most < 0 else most,
+                                 queues)  # fmt: skip
+        if group.retry_queue_nums <= 0:
+            logger.warning("broker %s: group %s has retry_queue_nums 0: %d failed messages "
+                           "dropped, neither retried nor dead-lettered", self.name,
+                           request.group, len(msgs))  # fmt: skip
+            return SendBackResult(topics=[""] * len(msgs), msg_ids=[""] * len(msgs),
+                                  reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
         for topic in {m.topic for m in msgs}:
-            self.ensure_system_topic(topic, GROUP_TOPIC_QUEUE_NUMS)
+            n = group.retry_queue_nums if topic == retry else GROUP_TOPIC_QUEUE_NUMS
+            self.ensure_system_topic(topic, n)
         with self.writing:
             result = self.schedule.put(msgs)
         raise_for_put(result)
@@ -784,8 +836,9 @@ class BrokerServer:
 
     def ensure_retry_topic(self, req: GroupRequest) -> Done:
         """Create ``%RETRY%<group>`` unless it exists (a push consumer does at start)."""
-        validate_group(req.group)
-        created = self.ensure_system_topic(retry_topic(req.group), GROUP_TOPIC_QUEUE_NUMS)
+        group = self.group_or_defaults(req.group)
+        queues = max(group.retry_queue_nums, GROUP_TOPIC_QUEUE_NUMS)
+        created = self.ensure_system_topic(retry_topic(req.group), queues)
         return Done(existed=not created)
 
     def ensure_system_topic(self, topic: str, queues: int) -> bool:

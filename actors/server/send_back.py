@@ -5,9 +5,11 @@ offset). The broker appends a copy, with ``reconsume_times`` one higher, to
 
 * ``%DLQ%<group>`` (queue 0) when that count exceeds ``max_reconsume_times`` or the
   consumer asked for a negative delay level: the message is dead;
-* otherwise ``%RETRY%<group>`` (queue 0) with a DELAY of the level asked for, or of
+* otherwise ``%RETRY%<group>`` with a DELAY of the level asked for, or of
   ``3 + reconsume_times`` (the old count) when the level asked for is 0. The delay
-  service parks it first (schedule.py), so it reaches the retry topic when due.
+  service parks it first (schedule.py), so it reaches the retry topic when due. The
+  retry topic has the group's ``retry_queue_nums`` queues (a message goes to queue
+  ``queue_offset % retry_queues``); with 0 the broker drops failed messages (logged).
 
 The copy keeps body, flags, tags, keys, UNIQ_KEY (so its msg id), born time and host.
 It carries the original topic in ``RETRY_TOPIC`` and the first msg id in
@@ -49,7 +51,7 @@ def is_dead(reconsume_times: int, delay_level: int, max_reconsume_times: int) ->
 
 
 def send_back_message(
-    msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int
+    msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int, retry_queues: int = 1
 ) -> InnerMessage:
     """The record to append for ``msg``, which ``group`` failed to consume.
 
@@ -63,6 +65,7 @@ def send_back_message(
     origin_topic = props.setdefault(P.RETRY_TOPIC, msg.topic)
     origin_id = props.get(P.ORIGIN_MESSAGE_ID) or msg.msg_id
     props[P.ORIGIN_MESSAGE_ID] = origin_id
+    queue_id = 0
     if is_dead(msg.reconsume_times, delay_level, max_reconsume_times):
         topic = dlq_topic(group)
         props[P.DLQ_ORIGIN_TOPIC] = origin_topic
@@ -71,13 +74,22 @@ def send_back_message(
         topic = retry_topic(group)
         level = delay_level if delay_level > 0 else RETRY_DELAY_LEVEL_BASE + msg.reconsume_times
         props[P.DELAY] = str(level)
+        queue_id = msg.queue_offset % max(retry_queues, 1)
     return msgspec.structs.replace(
-        inner, topic=topic, queue_id=0, properties=props, reconsume_times=msg.reconsume_times + 1
+        inner,
+        topic=topic,
+        queue_id=queue_id,
+        properties=props,
+        reconsume_times=msg.reconsume_times + 1,
     )
 
 
 def prepare_send_back(
-    store: MessageStore, group: str, items: Sequence[tuple[int, int]], max_reconsume_times: int
+    store: MessageStore,
+    group: str,
+    items: Sequence[tuple[int, int]],
+    max_reconsume_times: int,
+    retry_queues: int = 1,
 ) -> list[InnerMessage]:
     """The records to append for ``items`` (commit-log offset, delay level) that ``group``
     failed; raises InvalidGroupError, InvalidMessageError or InvalidOffsetError."""
@@ -118,7 +130,7 @@ def prepare_send_back(
                 "message that was not delivered yet",
                 value=offset,
             )
-        out.append(send_back_message(msg, group, level, max_reconsume_times))
+        out.append(send_back_message(msg, group, level, max_reconsume_times, retry_queues))
     return out
 
 

@@ -6,7 +6,9 @@ On-disk layout (RocketMQ's ``store/config/``), all UTF-8 JSON, pretty-printed::
         topics.json               TopicsFile: data_version, topic_config_table {name: TopicConfig}
         subscriptionGroup.json    SubscriptionGroupsFile: data_version, subscription_group_table
         consumerOffset.json       ConsumerOffsetFile: offset_table
-                                      {"<topic>@<group>": {queue_id: queue_offset}}
+                                      {"<topic>@<group>": {queue_id: queue_offset}},
+                                      acked_table {"<topic>@<group>": {queue_id:
+                                      [[start, end], ...]}} (absent in older files)
         delayOffset.json          DelayOffsetFile: offset_table {delay_level: queue_offset},
                                       deliver_at {low_offset, last_due_ms, last_offset}
                                       (progress of the deliver-at queue, schedule.py)
@@ -49,9 +51,7 @@ import msgspec
 from msgspec import Meta
 
 from rayq.store.config import NonNegative
-from rayq.store.errors import (
-    RayqError,
-)
+from rayq.store.errors import PermissionDeniedError, RayqError
 from rayq.store.json_file import Salvaged
 from rayq.store.names import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported
 from rayq.store.names import validate_group, validate_topic
@@ -75,6 +75,10 @@ DELAY_LEVEL_MIN: Final[int] = 1
 DELAY_LEVEL_MAX: Final[int] = 2**31 - 1
 QUEUE_ID_MAX: Final[int] = 2**31 - 1
 QUEUE_OFFSET_MAX: Final[int] = 2**63 - 1
+
+# A push consumer commits, with a queue's offset, the ranges [start, end) past it that it
+# already consumed (so only the rest comes again after a crash): at most this many per queue.
+ACKED_RANGES_MAX: Final[int] = 256
 
 # Consumer offset keys are "<topic>@<group>"; legal names (names.py) never contain the separator.
 OFFSET_KEY_SEPARATOR: Final[str] = "@"
@@ -127,6 +131,17 @@ class SubscriptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True):
     consume_message_orderly: bool = False
 
 
+def check_broadcast(group: SubscriptionGroupConfig, broker: str) -> None:
+    """PermissionDeniedError if ``group`` refuses broadcasting consumers."""
+    if not group.consume_broadcast_enable:
+        raise PermissionDeniedError(
+            f"consumer group {group.group_name!r} does not allow broadcasting consumers "
+            f"(consume_broadcast_enable is off on broker {broker}); consume with "
+            "MessageModel.CLUSTERING or turn it on with Admin.update_group",
+            group=group.group_name,
+        )
+
+
 def _check_keys_match(pairs: Iterable[tuple[str, str]]) -> None:
     """Raise ValueError (a schema failure for msgspec) when a table key differs from its record."""
     for key, name in pairs:
@@ -154,14 +169,60 @@ class SubscriptionGroupsFile(msgspec.Struct, kw_only=True):
         _check_keys_match((k, v.group_name) for k, v in self.subscription_group_table.items())
 
 
+AckedRange = tuple[QueueOffset, QueueOffset]  # [start, end) of queue offsets
+AckedRanges = Annotated[list[AckedRange], Meta(max_length=ACKED_RANGES_MAX)]
+
+
 class ConsumerOffsetFile(msgspec.Struct, kw_only=True):
-    """Schema of consumerOffset.json."""
+    """Schema of consumerOffset.json (``acked_table`` is absent from files of older
+    versions): per queue, the next offset to consume and the ranges past it consumed
+    already (``check_acked_ranges``)."""
 
     offset_table: dict[str, dict[QueueId, QueueOffset]]
+    acked_table: dict[str, dict[QueueId, AckedRanges]] = {}
 
     def __post_init__(self) -> None:
         for key in self.offset_table:
             split_offset_key(key)
+        for key, queues in self.acked_table.items():
+            offsets = self.offset_table.get(key, {})
+            for queue_id, ranges in queues.items():
+                if queue_id not in offsets:
+                    raise ValueError(f"acked_table[{key!r}][{queue_id}] has no offset")
+                check_acked_ranges(offsets[queue_id], ranges, ValueError)
+
+
+def check_acked_ranges(
+    queue_offset: int, ranges: Iterable[Any], error: type[Exception]
+) -> list[tuple[int, int]]:
+    """``ranges`` as a sorted list of ``(start, end)`` with ``queue_offset < start < end``,
+    each starting past the previous one's end (adjacent ones merged); else ``error``
+    naming the bad range. At most ``ACKED_RANGES_MAX``."""
+    out: list[tuple[int, int]] = []
+    low = queue_offset + 1
+    for item in ranges:
+        start, end = _range_pair(item, error)
+        if not low <= start < end <= QUEUE_OFFSET_MAX:
+            raise error(
+                f"acked range [{start}, {end}) must start at or past {low} (past the committed "
+                f"offset {queue_offset} and the previous range) and end after its start"
+            )
+        if out and out[-1][1] == start:
+            out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+        low = end
+    if len(out) > ACKED_RANGES_MAX:
+        raise error(f"{len(out)} acked ranges, more than the {ACKED_RANGES_MAX} kept per queue")
+    return out
+
+
+def _range_pair(item: Any, error: type[Exception]) -> tuple[int, int]:
+    ok = isinstance(item, list | tuple) and len(item) == 2
+    ok = ok and all(type(v) is int for v in item)
+    if not ok:
+        raise error(f"an acked range must be a pair of ints (start, end), got {item!r}")
+    return item[0], item[1]
 
 
 class DeliverAtProgress(msgspec.Struct, frozen=True, kw_only=True):
@@ -269,7 +330,28 @@ def salvage_consumer_offsets(document: Any) -> Salvaged[ConsumerOffsetFile] | No
         if good:
             kept[key] = good
     count = sum(len(queues) for queues in kept.values())
-    return Salvaged(ConsumerOffsetFile(offset_table=kept), count, dropped)
+    acked = _salvage_acked(document.get("acked_table"), kept, dropped)
+    return Salvaged(ConsumerOffsetFile(offset_table=kept, acked_table=acked), count, dropped)
+
+
+def _salvage_acked(
+    raw: Any, offsets: dict[str, dict[int, int]], dropped: list[str]
+) -> dict[str, dict[int, list[tuple[int, int]]]]:
+    """The valid acked ranges of ``raw`` for queues kept in ``offsets`` (a dropped one only
+    means its messages past the offset come again)."""
+    kept: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for key, queues in raw.items() if isinstance(raw, dict) else ():
+        for text, ranges in queues.items() if isinstance(queues, dict) else ():
+            queue_id = int(text) if isinstance(text, str) and text.isdigit() else -1
+            try:
+                if queue_id not in offsets.get(key, {}):
+                    raise ValueError("no offset kept for this queue")
+                good = check_acked_ranges(offsets[key][queue_id], ranges, ValueError)
+            except ValueError as exc:
+                dropped.append(f"acked_table[{key!r}][{text!r}]: {exc}")
+                continue
+            kept.setdefault(key, {})[queue_id] = good
+    return kept
 
 
 def salvage_delay_offsets(document: Any) -> Salvaged[DelayOffsetFile] | None:

@@ -52,6 +52,7 @@ from .table_files import (
     SubscriptionGroupsFile,
     TopicConfig,
     TopicsFile,
+    check_acked_ranges,
     offset_key,
     salvage_consumer_offsets,
     salvage_delay_offsets,
@@ -238,19 +239,29 @@ def _check_queue_offset(queue_offset: object) -> int:
 
 
 class ConsumerOffsetTable(_Table[ConsumerOffsetFile]):
-    """consumerOffset.json: the next queue offset each group will consume, per topic and queue."""
+    """consumerOffset.json: the next queue offset each group will consume, per topic and queue,
+    and the ranges past it the group consumed already (``acked``, from push consumers)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, ConsumerOffsetFile, salvage_consumer_offsets)
         self._offsets: dict[str, dict[int, int]] = {}
+        self._acked: dict[str, dict[int, list[tuple[int, int]]]] = {}
 
     def commit(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         self.commit_many(group, topic, {queue_id: queue_offset})
 
-    def commit_many(self, group: str, topic: str, queue_offsets: Mapping[int, int]) -> None:
-        """Set several queues of one topic at once (an offset may move backwards: a reset).
+    def commit_many(
+        self,
+        group: str,
+        topic: str,
+        queue_offsets: Mapping[int, int],
+        acked: Mapping[int, Any] | None = None,
+    ) -> None:
+        """Set several queues of one topic at once (an offset may move backwards: a reset),
+        each with its ``acked`` ranges past the offset (none given: none kept).
 
-        All or nothing: InvalidOffsetError for any bad queue id or offset, before any change."""
+        All or nothing: InvalidOffsetError for any bad queue id, offset or range (or ranges
+        of a queue not committed), before any change."""
         key = offset_key(topic, group)
         if not isinstance(queue_offsets, Mapping):
             raise InvalidOffsetError(
@@ -259,13 +270,40 @@ class ConsumerOffsetTable(_Table[ConsumerOffsetFile]):
                 value=repr(queue_offsets),
             )
         checked = {_check_queue_id(q): _check_queue_offset(o) for q, o in queue_offsets.items()}
+        ranges = self._check_acked(checked, acked or {})
         if not checked:
             return
         queues = self._offsets.setdefault(key, {})
+        kept = self._acked.setdefault(key, {})
         for queue_id, queue_offset in checked.items():
             if queues.get(queue_id) != queue_offset:
                 queues[queue_id] = queue_offset
                 self.dirty = True
+            new = ranges.get(queue_id, [])
+            if kept.get(queue_id, []) != new:
+                self.dirty = True
+                if new:
+                    kept[queue_id] = new
+                else:
+                    kept.pop(queue_id, None)
+
+    @staticmethod
+    def _check_acked(
+        offsets: dict[int, int], acked: Mapping[int, Any]
+    ) -> dict[int, list[tuple[int, int]]]:
+        out = {}
+        for queue_id, ranges in acked.items():
+            if queue_id not in offsets:
+                raise InvalidOffsetError(
+                    f"acked ranges for queue {queue_id!r} come without its offset; commit "
+                    "them together", value=repr(queue_id)
+                )  # fmt: skip
+            out[queue_id] = check_acked_ranges(offsets[queue_id], ranges, InvalidOffsetError)
+        return {q: r for q, r in out.items() if r}
+
+    def acked(self, group: str, topic: str) -> dict[int, list[tuple[int, int]]]:
+        """Per queue id, the ranges past its committed offset the group consumed already."""
+        return {q: list(r) for q, r in self._acked.get(offset_key(topic, group), {}).items()}
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed queue offset, or ``QUEUE_OFFSET_UNKNOWN`` (-1)."""
@@ -301,16 +339,26 @@ class ConsumerOffsetTable(_Table[ConsumerOffsetFile]):
         doomed = [key for key in self._offsets if matches(*split_offset_key(key))]
         for key in doomed:
             del self._offsets[key]
+            self._acked.pop(key, None)
         self.dirty = self.dirty or bool(doomed)
         return len(doomed)
 
     def _snapshot(self) -> ConsumerOffsetFile:
         table = {k: dict(sorted(q.items())) for k, q in sorted(self._offsets.items()) if q}
-        return ConsumerOffsetFile(offset_table=table)
+        acked = {
+            k: {q: list(r) for q, r in sorted(qs.items())}
+            for k, qs in sorted(self._acked.items())
+            if qs and k in table
+        }
+        return ConsumerOffsetFile(offset_table=table, acked_table=acked)
 
     def _restore(self, value: ConsumerOffsetFile | None) -> None:
         table = value.offset_table if value else {}
         self._offsets = {key: dict(queues) for key, queues in table.items()}
+        acked = value.acked_table if value else {}
+        self._acked = {
+            k: {q: [tuple(r) for r in rs] for q, rs in qs.items()} for k, qs in acked.items()
+        }
 
 
 def _check_delay_level(level: object) -> int:

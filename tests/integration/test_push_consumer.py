@@ -185,7 +185,7 @@ def test_consumers_subscribing_differently_in_one_group_get_a_clear_error(
     [
         (lambda: rayq.PushConsumer("bad group!"), rayq.InvalidGroupError),
         (lambda: rayq.PushConsumer("g", model="CLUSTERING"), rayq.ConfigError),
-        (lambda: rayq.PushConsumer("g", max_reconsume_times=-1), rayq.ConfigError),
+        (lambda: rayq.PushConsumer("g", max_reconsume_times=-2), rayq.ConfigError),
         (
             lambda: rayq.PushConsumer("g", allocate_strategy=rayq.AllocateStrategy.CONFIG),
             rayq.ConfigError,
@@ -194,6 +194,10 @@ def test_consumers_subscribing_differently_in_one_group_get_a_clear_error(
         (lambda: rayq.PushConsumer("g").register_listener(42), rayq.ConfigError),
         (
             lambda: rayq.PushConsumer("g").register_listener(lambda m: m, orderly=1),
+            rayq.ConfigError,
+        ),
+        (
+            lambda: rayq.PushConsumer("g").register_listener(lambda m: m, auto_commit=False),
             rayq.ConfigError,
         ),
         (lambda: rayq.PushConsumer("g").start(), rayq.ClientError),
@@ -485,3 +489,61 @@ def test_a_queue_held_back_by_flow_control_is_pulled_again_once_its_listener_mak
         assert Counter(r[4] for r in rows) == Counter(bodies)
     finally:
         c.shutdown()
+
+
+class StuckOn(Listener):
+    """Records every message; the call holding ``stuck`` never returns (until killed)."""
+
+    def __init__(self, recorder: object, name: str, stuck: bytes) -> None:
+        super().__init__(recorder, name)
+        self.stuck = stuck
+
+    def __call__(self, msgs: list[rayq.MessageExt]) -> object:
+        result = super().__call__(msgs)
+        if any(m.body == self.stuck for m in msgs):
+            time.sleep(3600)
+        return result
+
+
+def test_a_killed_consumer_stuck_on_one_message_redelivers_only_what_it_had_in_flight(
+    admin: rayq.Admin, recorder: object
+) -> None:
+    """One message sleeps in the listener while the other 2,000 are consumed; the
+    Consumer actor is killed once its commit (with the ranges done past the slow
+    message) reached the broker; a new consumer of the group gets again only what
+    the dead one had in flight, not the 1,995 messages after the slow one."""
+    from rayq.actors.protocol import QueryOffsetsRequest
+    from rayq.client import ClientContext
+
+    topic, group = unique("stuck"), unique("cg")
+    admin.create_topic(topic, queues=1)
+    bodies = [f"s{i}".encode() for i in range(2001)]
+    send(topic, bodies)
+    broker = ClientContext().broker("broker-a")
+
+    def committed() -> tuple[int, list]:
+        got = broker.query_offsets(QueryOffsetsRequest(group=group, topic=topic)).result(30)
+        return got.offsets.get(0, -1), got.acked.get(0, [])
+
+    config = rayq.ClientConfig(auto_commit_interval_ms=200, consume_message_batch_max_size=16)
+    first = consumer(group, topic, StuckOn(recorder, "first", b"s5"), config=config)
+    try:
+        wait_for(lambda: {r[4] for r in ray.get(recorder.get.remote())} == set(bodies),
+                 what="every message in the listener once")  # fmt: skip
+        wait_for(lambda: committed()[1][-1:] and committed()[1][-1][1] == 2001,
+                 what="the ranges done past the slow message committed")  # fmt: skip
+    finally:
+        ray.kill(first.actor)
+        first._closed = True  # killed: nothing to shut down
+    offset, _ = committed()
+    in_flight = {r[4] for r in ray.get(recorder.get.remote()) if r[3] >= offset}
+    second = consumer(group, topic, Listener(recorder, "second"), config=config)
+    try:
+        wait_for(lambda: committed() == (2001, []), what="the new consumer done")
+    finally:
+        second.shutdown()
+    again = [r[4] for r in ray.get(recorder.get.remote()) if r[0] == "second"]
+    assert b"s5" in again
+    assert len(again) == len(set(again)) <= 32  # at most the first pull (pull_batch_size)
+    assert offset <= 5
+    assert set(again) <= in_flight

@@ -158,8 +158,8 @@ BAD_REQUESTS = [
     ("no items", lambda o: SendBackRequest(group="cg", items=[]), InvalidRequestError),
     ("items not SendBackItem", lambda o: SendBackRequest(group="cg", items=[(o, 0)]),  # type: ignore[list-item]
      InvalidRequestError),
-    ("max times negative", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o)],
-                                                     max_reconsume_times=-1),
+    ("max times below -1", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o)],
+                                                     max_reconsume_times=-2),
      InvalidRequestError),
     ("not a request", lambda o: [(o, 0)], InvalidRequestError),
     ("a good item then a bad one", lambda o: SendBackRequest(
