@@ -535,4 +535,50 @@ class FakeTransport:
                                          broker=broker_name)  # fmt: skip
 
 
-__all__ = ["FakeCluster", "FakeReply", "FakeTransport"]
+# ---------------------------------------------------------- consume-service tests
+_CLUSTERING = protocol.MessageModel.CLUSTERING
+_FIRST_OFFSET = protocol.ConsumeFromWhere.FIRST_OFFSET
+WAIT_S = 20.0  # ``until``'s default: generous, what a test waits for (never a figure)
+
+
+def fill_topic(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x",
+               batch: int = 100) -> None:  # fmt: skip
+    """Send ``n`` messages with ``body`` to ``topic`` through the fake, ``batch`` per send."""
+    from rayq.producer import Producer
+    from rayq.store import Message
+
+    with Producer("pg", transport=FakeTransport(cluster)) as producer:
+        for start in range(0, n, batch):
+            producer.send_batch([Message(topic, body)] * min(batch, n - start))
+
+
+def consume_service(cluster: FakeCluster, listener: Callable[..., Any], *, group: str,
+                    topic: str, client_id: str = "c1", orderly: bool = False,
+                    model: protocol.MessageModel = _CLUSTERING,
+                    consume_from: protocol.ConsumeFromWhere = _FIRST_OFFSET,
+                    max_reconsume_times: int = -1, auto_commit: bool = True,
+                    config: Any = None) -> Any:  # fmt: skip
+    """A push consumer's ``ConsumeService`` on the fake transport, subscribed to ``topic``
+    (client logic tests drive it without Ray: ``open``, ``assign``, ``commit``...)."""
+    from rayq.actors.config import ClientConfig
+    from rayq.actors.server.allocation import AllocateStrategy
+    from rayq.consume_service import ConsumeService
+
+    return ConsumeService(
+        group=group, client_id=client_id, subscriptions={topic: "*"}, listener=listener,
+        orderly=orderly, model=model, consume_from=consume_from, consume_timestamp_ms=0,
+        max_reconsume_times=max_reconsume_times, strategy=AllocateStrategy.AVERAGELY,
+        allocation=[], config=config or ClientConfig(), namespace="rayq-fake",
+        transport=FakeTransport(cluster), auto_commit=auto_commit,
+    )  # fmt: skip
+
+
+async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """Wait (in the event loop) until ``check()``; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+__all__ = ["FakeCluster", "FakeReply", "FakeTransport", "consume_service", "fill_topic", "until"]

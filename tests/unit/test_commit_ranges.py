@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,13 @@ from typing import Any
 import pytest
 
 import rayq
+from rayq import testing as kit
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
-    ConsumeFromWhere,
-    MessageModel,
     MessageQueue,
     QueryOffsetsRequest,
 )
-from rayq.actors.server.allocation import AllocateStrategy
 from rayq.consume_listener import ConsumeStatus
 from rayq.consume_service import ConsumeService
 from rayq.process_queue import ProcessQueue
@@ -49,28 +46,17 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def fill(cluster: FakeCluster, n: int) -> None:
-    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
-        for start in range(0, n, 100):
-            producer.send_batch([rayq.Message(TOPIC, b"x" * 100)] * min(100, n - start))
+    kit.fill_topic(cluster, TOPIC, n, b"x" * 100)
 
 
 def service(cluster: FakeCluster, client_id: str, listener: Callable[..., Any],
             **config: Any) -> ConsumeService:  # fmt: skip
-    return ConsumeService(
-        group=GROUP, client_id=client_id, subscriptions={TOPIC: "*"}, listener=listener,
-        orderly=False, model=MessageModel.CLUSTERING,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, consume_timestamp_ms=0,
-        max_reconsume_times=16, strategy=AllocateStrategy.AVERAGELY, allocation=[],
-        config=ClientConfig(**config), namespace="rayq-fake",
-        transport=FakeTransport(cluster),
-    )  # fmt: skip
+    return kit.consume_service(cluster, listener, group=GROUP, topic=TOPIC, client_id=client_id,
+                               max_reconsume_times=16, config=ClientConfig(**config))  # fmt: skip
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+    await kit.until(check, timeout_s)
 
 
 def committed(cluster: FakeCluster) -> tuple[int, list[tuple[int, int]]]:

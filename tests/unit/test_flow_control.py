@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,9 @@ from typing import Any
 import pytest
 
 import rayq
+from rayq import testing as kit
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue
-from rayq.actors.server.allocation import AllocateStrategy
+from rayq.actors.protocol import MessageQueue
 from rayq.consume_listener import ConsumeStatus
 from rayq.consume_service import ConsumeService
 from rayq.store.message import MessageExt
@@ -40,9 +39,7 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def fill(cluster: FakeCluster, n: int, body: bytes) -> None:
-    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
-        for start in range(0, n, 10):
-            producer.send_batch([rayq.Message(TOPIC, body)] * min(10, n - start))
+    kit.fill_topic(cluster, TOPIC, n, body, batch=10)
 
 
 class Stuck:
@@ -63,21 +60,12 @@ class Stuck:
 
 
 def service(cluster: FakeCluster, listener: Callable[..., Any], **config: Any) -> ConsumeService:
-    return ConsumeService(
-        group="fg", client_id="c1", subscriptions={TOPIC: "*"}, listener=listener,
-        orderly=False, model=MessageModel.CLUSTERING,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, consume_timestamp_ms=0,
-        max_reconsume_times=-1, strategy=AllocateStrategy.AVERAGELY, allocation=[],
-        config=ClientConfig(pull_batch_size=BATCH, **config), namespace="rayq-fake",
-        transport=FakeTransport(cluster),
-    )  # fmt: skip
+    return kit.consume_service(cluster, listener, group="fg", topic=TOPIC,
+                               config=ClientConfig(pull_batch_size=BATCH, **config))  # fmt: skip
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+    await kit.until(check, timeout_s)
 
 
 def held_back(cluster: FakeCluster, total: int, body: bytes, listener: Stuck,

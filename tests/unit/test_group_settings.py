@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ from typing import Any
 import pytest
 
 import rayq
+from rayq import testing as kit
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
-    ConsumeFromWhere,
     MessageModel,
     MessageQueue,
     PullItem,
@@ -26,7 +25,6 @@ from rayq.actors.protocol import (
     SendBackItem,
     SendBackRequest,
 )
-from rayq.actors.server.allocation import AllocateStrategy
 from rayq.consume_listener import ConsumeStatus
 from rayq.consume_service import ConsumeService
 from rayq.store.errors import PermissionDeniedError
@@ -51,26 +49,23 @@ def admin(cluster: FakeCluster) -> rayq.Admin:
 
 
 def fill(cluster: FakeCluster, n: int) -> None:
-    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
-        producer.send_batch([rayq.Message(TOPIC, b"x")] * n)
+    kit.fill_topic(cluster, TOPIC, n)
 
 
 def service(cluster: FakeCluster, listener: Callable[..., Any], model: MessageModel,
             tmp_path: Path) -> ConsumeService:  # fmt: skip
-    return ConsumeService(
-        group=GROUP, client_id="c1", subscriptions={TOPIC: "*"}, listener=listener,
-        orderly=False, model=model, consume_from=ConsumeFromWhere.FIRST_OFFSET,
-        consume_timestamp_ms=0, max_reconsume_times=-1, strategy=AllocateStrategy.AVERAGELY,
-        allocation=[], config=ClientConfig(offset_store_dir=str(tmp_path / "offsets")),
-        namespace="rayq-fake", transport=FakeTransport(cluster),
-    )  # fmt: skip
+    return kit.consume_service(
+        cluster,
+        listener,
+        group=GROUP,
+        topic=TOPIC,
+        model=model,
+        config=ClientConfig(offset_store_dir=str(tmp_path / "offsets")),
+    )
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+    await kit.until(check, timeout_s)
 
 
 def messages_in(cluster: FakeCluster, topic: str) -> int:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import rayq
+from rayq import testing as kit
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
@@ -24,7 +24,6 @@ from rayq.actors.protocol import (
     MessageQueue,
     QueryOffsetsRequest,
 )
-from rayq.actors.server.allocation import AllocateStrategy
 from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consume_service import ConsumeService
 from rayq.store.message import MessageExt
@@ -59,20 +58,15 @@ class Listener:
 
 def service(cluster: FakeCluster, listener: Listener, model: MessageModel,
             offsets_dir: Path) -> ConsumeService:  # fmt: skip
-    return ConsumeService(
-        group=GROUP, client_id="c1", subscriptions={TOPIC: "*"}, listener=listener,
-        orderly=listener.orderly, model=model, consume_from=ConsumeFromWhere.LAST_OFFSET,
-        consume_timestamp_ms=0, max_reconsume_times=16, strategy=AllocateStrategy.AVERAGELY,
-        allocation=[], config=ClientConfig(offset_store_dir=str(offsets_dir)),
-        namespace="rayq-fake", transport=FakeTransport(cluster),
+    return kit.consume_service(
+        cluster, listener, group=GROUP, topic=TOPIC, orderly=listener.orderly, model=model,
+        consume_from=ConsumeFromWhere.LAST_OFFSET, max_reconsume_times=16,
+        config=ClientConfig(offset_store_dir=str(offsets_dir)),
     )  # fmt: skip
 
 
 async def until(check: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+    await kit.until(check, WAIT_S)
 
 
 def broker_committed(cluster: FakeCluster) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,14 @@ import pytest
 
 import rayq
 from rayq import consume_orderly
+from rayq import testing as kit
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
-    ConsumeFromWhere,
     LockQueuesRequest,
-    MessageModel,
     MessageQueue,
     QueryOffsetsRequest,
     QueueRef,
 )
-from rayq.actors.server.allocation import AllocateStrategy
 from rayq.consume_listener import ConsumeOrderlyStatus
 from rayq.consume_orderly import suspend_ms
 from rayq.consume_service import ConsumeService
@@ -52,27 +49,18 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 
 
 def fill(cluster: FakeCluster, n: int) -> None:
-    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
-        producer.send_batch([rayq.Message(TOPIC, b"x")] * n)
+    kit.fill_topic(cluster, TOPIC, n)
 
 
 def service(cluster: FakeCluster, listener: Callable[..., Any], *, auto_commit: bool = True,
             max_reconsume_times: int = -1, **config: Any) -> ConsumeService:  # fmt: skip
-    return ConsumeService(
-        group=GROUP, client_id="c1", subscriptions={TOPIC: "*"}, listener=listener,
-        orderly=True, model=MessageModel.CLUSTERING,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, consume_timestamp_ms=0,
-        max_reconsume_times=max_reconsume_times, strategy=AllocateStrategy.AVERAGELY,
-        allocation=[], config=ClientConfig(**config), namespace="rayq-fake",
-        transport=FakeTransport(cluster), auto_commit=auto_commit,
-    )  # fmt: skip
+    return kit.consume_service(cluster, listener, group=GROUP, topic=TOPIC, orderly=True,
+                               max_reconsume_times=max_reconsume_times, auto_commit=auto_commit,
+                               config=ClientConfig(**config))  # fmt: skip
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
+    await kit.until(check, timeout_s)
 
 
 def committed(cluster: FakeCluster) -> int:
