@@ -8,8 +8,9 @@ Run: ``.venv/bin/python benchmarks/plot.py RESULTS.jsonl [--anchors ANCHORS.json
   ``--anchors`` (the JSON lines of ``../shared/anchors``, the same run's), every
   adapter's produce and consume figures beside rayq's;
 * ``latency_cdf.png``: the CDF of each latency figure that carries samples (sync send,
-  send -> poll, send -> push listener, the bare-actor floor); with ``--anchors``, each
-  adapter's p50/p99/p99.9 as points on the same axes;
+  send -> poll, send -> push listener, the bare-actor floor);
+* ``anchors_latency.png`` (with ``--anchors``): one panel per message size and batch,
+  each adapter's p50/p99/p99.9 as points of its CDF, rayq beside the others;
 * ``spark.png``: spark_bench's write and read rates and its streaming latency CDF.
 """
 
@@ -98,34 +99,65 @@ def throughput(rows: list[Row], anchors: list[Row], out: Path) -> Path | None:
     return path
 
 
-def latency_cdf(rows: list[Row], anchors: list[Row], out: Path) -> Path | None:
+def latency_cdf(rows: list[Row], out: Path) -> Path | None:
+    """rayq's own latency figures with samples, as CDFs on one chart."""
     curves = _latest([r for r in rows if r.get("samples_ms")],
                      lambda r: (r["bench"], r["metric"]))  # fmt: skip
-    points = [r for r in anchors if r.get("metric") == "latency" and r.get("p50_ms") is not None]
-    if not curves and not points:
+    if not curves:
         return None
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for (b, metric), row in sorted(curves.items()):
-        samples = sorted(row["samples_ms"])
-        n = len(samples)
-        ax.step(samples, [(i + 1) / n for i in range(n)], where="post",
-                label=f"{b} {metric} (p50 {row['value']:.1f} ms)")  # fmt: skip
-    for row in _latest(points, lambda r: (r["adapter"], r["size"], r["batch"])).values():
-        xs = [row["p50_ms"], row["p99_ms"], row["p999_ms"]]
-        ax.plot(
-            xs,
-            [0.5, 0.99, 0.999],
-            "o--",
-            label=f"{row['adapter']} {_size(row['size'])} batch {row['batch']} (anchors)",
-        )
+        _cdf(ax, row["samples_ms"], f"{b} {metric} (p50 {row['value']:.1f} ms)")
+    _latency_axes(ax, "latency CDF (rayq's benchmarks)")
+    return _save(fig, out / "latency_cdf.png")
+
+
+def anchors_latency(anchors: list[Row], out: Path) -> Path | None:
+    """The anchors' latency run: one panel per (size, batch), each adapter's p50, p99 and
+    p99.9 at 1,000 msgs/s as points of its CDF (rayq next to the others, same run)."""
+    points = _latest([r for r in anchors if r.get("metric") == "latency" and r.get("p50_ms")],
+                     lambda r: (r["size"], r["batch"], r["adapter"]))  # fmt: skip
+    cases = sorted({(s, b) for s, b, _ in points})
+    if not cases:
+        return None
+    cols = 2 if len(cases) > 1 else 1
+    rows_n = -(-len(cases) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(6.5 * cols, 4.2 * rows_n), squeeze=False)
+    adapters = sorted({a for _, _, a in points})
+    colors = {a: f"C{i}" for i, a in enumerate(adapters)}
+    for ax, (size, batch) in zip(axes.flat, cases, strict=False):
+        for adapter in adapters:
+            row = points.get((size, batch, adapter))
+            if row is None:
+                continue
+            xs = [row["p50_ms"], row["p99_ms"], row["p999_ms"]]
+            rate = row.get("rate_achieved")
+            label = adapter + (f" ({rate:,.0f} msgs/s)" if rate else "")
+            ax.plot(xs, [0.5, 0.99, 0.999], "o-", color=colors[adapter], label=label)
+        _latency_axes(ax, f"{_size(size)}, batch {batch}: p50 / p99 / p99.9")
+    for ax in list(axes.flat)[len(cases) :]:
+        ax.set_visible(False)
+    fig.suptitle("send -> receive latency at 1,000 msgs/s, side by side (../shared/anchors)")
+    return _save(fig, out / "anchors_latency.png")
+
+
+def _cdf(ax: Any, samples_ms: list[float], label: str) -> None:
+    samples = sorted(samples_ms)
+    n = len(samples)
+    ax.step(samples, [(i + 1) / n for i in range(n)], where="post", label=label)
+
+
+def _latency_axes(ax: Any, title: str) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms)")
     ax.set_ylabel("fraction of messages")
-    ax.set_title("latency CDF")
+    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
+
+
+def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    path = out / "latency_cdf.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -178,10 +210,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
     rows = [row for path in args.results for row in load(path)]
     anchors = load(args.anchors) if args.anchors else []
     args.out.mkdir(parents=True, exist_ok=True)
-    drawn = [p for p in (throughput(rows, anchors, args.out),
-                         latency_cdf([r for r in rows if r["bench"] != "spark_bench"], anchors,
-                                     args.out),
-                         spark(rows, args.out)) if p is not None]  # fmt: skip
+    own = [r for r in rows if r["bench"] != "spark_bench"]
+    drawn = [p for p in (throughput(rows, anchors, args.out), latency_cdf(own, args.out),
+                         anchors_latency(anchors, args.out), spark(rows, args.out))
+             if p is not None]  # fmt: skip
     for path in drawn:
         print(f"wrote {path}")
     return drawn

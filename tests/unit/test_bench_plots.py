@@ -67,7 +67,8 @@ def test_plot_draws_every_chart_with_anchors(tmp_path: Path) -> None:
     anchor_file.write_text("a log line\n" + "".join(json.dumps(r) + "\n" for r in anchors))
     out = tmp_path / "png"
     drawn = plot.main([str(results), "--anchors", str(anchor_file), "--out", str(out)])
-    assert sorted(p.name for p in drawn) == ["latency_cdf.png", "spark.png", "throughput.png"]
+    assert sorted(p.name for p in drawn) == ["anchors_latency.png", "latency_cdf.png", "spark.png",
+                                             "throughput.png"]  # fmt: skip
     for path in drawn:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
