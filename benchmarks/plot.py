@@ -69,9 +69,8 @@ def throughput(rows: list[Row], anchors: list[Row], out: Path) -> Path | None:
         series[name][(size, batch)] = row["value"]
     for row in anchors:
         if row.get("metric") in ("produce", "consume") and row.get("msgs_per_s"):
-            series[f"{row['adapter']} {row['metric']}"][(row["size"], row["batch"])] = row[
-                "msgs_per_s"
-            ]
+            name = f"{row['adapter']} {row['metric']} (anchors)"
+            series[name][(row["size"], row["batch"])] = row["msgs_per_s"]
     if not series:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
