@@ -144,7 +144,7 @@ class StreamingQuery:
                 ahead, self._ahead = self._ahead, None
                 try:
                     bounds = ahead.result() if ahead is not None else None
-                    if ahead is not None and bounds is None:  # stopped while waiting
+                    if self._stop.is_set():  # stopped while the planner waited or read
                         break
                     self.run_once(bounds)
                 except BrokerUnavailableError as exc:  # planning or commit: try next trigger

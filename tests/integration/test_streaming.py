@@ -233,10 +233,12 @@ def test_a_failing_process_ends_the_query(ctx: ClientContext) -> None:
         raise ValueError("bad batch")
 
     produce("s1", 2)
+    before = committed(ctx, "s1")
     q = query("s1", fail, trigger_interval=0.05).start()
     with pytest.raises(ValueError, match="bad batch"):
         q.await_termination(30)
     assert isinstance(q.exception(), ValueError)
+    assert committed(ctx, "s1") == before  # nothing of the failed batch was committed
 
 
 def test_bad_arguments(ctx: ClientContext) -> None:
