@@ -75,9 +75,15 @@ def session(
     executor_cores: int = 1,
     executor_memory: str | int = "1g",
     configs: dict[str, str] | None = None,
+    *,
+    fault_tolerant_mode: bool = True,
 ) -> Any:
     """The process's RayDP SparkSession (made once; later calls return it), with the
-    JDK 17 module flags set for the RayDP app master, the driver and the executors."""
+    JDK 17 module flags set for the RayDP app master, the driver and the executors.
+
+    ``fault_tolerant_mode`` is RayDP's: the driver's JVM joins Ray (about 1 s of the
+    start), which ``ray.data.from_spark`` needs; rayq's read, stream and write do not
+    (their tasks talk to the brokers themselves), so False starts faster."""
     global _session
     if _session is not None:
         return _session
@@ -101,8 +107,14 @@ def session(
     # python3 on PATH, which may lack pyspark and rayq): this interpreter, unless set.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with quiet_children():  # the Spark driver's JVM: without its start-up notices
-        _session = raydp.init_spark(app_name, num_executors, executor_cores, executor_memory,
-                                    configs=conf)  # fmt: skip
+        _session = raydp.init_spark(
+            app_name,
+            num_executors,
+            executor_cores,
+            executor_memory,
+            fault_tolerant_mode=fault_tolerant_mode,
+            configs=conf,
+        )
     return _session
 
 
@@ -170,9 +182,11 @@ def ranges_df(
     page_bytes: int | None = None,
     *,
     credentials: Credentials | None = None,
+    num_partitions: int | None = None,
 ) -> Any:
-    """A DataFrame of the messages in ``ranges``: one partition per range, each read by
-    its Spark task with requests signed with ``credentials`` (if given)."""
+    """A DataFrame of the messages in ``ranges``: one partition per range (or the ranges
+    spread over ``num_partitions``), each read by its Spark task with requests signed
+    with ``credentials`` (if given)."""
     ns, address = namespace or current_namespace(), _ray_address()
     kwargs: dict[str, Any] = {"credentials": credentials}
     if page_bytes:
@@ -180,7 +194,8 @@ def ranges_df(
     if not ranges:
         return spark.createDataFrame([], spark_schema())
     rows = [(r.broker, r.queue_id, r.start, r.end) for r in ranges]
-    plan = spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)), RANGE_COLUMNS)
+    slices = min(len(rows), num_partitions or len(rows))
+    plan = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), RANGE_COLUMNS)
 
     def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ensure_ray(address, ns)
@@ -218,7 +233,9 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
            namespace: str | None = None, config: ClientConfig | None = None,
            ) -> StreamingQuery:  # fmt: skip
     """Start a micro-batch query: every ``trigger_interval`` seconds, up to
-    ``max_messages_per_trigger`` new messages as a DataFrame to ``process(df, batch_id)``;
+    ``max_messages_per_trigger`` new messages as one DataFrame to ``process(df, batch_id)``
+    (read when ``process`` runs an action on it, in ceil(rows /
+    ``max_messages_per_partition``) partitions; the engine itself runs no Spark job);
     the group's offsets are committed after it returns (see rayq/streaming.py). With ACL
     on, ``config=ClientConfig(credentials=...)`` signs the offset queries and commits and
     every task's reads."""
@@ -230,8 +247,13 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
     credentials = config.credentials if isinstance(config, ClientConfig) else None
 
     def run_batch(ranges: list[OffsetRange], batch_id: int) -> None:
+        # A small batch is one partition (a task's start costs more than its reads);
+        # a large one is cut into pieces of at most max_messages_per_partition.
         pieces = split(ranges, max_messages_per_partition)
-        process(ranges_df(spark, topic, pieces, ns, credentials=credentials), batch_id)
+        rows = sum(r.count for r in ranges)
+        parts = -(-rows // max_messages_per_partition)
+        df = ranges_df(spark, topic, pieces, ns, credentials=credentials, num_partitions=parts)
+        process(df, batch_id)
 
     query = StreamingQuery(topic, group, run_batch, trigger_interval=trigger_interval,
                            max_messages_per_trigger=max_messages_per_trigger,

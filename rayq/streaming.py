@@ -14,11 +14,21 @@ Every ``trigger_interval`` seconds a ``StreamingQuery`` runs one batch:
 3. **commit** — each broker compares-and-sets the group's offsets from the
    values seen at planning to the ranges' ends, and the plan is dropped.
 
+Planning is pipelined: while a batch runs, a planner thread reads the queues' ends
+at the next trigger time, so a batch that took longer than the trigger is followed
+at once by the next one, its ranges already known (starting where the running batch
+ends; recorded with the coordinator only after that batch committed).
+
 A crash at any point loses nothing and re-runs at most the last batch, with
 identical ranges: before the commit the plan is still there; after it the
 offsets say the batch is done. A commit that finds the offsets moved by someone
 else (another query of the group, a reset) stops the query with ``BrokenError``.
-``last_progress`` reports rows, lag and durations of the last batch.
+``last_progress`` reports the last batch like Spark's ``StreamingQueryProgress``:
+``batchId``, ``numInputRows``, ``inputRowsPerSecond``, ``processedRowsPerSecond``,
+``durationMs`` (``latestOffset``: planning, ``addBatch``: process, ``commitOffsets``,
+``triggerExecution``: all three), ``lag`` (messages left in the queues after the
+batch's ranges, as seen at planning) and ``timestamp``; plus the same under the
+older snake_case names (``batch_id``, ``num_input_rows``, ``durations_ms``, ``rerun``).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -39,7 +50,7 @@ from rayq.actors.protocol import (
     StreamPlanRequest,
 )
 from rayq.client import ClientContext
-from rayq.ranges import OffsetRange, check_max, committed_offsets, queue_bounds
+from rayq.ranges import OffsetRange, QueueKey, check_max, committed_offsets, queue_bounds
 from rayq.ranges import resolve as resolve_spec
 from rayq.store.errors import BrokenError, BrokerUnavailableError, ConfigError, RayqError
 from rayq.store.names import validate_group, validate_topic
@@ -47,6 +58,7 @@ from rayq.store.names import validate_group, validate_topic
 logger = logging.getLogger(__name__)
 
 RunBatch = Callable[[list[OffsetRange], int], None]
+Bounds = dict[QueueKey, tuple[int, int]]
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -88,7 +100,9 @@ class StreamingQuery:
         self.last_progress: dict[str, Any] | None = None
         self.recent_progress: list[dict[str, Any]] = []
         self._error: BaseException | None = None
-        self._initial: dict[tuple[str, int], int] = {}
+        self._initial: dict[QueueKey, int] = {}
+        self._planner: ThreadPoolExecutor | None = None  # set while the loop runs
+        self._ahead: Future[Bounds | None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -123,54 +137,60 @@ class StreamingQuery:
         return self._error
 
     def _loop(self) -> None:
+        self._planner = ThreadPoolExecutor(1, thread_name_prefix=f"rayq-plan-{self.group}")
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
+                ahead, self._ahead = self._ahead, None
                 try:
-                    self.run_once()
+                    bounds = ahead.result() if ahead is not None else None
+                    if self._stop.is_set():  # stopped while the planner waited or read
+                        break
+                    self.run_once(bounds)
                 except BrokerUnavailableError as exc:  # planning or commit: try next trigger
                     logger.warning("streaming query %s/%s: %s; retrying at the next trigger",
                                    self.group, self.topic, exc)  # fmt: skip
-                self._stop.wait(max(0.0, self.trigger_interval - (time.monotonic() - started)))
+                    self._ahead = None
+                if self._ahead is None:  # no batch ran: plan again at the next trigger
+                    self._stop.wait(max(0.0, self.trigger_interval - (time.monotonic() - started)))
         except BaseException as exc:  # the query ends; await_termination re-raises it
             logger.error("streaming query %s/%s stopped: %r", self.group, self.topic, exc)
             self._error = exc
+        finally:
+            self._stop.set()  # wakes a planner waiting for the next trigger
+            self._planner.shutdown(wait=False, cancel_futures=True)
+
+    def _bounds_at(self, when: float) -> Bounds | None:
+        """The queues' bounds at monotonic time ``when`` (None if stopped before)."""
+        if self._stop.wait(max(0.0, when - time.monotonic())):
+            return None
+        return queue_bounds(self.ctx, self.topic)
 
     # -------------------------------------------------------------- batches
-    def run_once(self) -> dict[str, Any] | None:
-        """Plan, run and commit one batch; its progress (None when there was nothing)."""
+    def run_once(self, bounds: Bounds | None = None) -> dict[str, Any] | None:
+        """Plan, run and commit one batch; its progress (None when there was nothing).
+        ``bounds``: the queues' bounds read already (by the planner thread)."""
         t0 = time.monotonic()
-        plan = self.plan()
+        plan = self.plan(bounds)
         t1 = time.monotonic()
         if plan is None:  # nothing new: no batch, but progress (lag 0, planning time)
-            ms = round((t1 - t0) * 1000, 1)
-            self.last_progress = {"batch_id": None, "num_input_rows": 0, "rerun": False,
-                                  "lag": 0, "timestamp_ms": time.time_ns() // 1_000_000,
-                                  "durations_ms": {"plan": ms, "process": 0.0, "commit": 0.0,
-                                                   "total": ms}}  # fmt: skip
+            self.last_progress = progress(None, t0, t1, t1, t1)
             return None
+        if self._planner is not None:  # plan the next batch while this one runs
+            self._ahead = self._planner.submit(self._bounds_at, t0 + self.trigger_interval)
         self.run_batch(plan.ranges, plan.batch_id)
         t2 = time.monotonic()
         self.commit(plan)
         t3 = time.monotonic()
-        progress = {
-            "batch_id": plan.batch_id,
-            "num_input_rows": sum(r.count for r in plan.ranges),
-            "rerun": plan.rerun,
-            "lag": plan.lag,
-            "timestamp_ms": time.time_ns() // 1_000_000,
-            "durations_ms": {"plan": round((t1 - t0) * 1000, 1),
-                             "process": round((t2 - t1) * 1000, 1),
-                             "commit": round((t3 - t2) * 1000, 1),
-                             "total": round((t3 - t0) * 1000, 1)},
-        }  # fmt: skip
-        self.last_progress = progress
-        self.recent_progress = [*self.recent_progress[-99:], progress]
-        return progress
+        done = progress(plan, t0, t1, t2, t3)
+        self.last_progress = done
+        self.recent_progress = [*self.recent_progress[-99:], done]
+        return done
 
-    def plan(self) -> Plan | None:
+    def plan(self, bounds: Bounds | None = None) -> Plan | None:
         """The batch to run now: the unfinished one, or a new one (recorded first)."""
-        bounds = queue_bounds(self.ctx, self.topic)
+        if bounds is None:
+            bounds = queue_bounds(self.ctx, self.topic)
         brokers = {b for b, _ in bounds}
         committed = committed_offsets(self.ctx, self.topic, self.group, brokers)
         found = self.ctx.coordinator.stream_plan(self._plan_request()).result(self.ctx.timeout_s)
@@ -188,6 +208,10 @@ class StreamingQuery:
                 logger.warning("streaming %s/%s: offsets moved since batch %d was planned; "
                                "planning anew", self.group, self.topic, batch_id)  # fmt: skip
             self._finish(batch_id)
+        return self._new_plan(bounds, committed)
+
+    def _new_plan(self, bounds: Bounds, committed: dict[QueueKey, int]) -> Plan | None:
+        """Record and return the next batch: from ``committed`` to the queues' ends."""
         # Where the group has no offsets, ``starting`` is resolved once and kept (else
         # "latest" would move ahead at every trigger until a batch commits).
         new = {k: v for k, v in bounds.items() if k not in self._initial}
@@ -242,4 +266,35 @@ class StreamingQuery:
             logger.warning("could not drop the plan of batch %d: %s", plan.batch_id, exc)
 
 
-__all__ = ["StreamingQuery", "share"]
+def progress(plan: Plan | None, t0: float, t1: float, t2: float, t3: float) -> dict[str, Any]:
+    """A batch's progress (``plan`` None: no batch) from its times (monotonic seconds:
+    start, planned, processed, committed), in Spark's names and in rayq's older ones."""
+
+    def ms(a: float, b: float) -> float:
+        return round((b - a) * 1000, 1)
+
+    rows = sum(r.count for r in plan.ranges) if plan is not None else 0
+    total = t3 - t0
+    now_ms = time.time_ns() // 1_000_000
+    durations = {"plan": ms(t0, t1), "process": ms(t1, t2), "commit": ms(t2, t3),
+                 "total": ms(t0, t3)}  # fmt: skip
+    return {
+        "batchId": plan.batch_id if plan is not None else None,
+        "numInputRows": rows,
+        "inputRowsPerSecond": round(rows / total, 1) if total > 0 else 0.0,
+        "processedRowsPerSecond": round(rows / (t2 - t1), 1) if t2 > t1 else 0.0,
+        "durationMs": {"latestOffset": durations["plan"], "addBatch": durations["process"],
+                       "commitOffsets": durations["commit"],
+                       "triggerExecution": durations["total"]},
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms / 1000))
+        + f".{now_ms % 1000:03d}Z",
+        "lag": plan.lag if plan is not None else 0,
+        "batch_id": plan.batch_id if plan is not None else None,
+        "num_input_rows": rows,
+        "rerun": plan.rerun if plan is not None else False,
+        "timestamp_ms": now_ms,
+        "durations_ms": durations,
+    }  # fmt: skip
+
+
+__all__ = ["StreamingQuery", "progress", "share"]

@@ -4,12 +4,14 @@ offsets commit (compare-and-set) only after the batch succeeded."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 import pytest
 
 import rayq
+from rayq import streaming
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     CompareAndSetOffsetsRequest,
@@ -38,7 +40,7 @@ class Crash(BaseException):
 @pytest.fixture(scope="module")
 def ctx(cluster: Cluster) -> ClientContext:
     admin = rayq.Admin(namespace=NAMESPACE)
-    for topic in ("plan", "s1", "s2", "s3", "s4"):
+    for topic in ("plan", "s1", "s2", "s3", "s4", "s5"):
         admin.create_topic(topic, queues=2)
     return ClientContext(namespace=NAMESPACE)
 
@@ -108,6 +110,12 @@ def test_batches_commit_after_processing(ctx: ClientContext) -> None:
     assert progress[2] is None and q.last_progress["lag"] == 0
     assert [b for b, _ in seen] == [0, 1]
     assert progress[0]["lag"] == 4 and set(progress[0]["durations_ms"]) >= {"process", "commit"}
+    # Spark's StreamingQueryProgress names, beside rayq's own
+    assert [p["batchId"] for p in progress[:2]] == [0, 1]
+    assert [p["numInputRows"] for p in progress[:2]] == [6, 4]
+    assert set(progress[0]["durationMs"]) == {
+        "latestOffset", "addBatch", "commitOffsets", "triggerExecution"}  # fmt: skip
+    assert progress[0]["timestamp"].endswith("Z") and progress[0]["processedRowsPerSecond"] > 0
     assert sum(committed(ctx, "s1").values()) == 10
 
 
@@ -185,15 +193,52 @@ def test_the_query_thread_stop_and_progress(ctx: ClientContext) -> None:
     assert q.recent_progress and q.recent_progress[-1]["num_input_rows"] == got[-1]
 
 
+def test_the_next_batch_is_planned_while_a_batch_runs(
+    ctx: ClientContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a batch that runs past the trigger, the queues' ends for the next batch are
+    read while it runs; every message is still processed exactly once."""
+    running = threading.Event()
+    during: list[bool] = []
+    real_bounds = streaming.queue_bounds
+
+    def bounds(ctx: ClientContext, topic: str) -> dict:
+        during.append(running.is_set())
+        return real_bounds(ctx, topic)
+
+    monkeypatch.setattr(streaming, "queue_bounds", bounds)
+    got: list[int] = []
+
+    def slow(ranges: list[OffsetRange], batch_id: int) -> None:
+        running.set()
+        deadline = time.monotonic() + 30
+        while not any(during):  # until the planner has read the ends
+            assert time.monotonic() < deadline, "the next batch was not planned during this one"
+            time.sleep(0.01)
+        running.clear()
+        got.append(sum(r.count for r in ranges))
+
+    produce("s5", 10)
+    q = query("s5", slow, trigger_interval=0.05).start()
+    deadline = time.monotonic() + 30
+    while sum(got) < 10:
+        assert time.monotonic() < deadline and q.is_active, q.exception()
+        time.sleep(0.05)
+    q.stop(30)
+    assert q.await_termination(1) and got[:2] == [6, 4] and sum(committed(ctx, "s5").values()) == 10
+
+
 def test_a_failing_process_ends_the_query(ctx: ClientContext) -> None:
     def fail(ranges: list[OffsetRange], batch_id: int) -> None:
         raise ValueError("bad batch")
 
     produce("s1", 2)
+    before = committed(ctx, "s1")
     q = query("s1", fail, trigger_interval=0.05).start()
     with pytest.raises(ValueError, match="bad batch"):
         q.await_termination(30)
     assert isinstance(q.exception(), ValueError)
+    assert committed(ctx, "s1") == before  # nothing of the failed batch was committed
 
 
 def test_bad_arguments(ctx: ClientContext) -> None:

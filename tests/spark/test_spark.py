@@ -159,7 +159,10 @@ def test_stream_crash_mid_batch_reruns_identical_ranges(spark: object) -> None:
         query.await_termination(120)
     send("clicks", 30, start=120)
 
+    partitions: list[int] = []
+
     def collect(df: object, batch_id: int) -> None:
+        partitions.append(df.rdd.getNumPartitions())  # type: ignore[attr-defined]
         seen.append((batch_id, sorted(r.queue_offset * 10 + r.queue_id for r in df.collect())))
 
     query = rqspark.stream(spark, "clicks", "etl", collect, trigger_interval=0.2,
@@ -178,6 +181,8 @@ def test_stream_crash_mid_batch_reruns_identical_ranges(spark: object) -> None:
     assert len(after) == len(set(after)) == 150  # nothing lost, nothing twice after the re-run
     progress = query.last_progress
     assert progress is not None and {"num_input_rows", "lag", "durations_ms"} <= set(progress)
+    assert {"batchId", "numInputRows", "durationMs"} <= set(progress)
+    assert set(partitions) == {1}  # a batch of 3 queues' ranges, small: one partition
 
 
 ACL_NAMESPACE = "rayq-test-spark-acl"
