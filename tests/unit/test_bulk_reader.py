@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -89,3 +91,9 @@ def test_offsets_outside_the_queue_answer_statuses(store: MessageStore) -> None:
     store.queues[("T", 0)].min_logic_offset = 3 * 20  # as retention leaves it
     page = store.read_page("T", 0, 1, 10, 100)
     assert page.status is GetStatus.OFFSET_TOO_SMALL and page.min_offset == 3
+
+
+def test_bulk_reader_does_not_import_ray() -> None:
+    code = "import sys, rayq.store.bulk_reader; assert 'ray' not in sys.modules; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
