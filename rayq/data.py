@@ -43,14 +43,16 @@ from rayq.arrow_io import (
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
 from rayq.ranges import DEFAULT_MAX_MESSAGES_PER_PARTITION, OffsetRange, plan_ranges
-from rayq.store.errors import InvalidMessageError
+from rayq.store.errors import ConfigError, InvalidMessageError
 from rayq.store.names import validate_group, validate_topic
 
 AVG_ROW_OVERHEAD_BYTES = 200
+PAGE_BYTES_MAX = 1 << 30  # ReadArrowRequest.max_bytes
 
 
 class TopicDatasource(Datasource):
-    """Messages of a topic between two offset specs; ranges fixed at construction."""
+    """Messages of a topic between two offset specs; ranges fixed at construction. A read
+    task yields one block per broker page of about ``page_bytes`` of records."""
 
     def __init__(
         self,
@@ -65,6 +67,13 @@ class TopicDatasource(Datasource):
     ) -> None:
         super().__init__()
         self.topic = validate_topic(topic)
+        if type(page_bytes) is not int or not 1 <= page_bytes <= PAGE_BYTES_MAX:
+            raise ConfigError(
+                f"page_bytes must be an int in 1..{PAGE_BYTES_MAX} (bytes of records per "
+                f"block), got {page_bytes!r}",
+                value=page_bytes,
+                limit=PAGE_BYTES_MAX,
+            )
         self.page_bytes = page_bytes
         ctx = ClientContext(config, namespace)
         self.namespace = ctx.namespace
