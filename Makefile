@@ -51,8 +51,10 @@ bench: $(STAMP)
 	rm -f $(RESULTS)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/store_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/codec_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/arrow_bench.py
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/broker_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/push_bench.py $(Q)
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/data_bench.py
 	$(PLOT)
 
 bench-spark: $(STAMP)

@@ -712,10 +712,14 @@ class MessagesReply(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ArrowPage(msgspec.Struct, frozen=True, kw_only=True):
-    """Arrow IPC bytes of decoded columns and the offset the next page starts at."""
+    """Decoded columns (a ``pyarrow.RecordBatch`` of ``columnar.SCHEMA``) and the offset
+    the next page starts at. Ray pickles the batch with its buffers out of band: they
+    are copied once into the object store and read in place by the caller (no IPC
+    stream, no bytes object). ``data`` (Arrow IPC bytes) is what older brokers sent."""
 
-    data: bytes
+    data: bytes = b""
     next_offset: int
+    batch: Any = None
 
 
 class PullManyResponse(msgspec.Struct, frozen=True, kw_only=True):

@@ -145,7 +145,7 @@ def read_range(
     ref = ask(offset)
     while True:
         page = _get(ref, r.broker)
-        data, nxt = page.data, page.next_offset
+        nxt = page.next_offset
         if nxt <= offset:
             raise BrokerUnavailableError(
                 f"{topic}/{r.queue_id} on broker {r.broker!r} stopped at offset {offset} before "
@@ -154,7 +154,7 @@ def read_range(
         offset = nxt
         if offset < r.end:  # ask for the next page while this one is handed out
             ref = ask(offset)
-        yield from from_ipc(data)
+        yield from [page.batch] if page.batch is not None else from_ipc(page.data)
         if offset >= r.end:
             return
 

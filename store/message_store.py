@@ -49,6 +49,7 @@ from .batch import (
     fill_store_block,
     split_by_queue,
 )
+from .bulk_reader import RecordPage, read_page
 from .checkpoint import ABORT_NAME, load_checkpoint
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import CommitLog, DispatchBatch
@@ -554,6 +555,17 @@ class MessageStore:
             return GetResult(status=GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0,
                              min_offset=0, max_offset=0)  # fmt: skip
         return self._reader.read(cq, offset, max_nums, tag_filter)
+
+    def read_page(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int, max_bytes: int
+    ) -> RecordPage:
+        """Records of a queue in bulk, for columnar readers (bulk_reader.py); an unknown
+        queue answers NO_MATCHED_LOGIC_QUEUE."""
+        self._check_open()
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return RecordPage(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0)
+        return read_page(self.commitlog, cq, queue_offset, max_count, max_bytes)
 
     def lookup_message(
         self, commitlog_offset: int, *, decompress: bool = True

@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 MEMORY_BYTES = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _offset_status(offset: int, lo: int, hi: int) -> tuple[GetStatus | None, int]:
+def offset_status(offset: int, lo: int, hi: int) -> tuple[GetStatus | None, int]:
     """An offset outside ``lo..hi``: its status and where to read instead (RocketMQ's
     ``getMessage``); None for an offset with entries to read."""
     if hi == 0:
@@ -70,7 +70,7 @@ class QueueReader:
     ) -> GetResult:
         """Up to ``max_nums`` records from ``offset``, with RocketMQ's statuses."""
         lo, hi = cq.min_offset, cq.max_offset
-        status, next_offset = _offset_status(offset, lo, hi)
+        status, next_offset = offset_status(offset, lo, hi)
         if status is not None:
             return GetResult(status=status, next_begin_offset=next_offset,
                              min_offset=lo, max_offset=hi)  # fmt: skip

@@ -568,7 +568,7 @@ class BrokerServer:
         return OffsetReply(offset=self.store.max_offset(req.topic, req.queue_id))
 
     def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:
-        """Offsets ``[start, end)`` as Arrow IPC bytes of decoded columns (columnar.py),
+        """Offsets ``[start, end)`` as one record batch of decoded columns (columnar.py),
         one page of about ``max_bytes``; and the offset the next page starts at."""
         topic, queue_id = req.topic, req.queue_id
         cfg = self.topic_config(topic, create=False)
@@ -576,7 +576,7 @@ class BrokerServer:
             raise InvalidOffsetError(f"queue {queue_id} of topic {topic!r} does not exist")
         batch, nxt = columnar.read_columns(self.store, topic, queue_id, req.start, req.end,
                                            req.max_bytes, self.name)  # fmt: skip
-        return ArrowPage(data=columnar.to_ipc(batch), next_offset=nxt)
+        return ArrowPage(batch=batch, next_offset=nxt)
 
     def queue_bounds(self, req: TopicRequest) -> QueueBoundsReply:
         """(min offset, max offset) of each read queue of the topic."""

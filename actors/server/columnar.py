@@ -11,16 +11,32 @@ each page into one ``pyarrow.RecordBatch`` with ``SCHEMA``::
 
 ``properties`` holds every property of the record (TAGS, KEYS and UNIQ_KEY
 included, as ``MessageExt.properties``); ``msg_id`` is the unique id (UNIQ_KEY) or
-the offset message id; compressed bodies are inflated. Decoding is columnar: the
-fixed headers are gathered with one numpy fancy index, properties are split with
-Arrow compute kernels; Python runs per record only to cut bodies out of the page.
-Timestamps are microseconds with a time zone, as Spark's Arrow format wants them.
+the offset message id; compressed bodies are inflated. Timestamps are microseconds
+with a time zone, as Spark's Arrow format wants them.
+
+No Python runs per record (but for compressed bodies and properties that are not
+UTF-8). The store hands over the records of a page with their start positions
+(store/bulk_reader.py: consume-queue entries and record checks in numpy). Here:
+
+- the fixed headers are gathered with one numpy row gather (a sliding-window view);
+- every variable-length column is a set of ascending, non-overlapping byte ranges of
+  one buffer (bodies and property strings of the page; names, values, tags, keys and
+  unique ids of the property strings). numpy writes the range bounds as the offsets
+  of one Arrow array over the whole buffer (zero-copy: element 2i is range i, 2i+1
+  the bytes up to the next one) and ``take`` of the even elements gathers the ranges
+  into offsets + one data buffer in C++;
+- properties (``NAME\\x01VALUE\\x02...``) are split by numpy over the separator
+  positions; names up to 8 bytes are compared as one uint64; offset message ids are
+  hex-encoded with a lookup table.
+
+Properties that are not valid UTF-8 are read with U+FFFD in place of the bad bytes
+(``bytes.decode(errors="replace")``), and the number of such messages is logged; the
+read does not fail.
 """
 
 from __future__ import annotations
 
-import functools
-import struct
+import logging
 import zlib
 from typing import Final
 
@@ -30,11 +46,12 @@ import pyarrow.compute as pc
 
 from rayq.store import codec
 from rayq.store import properties as P
-from rayq.store.config import StoreConfig
+from rayq.store.bulk_reader import RecordPage, rows
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import COMPRESSED_FLAG, GetStatus
 from rayq.store.message_store import MessageStore
-from rayq.store.reader import QueueReader
+
+logger = logging.getLogger(__name__)
 
 SCHEMA: Final = pa.schema(
     [
@@ -52,153 +69,308 @@ SCHEMA: Final = pa.schema(
         ("reconsume_times", pa.int32()),
     ]
 )
-MAX_RECORDS_PER_GET: Final[int] = 8192
+MAX_ENTRIES_PER_READ: Final[int] = 65536
 
 _HEADER: Final = np.dtype(
-    [("size", ">i4"), ("magic", ">u4"), ("crc", ">u4"), ("queue_offset", ">i8"),
-     ("commitlog_offset", ">i8"), ("store_timestamp", ">i8"), ("store_host", "S8"),
-     ("queue_id", ">i4"), ("flag", ">i4"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-     ("born_host", "S8"), ("reconsume_times", ">i4"), ("prepared", ">i8"),
-     ("body_length", ">i4")]
-)  # fmt: skip
+    [
+        ("size", ">i4"),  # total_size
+        ("magic", ">u4"),  # magic
+        ("crc", ">u4"),  # crc
+        ("queue_offset", ">i8"),  # queue_offset
+        ("commitlog_offset", ">i8"),  # commitlog_offset
+        ("store_timestamp", ">i8"),  # store_timestamp
+        ("store_host", "S8"),  # store_host
+        ("queue_id", ">i4"),  # queue_id
+        ("flag", ">i4"),  # flag
+        ("sys_flag", ">i4"),  # sys_flag
+        ("born_timestamp", ">i8"),  # born_timestamp
+        ("born_host", "S8"),  # born_host
+        ("reconsume_times", ">i4"),  # reconsume_times
+        ("prepared", ">i8"),  # prepared_transaction_offset
+        ("body_length", ">i4"),  # body_length
+    ]
+)
 assert _HEADER.itemsize == codec.HEADER_SIZE
-_ROW: Final = np.arange(codec.HEADER_SIZE)
-_SIZE: Final = struct.Struct(">i")
+# An offset message id is the store host then the commit-log offset (hosts.py).
+_OFFSET_ID_AT: Final = np.concatenate(
+    [
+        _HEADER.fields["store_host"][1] + np.arange(8),
+        _HEADER.fields["commitlog_offset"][1] + np.arange(8),
+    ]
+)
+_HEX: Final = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_NAME_VALUE: Final[int] = ord(P.NAME_VALUE_SEPARATOR)
+_PROPERTY_END: Final[int] = ord(P.PROPERTY_SEPARATOR)
+_KEY_SEPARATOR: Final[int] = ord(P.KEY_SEPARATOR)
+# Property names up to 8 bytes (TAGS, KEYS, UNIQ_KEY) are compared as one uint64.
+_NAME_KEY_BYTES: Final[int] = 8
+_NAME_KEY_MASK: Final = np.array(
+    [(1 << (8 * k)) - 1 for k in range(_NAME_KEY_BYTES)] + [(1 << 64) - 1], dtype=np.uint64
+)  # by name length: the bytes of the name (native order: the first byte is the lowest)
+_TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 
 
-@functools.lru_cache(maxsize=64)
-def _bulk_reader(commitlog: object, config: StoreConfig, max_bytes: int) -> QueueReader:
-    """A reader without RocketMQ's small per-pull caps: pages of up to ``max_bytes``."""
-    big = config.replace(
-        max_transfer_count_in_memory=MAX_RECORDS_PER_GET,
-        max_transfer_count_on_disk=MAX_RECORDS_PER_GET,
-        max_transfer_bytes_in_memory=max_bytes,
-        max_transfer_bytes_on_disk=max_bytes,
-    )
-    return QueueReader(commitlog, big)  # type: ignore[arg-type]
-
-
-def read_columns(store: MessageStore, topic: str, queue_id: int, start: int, end: int,
-                 max_bytes: int, broker: str = "") -> tuple[pa.RecordBatch, int]:  # fmt: skip
+def read_columns(
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    start: int,
+    end: int,
+    max_bytes: int,
+    broker: str = "",
+) -> tuple[pa.RecordBatch, int]:
     """Records of ``topic``/``queue_id`` from ``start`` (before ``end``, about ``max_bytes``
     of records: at least one record) as one batch, and the offset to continue from
     (``end`` when done).
 
     Raises InvalidOffsetError when ``start`` was already removed by retention.
     """
-    cq = store.queues.get((topic, queue_id))
-    parts: list[bytes] = []
+    pages: list[RecordPage] = []
     size, offset = 0, start
-    while cq is not None and offset < end and size < max_bytes:
-        reader = _bulk_reader(store.commitlog, store.config, max(max_bytes - size, 1))
-        got = reader.read(cq, offset, min(end - offset, MAX_RECORDS_PER_GET), None)
-        if got.status is GetStatus.OFFSET_TOO_SMALL:
+    while offset < end and size < max_bytes:
+        count = min(end - offset, MAX_ENTRIES_PER_READ)
+        page = store.read_page(topic, queue_id, offset, count, max(max_bytes - size, 1))
+        if page.status is GetStatus.NO_MATCHED_LOGIC_QUEUE:
+            offset = end
+            break
+        if page.status is GetStatus.OFFSET_TOO_SMALL:
             raise InvalidOffsetError(
                 f"offsets from {offset} of {topic}/{queue_id} on broker {broker!r} were "
-                f"removed by retention; the queue now starts at {got.min_offset}",
-                value=offset, limit=got.min_offset,
-            )  # fmt: skip
-        if got.status is not GetStatus.FOUND and got.next_begin_offset <= offset:
+                f"removed by retention; the queue now starts at {page.min_offset}",
+                value=offset,
+                limit=page.min_offset,
+            )
+        if page.next_offset <= offset:
             break  # past the end of the queue
-        parts.append(got.buffer)
-        size += len(got.buffer)
-        offset = min(max(got.next_begin_offset, offset), end)
-    if cq is None:
-        offset = end
-    return decode_columns(b"".join(parts), topic, broker), offset
+        pages.append(page)
+        size += len(page.buffer)
+        offset = min(page.next_offset, end)
+        if page.full:
+            break
+    buffer, starts = _joined(pages)
+    return decode_columns(buffer, starts, topic, broker), offset
 
 
-def record_starts(buf: bytes) -> np.ndarray:
-    starts = []
-    pos, n, unpack = 0, len(buf), _SIZE.unpack_from
-    while pos < n:
-        starts.append(pos)
-        pos += unpack(buf, pos)[0]
-    return np.asarray(starts, dtype=np.int64)
+def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
+    """One buffer and record starts for several pages (one page: as it is)."""
+    if len(pages) == 1:
+        return pages[0].buffer, pages[0].starts
+    bases = np.cumsum([0] + [len(p.buffer) for p in pages])
+    starts = [p.starts + base for p, base in zip(pages, bases.tolist(), strict=False)]
+    return b"".join(p.buffer for p in pages), np.concatenate([np.empty(0, np.int64), *starts])
 
 
-def decode_columns(buf: bytes, topic: str, broker: str = "") -> pa.RecordBatch:
-    """Records laid back to back (a GetResult buffer) as one batch of ``SCHEMA``."""
-    starts = record_starts(buf)
+def decode_columns(
+    buffer: bytes, starts: np.ndarray, topic: str, broker: str = ""
+) -> pa.RecordBatch:
+    """The records at ``starts`` of ``buffer`` (checked ones: bulk_reader.py) as one batch."""
     n = len(starts)
     if n == 0:
         return pa.RecordBatch.from_pylist([], schema=SCHEMA)
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    heads = raw[starts[:, None] + _ROW].view(_HEADER).ravel()
+    raw = np.frombuffer(buffer, dtype=np.uint8)
+    heads = rows(raw, starts, codec.HEADER_SIZE).view(_HEADER).ravel()
     body_at = starts + codec.HEADER_SIZE
     body_end = body_at + heads["body_length"].astype(np.int64)
-    topic_len = raw[body_end].astype(np.int64)
-    props_at = body_end + 1 + topic_len + 2
-    rec_end = starts + heads["size"].astype(np.int64)
-    bodies = list(map(buf.__getitem__, map(slice, body_at.tolist(), body_end.tolist())))
-    for i in np.flatnonzero(heads["sys_flag"] & COMPRESSED_FLAG).tolist():
-        bodies[i] = zlib.decompress(bodies[i])
-    props_raw = list(map(buf.__getitem__, map(slice, props_at.tolist(), rec_end.tolist())))
-    props = pc.cast(pa.array(props_raw, pa.binary()), pa.string())
-    names, values, parents = _split_properties(props)
-    counts = np.bincount(parents, minlength=n)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    prop_map = pa.MapArray.from_arrays(offsets, names, values)
-    tags = _pick(names, values, parents, P.TAGS, n)
-    keys = _keys(_pick(names, values, parents, P.KEYS, n), n)
-    msg_ids = _pick(names, values, parents, P.UNIQ_KEY, n)
-    if msg_ids.null_count:
-        ids = msg_ids.to_pylist()
-        for i in [i for i, v in enumerate(ids) if v is None]:
-            ids[i] = codec.offset_msg_id(bytes(heads["store_host"][i]),
-                                         int(heads["commitlog_offset"][i]))  # fmt: skip
-        msg_ids = pa.array(ids, pa.string())
-    ts = pa.timestamp("us", tz="UTC")
+    props_at = body_end + raw[body_end].astype(np.int64) + 1 + codec.PROPS_LEN.size
+    record_end = starts + heads["size"].astype(np.int64)
+    data = pa.py_buffer(buffer)
+    bodies = _inflated(_Ranges(data, pa.binary(), body_at, body_end).get(), heads)
+    props = _utf8(_Ranges(data, pa.binary(), props_at, record_end).get(), topic)
+    props = _Properties(props)
     columns = [
-        pa.array([topic] * n, pa.string()),
-        pa.array([broker] * n, pa.string()),
+        pa.repeat(topic, n),
+        pa.repeat(broker, n),
         pa.array(heads["queue_id"].astype(np.int32)),
         pa.array(heads["queue_offset"].astype(np.int64)),
-        msg_ids,
-        tags,
-        keys,
-        pa.array(bodies, pa.binary()),
-        prop_map,
-        pa.array(heads["born_timestamp"].astype(np.int64) * 1000, ts),
-        pa.array(heads["store_timestamp"].astype(np.int64) * 1000, ts),
+        _msg_ids(props.value_of(P.UNIQ_KEY, empty_is_null=True), raw, starts),
+        props.value_of(P.TAGS),
+        props.keys(),
+        bodies,
+        props.as_map(),
+        pa.array(heads["born_timestamp"].astype(np.int64) * 1000, _TIMESTAMP),
+        pa.array(heads["store_timestamp"].astype(np.int64) * 1000, _TIMESTAMP),
         pa.array(heads["reconsume_times"].astype(np.int32)),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 
 
-def _split_properties(props: pa.Array) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """Property names, values and the row each pair belongs to."""
-    entries = pc.split_pattern(props, "\x02")
-    items = pc.list_flatten(entries)
-    parents = pc.list_parent_indices(entries)
-    keep = pc.not_equal(items, "")
-    items, parents = items.filter(keep), parents.filter(keep)
-    pairs = pc.split_pattern(items, "\x01", max_splits=1)
-    names = pc.list_element(pairs, 0)
-    values = pc.list_element(pairs, 1)
-    return names, values, parents.to_numpy(zero_copy_only=False).astype(np.int64)
+class _Ranges:
+    """Byte ranges of one buffer given by ``k`` bounds per item, ascending over all
+    items: part ``p`` of item ``i`` is ``data[bounds[p][i] : bounds[p + 1][i]]``."""
+
+    def __init__(self, data: pa.Buffer, kind: pa.DataType, *bounds: np.ndarray) -> None:
+        self.n, self.k = len(bounds[0]), len(bounds)
+        offsets = np.empty((self.n, self.k), dtype=np.int32)
+        for i, column in enumerate(bounds):
+            offsets[:, i] = column
+        # Element j of ``tokens`` is data[offsets[j] : offsets[j + 1]]: part j % k of
+        # item j // k (no copy; the last part of each item is what lies between items).
+        length = max(offsets.size - 1, 0)
+        offsets_buffer = pa.py_buffer(offsets if offsets.size else np.zeros(1, np.int32))
+        self.tokens = pa.Array.from_buffers(kind, length, [None, offsets_buffer, data])
+
+    def get(self, part: int = 0, index: np.ndarray | None = None) -> pa.Array:
+        """Part ``part`` of each item, or of the items at ``index`` (null where -1),
+        gathered by Arrow into offsets + one data buffer."""
+        assert 0 <= part < self.k - 1
+        if index is None:
+            picked = np.arange(part, self.n * self.k, self.k)
+            return self.tokens.take(pa.array(picked))
+        picked = np.maximum(index, 0) * self.k + part
+        return self.tokens.take(pa.array(picked, mask=index < 0))
 
 
-def _pick(names: pa.Array, values: pa.Array, parents: np.ndarray, name: str, n: int) -> pa.Array:
-    """The value of property ``name`` per row (null where a row has none)."""
-    mask = pc.equal(names, name)
-    found = values.filter(mask)
-    rows = parents[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)]
-    index = np.full(n, -1, dtype=np.int64)
-    index[rows] = np.arange(len(rows))
-    return pc.take(found, pa.array(index, mask=index < 0))
+def _inflated(bodies: pa.Array, heads: np.ndarray) -> pa.Array:
+    """Compressed bodies inflated (zlib, one call per compressed body)."""
+    compressed = (heads["sys_flag"] & COMPRESSED_FLAG) != 0
+    if not compressed.any():
+        return bodies
+    picked = bodies.filter(pa.array(compressed)).to_pylist()
+    inflated = pa.array([zlib.decompress(b) for b in picked], pa.binary())
+    return pc.replace_with_mask(bodies, pa.array(compressed), inflated)
 
 
-def _keys(joined: pa.Array, n: int) -> pa.Array:
-    """KEYS values (space-separated) as lists; rows without keys get an empty list."""
-    split = pc.split_pattern(pc.fill_null(joined, ""), P.KEY_SEPARATOR)
-    items = pc.list_flatten(split)
-    parents = pc.list_parent_indices(split)
-    keep = pc.not_equal(items, "")
-    items = items.filter(keep)
-    rows = parents.filter(keep).to_numpy(zero_copy_only=False).astype(np.int64)
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), items)
+def _utf8(props: pa.Array, topic: str) -> pa.Array:
+    """Property bytes that are valid UTF-8; bad bytes become U+FFFD (and are counted)."""
+    as_text = pa.Array.from_buffers(pa.string(), len(props), props.buffers())
+    try:
+        as_text.validate(full=True)
+        return props
+    except pa.ArrowInvalid:
+        pass
+    raw = props.to_pylist()
+    fixed = [b.decode("utf-8", errors="replace").encode() for b in raw]
+    bad = sum(1 for b, f in zip(raw, fixed, strict=True) if b != f)
+    logger.warning(
+        "%d message(s) of topic %r have properties that are not valid UTF-8; "
+        "read with replacement characters",
+        bad,
+        topic,
+    )
+    return pa.array(fixed, pa.binary())
+
+
+class _Properties:
+    """The property strings of a page (valid UTF-8, back to back), split into
+    ``(name, value)`` entries with numpy."""
+
+    def __init__(self, props: pa.Array) -> None:
+        self.n = n = len(props)
+        self.data = props.buffers()[2] or pa.py_buffer(b"")
+        self.raw = np.frombuffer(self.data, dtype=np.uint8)
+        bounds = np.frombuffer(props.buffers()[1], dtype=np.int32)[: n + 1].astype(np.int64)
+        at, name_end, value_at, end, self.entries = _entries(self.raw, bounds)
+        self.value_at, self.end = value_at, end
+        self.parts = _Ranges(self.data, pa.string(), at, name_end, value_at, end)
+        head = rows(self.raw, at, _NAME_KEY_BYTES).view(np.uint64).ravel()
+        name_len = np.minimum(name_end - at, _NAME_KEY_BYTES + 1)
+        self.name_key = head & _NAME_KEY_MASK[np.minimum(name_len, _NAME_KEY_BYTES)]
+        self.name_key[name_len > _NAME_KEY_BYTES] = 0  # longer names: never wanted here
+
+    def as_map(self) -> pa.Array:
+        names, values = self.parts.get(0), self.parts.get(2)
+        return pa.MapArray.from_arrays(pa.array(self.entries), names, values)
+
+    def _entry_of(self, name: str) -> np.ndarray:
+        """Per row, the entry of property ``name`` (the last one if repeated), or -1."""
+        raw_name = name.encode()
+        assert 0 < len(raw_name) <= _NAME_KEY_BYTES
+        wanted = np.frombuffer(raw_name.ljust(_NAME_KEY_BYTES, b"\0"), dtype=np.uint64)[0]
+        hits = np.flatnonzero(self.name_key == wanted)
+        rows = np.searchsorted(self.entries, hits, side="right") - 1
+        entry = np.full(self.n, -1, dtype=np.int64)
+        entry[rows] = hits  # ascending: a repeated name keeps its last value
+        return entry
+
+    def value_of(self, name: str, empty_is_null: bool = False) -> pa.Array:
+        """The value of property ``name`` per row (null where a row has none, or where it
+        is empty and ``empty_is_null``)."""
+        entry = self._entry_of(name)
+        if empty_is_null and entry.size and self.value_at.size:
+            entry[self.value_at[entry] == self.end[entry]] = -1
+        return self.parts.get(2, entry)
+
+    def keys(self) -> pa.Array:
+        """KEYS values split at spaces (empty keys dropped); no KEYS: an empty list."""
+        entry = self._entry_of(P.KEYS)
+        rows = np.flatnonzero(entry >= 0)
+        spaces = np.flatnonzero(self.raw == _KEY_SEPARATOR)
+        at, end, owner = _split(spaces, self.value_at[entry[rows]], self.end[entry[rows]])
+        counts = np.bincount(rows[owner], minlength=self.n)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        items = _Ranges(self.data, pa.string(), at, end).get()
+        return pa.ListArray.from_arrays(pa.array(offsets), items)
+
+
+def _entries(raw: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Property entries of back-to-back property strings (row i at ``bounds[i:i + 2]``
+    of ``raw``): where each entry, its name's end and its value start, where it ends,
+    and the first entry of each row (empty entries left out)."""
+    marks = np.flatnonzero((raw == _NAME_VALUE) | (raw == _PROPERTY_END))
+    kinds = raw[marks]
+    rows_end = bounds[1:]
+    closed = rows_end[rows_end > bounds[:-1]] - 1
+    if (
+        kinds.size % 2 == 0
+        and (kinds[0::2] == _NAME_VALUE).all()
+        and (kinds[1::2] == _PROPERTY_END).all()
+        and (raw[closed] == _PROPERTY_END).all()
+    ):  # the usual case: NAME\x01VALUE\x02 ..., each row ending in \x02
+        name_end, end = marks[0::2], marks[1::2]
+        at = np.concatenate([bounds[:1], end[:-1] + 1])[: end.size]
+        return at, name_end, name_end + 1, end, np.searchsorted(end, bounds).astype(np.int32)
+    ends = marks[kinds == _PROPERTY_END]
+    at, end, row = _split(ends, bounds[:-1], rows_end)
+    values = marks[kinds == _NAME_VALUE]
+    first = np.searchsorted(values, at)
+    value = values[np.minimum(first, values.size - 1)] if values.size else end
+    has_value = (first < values.size) & (value < end)
+    name_end = np.where(has_value, value, end)
+    value_at = np.where(has_value, value + 1, end)
+    entries = np.searchsorted(row, np.arange(len(rows_end) + 1)).astype(np.int32)
+    return at, name_end, value_at, end, entries
+
+
+def _split(
+    cuts: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty pieces of the ranges ``[starts[i], ends[i])`` (ascending, not
+    overlapping) cut at the positions ``cuts`` (ascending; the cut bytes are dropped):
+    their starts, ends and the range each belongs to."""
+    n = len(starts)
+    owner = np.searchsorted(starts, cuts, side="right") - 1
+    inside = (owner >= 0) & (cuts < ends[np.maximum(owner, 0)]) if n else owner < -1
+    if not inside.any():
+        keep = ends > starts
+        return starts[keep], ends[keep], np.flatnonzero(keep)
+    cuts, owner = cuts[inside], owner[inside]
+    counts = np.bincount(owner, minlength=n) + 1
+    last = np.cumsum(counts) - 1
+    is_last = np.zeros(int(counts.sum()), dtype=bool)
+    is_last[last] = True
+    is_first = np.zeros_like(is_last)
+    is_first[last - counts + 1] = True
+    piece_at = np.empty(is_last.size, dtype=np.int64)
+    piece_end = np.empty(is_last.size, dtype=np.int64)
+    piece_end[is_last], piece_end[~is_last] = ends, cuts
+    piece_at[is_first], piece_at[~is_first] = starts, cuts + 1
+    parent = np.repeat(np.arange(n), counts)
+    keep = piece_end > piece_at
+    return piece_at[keep], piece_end[keep], parent[keep]
+
+
+def _msg_ids(uniq: pa.Array, raw: np.ndarray, starts: np.ndarray) -> pa.Array:
+    """UNIQ_KEY, or the offset message id (32 hex digits) where a record has none."""
+    if not uniq.null_count:
+        return uniq
+    digits = raw[starts[:, None] + _OFFSET_ID_AT]
+    hexed = np.empty((len(starts), 2 * digits.shape[1]), dtype=np.uint8)
+    hexed[:, 0::2] = _HEX[digits >> 4]
+    hexed[:, 1::2] = _HEX[digits & 0x0F]
+    offsets = (np.arange(len(starts) + 1) * hexed.shape[1]).astype(np.int32)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(hexed)]
+    ids = pa.Array.from_buffers(pa.string(), len(starts), buffers)
+    return pc.coalesce(uniq, ids)
 
 
 def to_ipc(batch: pa.RecordBatch) -> bytes:

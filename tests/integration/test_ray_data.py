@@ -8,6 +8,8 @@ import ray
 
 import rayq
 import rayq.data
+from rayq import arrow_io
+from rayq.actors.protocol import ReadArrowRequest
 from rayq.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -72,3 +74,59 @@ def test_bad_columns_raise_rayq_errors(topic: str) -> None:
     with pytest.raises(rayq.InvalidOffsetError):
         rayq.data.read_topic(topic, starting="sometime", namespace=NAMESPACE)
     assert ray.data.from_items([{"a": 1}]).count() == 1  # Ray Data still works
+
+
+@pytest.fixture(scope="module")
+def big_topic(cluster: Cluster) -> str:
+    """300 messages of 1 KiB on one queue: about 100 pages of 4 KiB."""
+    rayq.Admin(namespace=NAMESPACE).create_topic("big", queues=1)
+    with rayq.Producer(group="pg-big", namespace=NAMESPACE) as producer:
+        for i in range(6):
+            body = bytes([i]) * 1024
+            producer.send_batch([rayq.Message("big", body, keys=[f"k{j}"]) for j in range(50)])
+    return "big"
+
+
+def test_read_task_reads_pages_as_they_are_consumed(
+    big_topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a range of about 100 pages, when the first block of its read task is taken,
+    then at most the page after it was asked for too; the rest only as consumed."""
+    asked: list[int] = []
+    real = arrow_io.broker_handle
+
+    class Counting:
+        def __init__(self, client: object) -> None:
+            self.client = client
+
+        def read_arrow(self, req: ReadArrowRequest) -> object:
+            asked.append(req.start)
+            return self.client.read_arrow(req)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(arrow_io, "broker_handle", lambda *a, **k: Counting(real(*a, **k)))
+    source = rayq.data.TopicDatasource(big_topic, namespace=NAMESPACE, page_bytes=4096)
+    (task,) = source.get_read_tasks(1)
+    blocks = iter(task())
+    first = next(blocks)
+    assert 0 < first.num_rows < 10 and len(asked) <= 2
+    rest = sum(b.num_rows for b in blocks)
+    assert first.num_rows + rest == 300 and len(asked) > 50
+
+
+def test_iter_batches_streams_one_page_per_block(big_topic: str) -> None:
+    ds = rayq.data.read_topic(big_topic, namespace=NAMESPACE, page_bytes=4096)
+    batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
+    first = next(iter(batches))
+    assert 0 < first.num_rows < 10  # one page, not the whole range
+    assert first.schema == arrow_io.SCHEMA
+    assert ds.count() == 300
+
+
+def test_pages_arrive_as_record_batches_not_ipc_bytes(big_topic: str, cluster: Cluster) -> None:
+    """The broker returns the batch itself (its buffers go through the object store)."""
+    handle = arrow_io.broker_handle(NAMESPACE, cluster.broker_names[0])
+    req = ReadArrowRequest(topic=big_topic, queue_id=0, start=0, end=300, max_bytes=1 << 20)
+    page = handle.read_arrow(req).result(30)
+    assert page.data == b"" and isinstance(page.batch, pa.RecordBatch)
+    assert page.batch.num_rows == page.next_offset == 300
+    assert page.batch.column("keys")[7].as_py() == ["k7"]
