@@ -37,11 +37,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final, TypeVar
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 
 from rayq.actors.auth import Credentials, Signer
+from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ArrowPage, MessageQueue, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.actors.server.dedupe import sequence_properties
@@ -49,6 +51,14 @@ from rayq.ranges import OffsetRange
 from rayq.ray_transport import RayTransport
 from rayq.store import InnerMessage
 from rayq.store import properties as P
+from rayq.store.arrow_encode import (
+    ArrowRows,
+    arrow_rows,
+    cuts,
+    encode_rows,
+    record_bounds,
+    sequence_ids,
+)
 from rayq.store.batch import encode_batch
 from rayq.store.errors import BrokerUnavailableError, InvalidMessageError
 from rayq.transport import BrokerClient, Reply
@@ -62,6 +72,7 @@ logger = logging.getLogger(__name__)
 PAGE_BYTES: Final[int] = 4 * 1024 * 1024
 WRITE_BATCH_ROWS: Final[int] = 2000
 WRITE_BATCH_BYTES: Final[int] = 2 * 1024 * 1024
+PUT_BYTES: Final[int] = ClientConfig().batch_max_bytes  # records per column-wise put
 MAX_PUTS_IN_FLIGHT: Final[int] = 4
 PUT_ATTEMPTS: Final[int] = 5
 CALL_TIMEOUT_S: Final[float] = 60.0
@@ -200,9 +211,8 @@ def _is_str_map(t: pa.DataType) -> bool:
 
 
 def _messages(batch: pa.RecordBatch, cols: Columns) -> list[tuple[bytes, str | None, str, dict]]:
+    check_bodies(batch, cols)
     body = batch.column(cols.body)
-    if body.null_count:
-        raise InvalidMessageError(f"column {cols.body!r} has null bodies; a message needs one")
     if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
         body = pc.cast(body, pa.binary())
     bodies = body.to_pylist()
@@ -241,7 +251,93 @@ def write_batches(
 
 def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
           cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
-    """The rows as idempotent puts of at most WRITE_BATCH_ROWS rows / WRITE_BATCH_BYTES."""
+    """The rows as idempotent puts: column-wise (``_column_puts``) unless the rows carry
+    properties of their own (``_row_puts``)."""
+    if cols.properties is None:
+        return _column_puts(batches, queue, producer_id, cols, group)
+    return _row_puts(batches, queue, producer_id, cols, group)
+
+
+def check_bodies(batch: pa.RecordBatch | pa.Table, cols: Columns) -> None:
+    """InvalidMessageError for a null body (before anything is sent)."""
+    body = batch.column(cols.body)
+    if body.null_count:
+        raise InvalidMessageError(
+            f"column {cols.body!r} has {body.null_count} null bodies in {len(body)} rows; a "
+            "message needs one: fill them or filter them out (nothing was written)",
+            column=cols.body,
+        )  # fmt: skip
+
+
+def _column_puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
+                 cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
+    """Puts of at most ``PUT_BYTES`` of records (a larger record alone), cut from the
+    rows of consecutive input batches by a deterministic rule (arrow_encode.cuts over
+    upper bounds of the record sizes), each encoded column-wise."""
+    other = len(P.encode_properties(_widest_properties(producer_id, group)).encode())
+    pending: list[ArrowRows] = []
+    pending_bounds: list[np.ndarray] = []
+    seq = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        check_bodies(batch, cols)
+        rows = arrow_rows(batch.column(cols.body), _column(batch, cols.tags),
+                          _column(batch, cols.keys))  # fmt: skip
+        pending.append(rows)
+        pending_bounds.append(record_bounds(rows, queue.topic, other))
+        if sum(int(b.sum()) for b in pending_bounds) < PUT_BYTES:
+            continue
+        rows, bounds = _concat(pending), np.concatenate(pending_bounds)
+        pieces = cuts(bounds, PUT_BYTES)
+        for start, stop in pieces[:-1]:
+            yield _column_put(rows.slice(start, stop), queue, producer_id, seq, group)
+            seq += stop - start
+        start, stop = pieces[-1]
+        pending, pending_bounds = [rows.slice(start, stop)], [bounds[start:stop]]
+    if pending:
+        rows, bounds = _concat(pending), np.concatenate(pending_bounds)
+        for start, stop in cuts(bounds, PUT_BYTES):
+            yield _column_put(rows.slice(start, stop), queue, producer_id, seq, group)
+            seq += stop - start
+
+
+def _column(batch: pa.RecordBatch, name: str | None) -> pa.Array | None:
+    return None if name is None else batch.column(name)
+
+
+def _concat(parts: list[ArrowRows]) -> ArrowRows:
+    if len(parts) == 1:
+        return parts[0]
+    columns = zip(*parts, strict=True)
+    return ArrowRows(*(None if c[0] is None else pa.concat_arrays(list(c)) for c in columns))
+
+
+def _widest_properties(producer_id: str, group: str) -> dict[str, str]:
+    """A record's properties besides TAGS and KEYS with the longest sequence numbers."""
+    widest = 2**63 - 1
+    return {P.UNIQ_KEY: f"{producer_id}-{widest}", P.PRODUCER_GROUP: group,
+            **sequence_properties(producer_id, widest, widest)}  # fmt: skip
+
+
+def _column_put(rows: ArrowRows, queue: MessageQueue, producer_id: str, first: int,
+                group: str) -> Put:  # fmt: skip
+    """One idempotent put; message ids are ``<producer id>-<sequence>`` (the same on
+    every attempt)."""
+    n = len(rows.bodies)
+    shared = {P.PRODUCER_GROUP: group, **sequence_properties(producer_id, first, first + n - 1)}
+    batch = encode_rows(rows, topic=queue.topic, queue_id=queue.queue_id,
+                        uniq_keys=sequence_ids(f"{producer_id}-", first, n), properties=shared,
+                        born_timestamp=time.time_ns() // 1_000_000, max_body_bytes=MAX_BODY_BYTES,
+                        max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
+    batch = msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
+    return Put(queue, batch=batch, fixed="idempotent writes never move to another queue")
+
+
+def _row_puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
+              cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
+    """Rows with a properties column, row by row: puts of at most WRITE_BATCH_ROWS rows /
+    WRITE_BATCH_BYTES of bodies."""
     seq = 0
     for batch in batches:
         if batch.num_rows == 0:
@@ -303,4 +399,12 @@ class _NamedBrokers:
             transport.forget(broker_name)
 
 
-__all__ = ["SCHEMA", "Columns", "check_columns", "ensure_ray", "read_range", "write_batches"]
+__all__ = [
+    "SCHEMA",
+    "Columns",
+    "check_bodies",
+    "check_columns",
+    "ensure_ray",
+    "read_range",
+    "write_batches",
+]

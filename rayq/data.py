@@ -26,7 +26,14 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask
 
 from rayq.actors.config import ClientConfig
-from rayq.arrow_io import SCHEMA, Columns, check_columns, read_range, write_batches
+from rayq.arrow_io import (
+    SCHEMA,
+    Columns,
+    check_bodies,
+    check_columns,
+    read_range,
+    write_batches,
+)
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
 from rayq.ranges import DEFAULT_MAX_MESSAGES_PER_PARTITION, OffsetRange, plan_ranges
@@ -115,8 +122,8 @@ class TopicDatasink(Datasink):
 
         idx = ctx.task_idx
         broker, qid = self.targets[idx % len(self.targets)]
-        tables = (BlockAccessor.for_block(b).to_arrow() for b in blocks)
-        batches = (b for t in tables for b in _checked(t, self.cols).to_batches())
+        tables = [_checked(BlockAccessor.for_block(b).to_arrow(), self.cols) for b in blocks]
+        batches = (b for t in tables for b in t.to_batches())  # all checked before a put
         return write_batches(batches, self.topic, broker, qid, f"data-{self.write_id}-{idx}",
                              self.cols, self.namespace, self.group,
                              credentials=self.credentials)  # fmt: skip
@@ -130,6 +137,7 @@ class TopicDatasink(Datasink):
 
 def _checked(table: pa.Table, cols: Columns) -> pa.Table:
     check_columns(table.schema, cols)
+    check_bodies(table, cols)
     return table
 
 

@@ -72,3 +72,22 @@ def test_bad_columns_raise_rayq_errors(topic: str) -> None:
     with pytest.raises(rayq.InvalidOffsetError):
         rayq.data.read_topic(topic, starting="sometime", namespace=NAMESPACE)
     assert ray.data.from_items([{"a": 1}]).count() == 1  # Ray Data still works
+
+
+def test_null_bodies_raise_before_any_write(topic: str) -> None:
+    """A block with a null body fails the write task before its first put: the good block
+    before it in the same task is not written either."""
+    before = rayq.data.read_topic("copy", namespace=NAMESPACE).count()
+
+    class Ctx:
+        task_idx = 1
+
+    good = pa.table({"body": [b"fine"]})
+    bad = pa.table({"body": pa.array([b"a", None, b"c"], pa.binary())})
+    sink = rayq.data.TopicDatasink("copy", namespace=NAMESPACE)
+    with pytest.raises(rayq.InvalidMessageError, match="'body' has 1 null bodies in 3 rows"):
+        sink.write([good, bad], Ctx())
+    with pytest.raises(rayq.InvalidMessageError, match="null bodies"):
+        ds = ray.data.from_arrow(bad)
+        ds.write_datasink(rayq.data.TopicDatasink("copy", namespace=NAMESPACE))
+    assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == before
