@@ -11,9 +11,13 @@ the current one. ``write_batches`` sends a task's rows to one queue as idempoten
 puts: producer id fixed per (write, partition), sequence numbers counted over the
 partition's rows, batches cut by a deterministic rule, so a re-run task re-sends
 exactly the same (producer id, sequence) batches and the broker drops the ones it
-has. The producer's sender (produce_sender.py) sends them, ``MAX_PUTS_IN_FLIGHT`` at
-a time, under its retry policy with ``PUT_ATTEMPTS`` attempts: a failed put is sent
-again to the same queue, with the puts behind it, in order.
+has. Rows are encoded column-wise (store/arrow_encode.py) into puts of up to
+``PUT_BYTES`` of records, joined across input batches; rows with a properties column go
+row by row (``_row_puts``). A null body raises before the batch holding it is encoded
+(callers that must write nothing check every batch first: ``check_bodies``). The
+producer's sender (produce_sender.py) sends them, ``MAX_PUTS_IN_FLIGHT`` at a time,
+under its retry policy with ``PUT_ATTEMPTS`` attempts: a failed put is sent again to
+the same queue, with the puts behind it, in order.
 
 A row's properties (a ``properties_col``) may not set the names the producer or the
 broker set (produce_validation.py): those a read returns (TAGS, KEYS, UNIQ_KEY,
