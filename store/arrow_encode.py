@@ -31,6 +31,7 @@ input into puts below a byte limit. Pure: no Ray, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 import numpy as np
@@ -77,6 +78,7 @@ class ArrowRows(NamedTuple):
     bodies: pa.Array  # binary, no nulls
     tags: pa.Array | None = None  # string; null = no tags
     keys: pa.Array | None = None  # string, keys joined by P.KEY_SEPARATOR; "" = none
+    properties: pa.Array | None = None  # string, each row's own (``properties_text``)
 
     def slice(self, start: int, stop: int) -> ArrowRows:
         """Rows ``start .. stop - 1`` (zero-copy)."""
@@ -150,6 +152,57 @@ def _check_separators(column: pa.Array, what: str) -> None:
         )
 
 
+def properties_text(
+    column: pa.Array | pa.ChunkedArray, dropped: frozenset[str], refused: Mapping[str, str]
+) -> pa.Array:
+    """Each row's ``map<string, string>`` properties as ``encode_properties`` writes them
+    (in map order; names in ``dropped`` left out; a null map has none), a string array.
+    InvalidMessageError naming the row for a name in ``refused`` (its value says why), a
+    name given twice, an empty name, a null value, or \\x01 / \\x02 in a name or value."""
+    maps = _one_chunk(column)
+    entries_type = pa.struct([maps.type.key_field, maps.type.item_field])
+    lists = maps.view(pa.list_(pa.field("entries", entries_type, nullable=False)))
+    flat = pc.list_flatten(lists)
+    names, values = flat.field(0), flat.field(1)
+    rows = pc.list_parent_indices(lists)
+    kept = pc.invert(pc.is_in(names, pa.array(sorted(dropped), pa.string())))
+    names, values, rows = pc.filter(names, kept), pc.filter(values, kept), pc.filter(rows, kept)
+    if len(names) == 0:
+        return pa.array([""] * len(maps), pa.string())
+    _check_property_names(names, rows, refused)
+    bad = pc.or_(pc.is_null(values), pc.equal(pc.binary_length(names), 0))
+    for part in (names, values.fill_null("")):
+        bad = pc.or_(bad, pc.match_substring_regex(part, _SEPARATORS))
+    if pc.any(bad).as_py():
+        row = rows[pc.index(bad, True).as_py()].as_py()
+        raise InvalidMessageError(
+            f"row {row}: property names must not be empty, values not null, and neither may "
+            "contain \\x01 or \\x02 (the property encoding reserves them)",
+            row=row,
+        )
+    entries = pc.binary_join_element_wise(names, "\x01", values, "\x02", "")
+    counts = np.bincount(rows.to_numpy(), minlength=len(maps))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), entries), "")
+
+
+def _check_property_names(names: pa.Array, rows: pa.Array, refused: Mapping[str, str]) -> None:
+    """InvalidMessageError for a refused name or a name a row gives twice."""
+    hit = pc.is_in(names, pa.array(sorted(refused), pa.string()))
+    if pc.any(hit).as_py():
+        at = pc.index(hit, True).as_py()
+        name, row = names[at].as_py(), rows[at].as_py()
+        raise InvalidMessageError(
+            f"row {row}: property name {name!r} is reserved: {refused[name]}", name=name, row=row
+        )
+    pairs = pc.binary_join_element_wise(rows.cast(pa.string()), names, "\x01")
+    if pc.count_distinct(pairs).as_py() != len(pairs):
+        seen: set[str] = set()
+        twice = next(p for p in pairs.to_pylist() if p in seen or seen.add(p))  # error path only
+        row, _, name = twice.partition("\x01")
+        raise InvalidMessageError(f"row {row}: property {name!r} is given twice", name=name)
+
+
 def sequence_ids(prefix: str, first: int, count: int) -> pa.Array:
     """``f"{prefix}{first + i}"`` for i in 0 .. count - 1, as a string array."""
     numbers = pa.array(np.arange(first, first + count, dtype=np.int64)).cast(pa.string())
@@ -164,6 +217,8 @@ def record_bounds(rows: ArrowRows, topic: str, other_properties_bytes: int) -> n
     for column, name in ((rows.tags, P.TAGS), (rows.keys, P.KEYS)):
         if column is not None:
             sizes += _lengths(column) + np.where(_lengths(column) > 0, len(name) + 2, 0)
+    if rows.properties is not None:
+        sizes += _lengths(rows.properties)
     return sizes
 
 
@@ -284,7 +339,7 @@ def _check_properties_size(props_lengths: np.ndarray, max_properties_bytes: int)
 
 
 def _property_texts(rows: ArrowRows, uniq_keys: pa.Array, shared: dict[str, str]) -> pa.Array:
-    """Each row's properties as UTF-8 (binary): TAGS, KEYS, UNIQ_KEY, then ``shared``."""
+    """Each row's properties as UTF-8 (binary): TAGS, KEYS, UNIQ_KEY, its own, ``shared``."""
     parts: list[pa.Array | str] = []
     if rows.tags is not None:
         parts.append(pc.binary_join_element_wise(f"{P.TAGS}\x01", rows.tags, "\x02", ""))
@@ -292,7 +347,10 @@ def _property_texts(rows: ArrowRows, uniq_keys: pa.Array, shared: dict[str, str]
     if rows.keys is not None:
         joined = pc.binary_join_element_wise(f"{P.KEYS}\x01", rows.keys, "\x02", "")
         parts.append(pc.if_else(pc.equal(rows.keys, ""), "", joined))
-    parts += [f"{P.UNIQ_KEY}\x01", uniq_keys, "\x02" + P.encode_properties(shared)]
+    parts += [f"{P.UNIQ_KEY}\x01", uniq_keys, "\x02"]
+    if rows.properties is not None:
+        parts.append(rows.properties)
+    parts.append(P.encode_properties(shared))
     return pc.binary_join_element_wise(*parts, "").cast(pa.binary())
 
 

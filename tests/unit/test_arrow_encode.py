@@ -4,6 +4,7 @@ broker's ``check_encoded`` accepts; bad columns raise before anything is encoded
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from itertools import pairwise
@@ -21,6 +22,7 @@ from rayq.store.arrow_encode import (
     arrow_rows,
     cuts,
     encode_rows,
+    properties_text,
     record_bounds,
     sequence_ids,
 )
@@ -31,6 +33,12 @@ TOPIC = "arrow-t"
 SHARED = {P.PRODUCER_GROUP: "g", "__PID": "p-1", "__PSEQ": "5-9"}
 LIMITS = {"max_body_bytes": 4096, "max_properties_bytes": 32 * 1024}
 BORN = 1_700_000_000_123
+MAP = pa.map_(pa.string(), pa.string())
+CHARS = st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",))  # UTF-8
+VALUE = st.text(CHARS, max_size=5)
+NAME = st.text(CHARS, min_size=1, max_size=6).filter(
+    lambda name: name not in {*SHARED, P.TAGS, P.KEYS, P.UNIQ_KEY}
+)
 
 
 def _both(
@@ -38,6 +46,7 @@ def _both(
     tags: list[str | None] | None = None,
     keys: list[str] | list[list[str] | None] | None = None,
     keys_type: pa.DataType | None = None,
+    props: list[dict[str, str] | None] | None = None,
 ) -> tuple[EncodedBatch, EncodedBatch]:
     """(encode_rows of the columns, encode_batch of the same InnerMessages)."""
     n = len(bodies)
@@ -47,6 +56,9 @@ def _both(
         None if tags is None else pa.array(tags, pa.string()),
         None if keys is None else pa.array(keys, keys_type or pa.string()),
     )
+    if props is not None:
+        maps = pa.array([None if p is None else list(p.items()) for p in props], MAP)
+        rows = rows._replace(properties=properties_text(maps, frozenset(), {}))
     arrow = encode_rows(
         rows,
         topic=TOPIC,
@@ -57,6 +69,7 @@ def _both(
         **LIMITS,
     )
     joined = [" ".join(k) if isinstance(k, list) else (k or "") for k in keys or [""] * n]
+    own = props or [None] * n
     msgs = [
         InnerMessage(
             topic=TOPIC,
@@ -65,7 +78,7 @@ def _both(
             tags=(tags[i] or None) if tags else None,
             keys=joined[i],
             uniq_key=f"p-1-{5 + i}",
-            properties=SHARED,
+            properties={**(own[i] or {}), **SHARED},
             born_timestamp=BORN,
         )
         for i, b in enumerate(bodies)
@@ -123,20 +136,46 @@ def test_string_bodies_are_their_utf8_bytes() -> None:
     st.lists(
         st.tuples(
             st.binary(min_size=1, max_size=300),
-            st.one_of(
-                st.none(), st.text(st.characters(blacklist_characters="\x01\x02"), max_size=8)
-            ),
-            st.one_of(
-                st.none(), st.text(st.characters(blacklist_characters="\x01\x02"), max_size=12)
-            ),
+            st.one_of(st.none(), st.text(CHARS, max_size=8)),
+            st.one_of(st.none(), st.text(CHARS, max_size=12)),
+            st.one_of(st.none(), st.dictionaries(NAME, VALUE, max_size=3)),
         ),
         min_size=1,
         max_size=30,
-    )
+    ),
+    st.booleans(),
 )
-def test_any_rows_encode_as_encode_batch(rows: list[tuple[bytes, str | None, str | None]]) -> None:
-    bodies, tags, keys = (list(c) for c in zip(*rows, strict=True))
-    _assert_same(*_both(bodies, tags=tags, keys=keys))
+def test_any_rows_encode_as_encode_batch(
+    rows: list[tuple[bytes, str | None, str | None, dict[str, str] | None]], with_props: bool
+) -> None:
+    bodies, tags, keys, props = (list(c) for c in zip(*rows, strict=True))
+    _assert_same(*_both(bodies, tags=tags, keys=keys, props=props if with_props else None))
+
+
+def test_own_properties_come_between_the_id_and_the_shared_ones() -> None:
+    props = [{"color": "red", "n": ""}, None, {}, {"x": "1"}]
+    arrow, ref = _both([b"a", b"b", b"c", b"d"], tags=["T", None, "T", None], props=props)
+    _assert_same(arrow, ref)
+    first = decode_records(arrow.records)[0].properties
+    assert list(first) == ["TAGS", "UNIQ_KEY", "color", "n", *SHARED]
+
+
+def test_properties_text_drops_and_refuses_names() -> None:
+    maps = pa.array([[("PGROUP", "old"), ("k", "v")], [("k", "w")]], MAP)
+    assert properties_text(maps, frozenset({"PGROUP"}), {}).to_pylist() == [
+        "k\x01v\x02",
+        "k\x01w\x02",
+    ]
+    assert properties_text(maps.slice(1), frozenset(), {}).to_pylist() == ["k\x01w\x02"]
+    for bad, text in (
+        ([("DELAY", "1")], "row 1: property name 'DELAY' is reserved: no delays"),
+        ([("a", "1"), ("a", "2")], "row 1: property 'a' is given twice"),
+        ([("a\x02", "1")], "row 1: property names must not be empty"),
+        ([("a", None)], "row 1: property names must not be empty, values not null"),
+        ([("", "x")], "row 1: property names must not be empty"),
+    ):
+        with pytest.raises(InvalidMessageError, match=re.escape(text)):
+            properties_text(pa.array([[("z", "z")], bad], MAP), frozenset(), {"DELAY": "no delays"})
 
 
 def test_a_null_body_is_refused_naming_the_row() -> None:

@@ -87,3 +87,20 @@ def test_null_bodies_raise_before_the_first_put_is_made() -> None:
     puts = arrow_io._puts(iter([*_batches([5]), bad]), QUEUE, "pid-1", COLS, "grp")
     with pytest.raises(InvalidMessageError, match="'body' has 1 null bodies in 2 rows"):
         next(puts)
+
+
+def test_a_properties_column_keeps_the_batch_properties_and_refuses_reserved_names() -> None:
+    """Read-back names in a row (PGROUP, __PID, RETRY_TOPIC) are dropped for the batch's
+    own; a name only the broker sets (REAL_TOPIC) raises before any put."""
+    maps = pa.map_(pa.string(), pa.string())
+    row = [("PGROUP", "old"), ("__PID", "old"), ("RETRY_TOPIC", "t"), ("k", "v")]
+    batch = pa.record_batch({"body": [b"a", b"b"], "props": pa.array([row, None], maps)})
+    cols = Columns("body", properties="props")
+    (put,) = arrow_io._puts(iter([batch]), QUEUE, "pid-1", cols, "grp")
+    first, second = decode_records(put.batch.records)
+    shared = {"PGROUP": "grp", "__PID": "pid-1", "__PSEQ": "0-1"}
+    assert first.properties == {"UNIQ_KEY": "pid-1-0", "k": "v", **shared}
+    assert second.properties == {"UNIQ_KEY": "pid-1-1", **shared}
+    bad = pa.record_batch({"body": [b"a"], "props": pa.array([[("REAL_TOPIC", "x")]], maps)})
+    with pytest.raises(InvalidMessageError, match=r"REAL_TOPIC.*reserved"):
+        next(arrow_io._puts(iter([bad]), QUEUE, "pid-1", cols, "grp"))
