@@ -116,10 +116,10 @@ def profile(spark: object, n: int, seconds: float, tmp: str) -> None:
     writer = threading.Thread(target=rqspark.write, args=(rows, "write-profile"))
     writer.start()
     time.sleep(3)  # the workers start
-    workers = {
+    workers = {  # this run's only: Ray's local cluster and its executors descend from us
         f"spark python worker {p.pid}": p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if "pyspark.daemon" in " ".join(p.info["cmdline"] or ()) and p.pid
+        for p in psutil.Process().children(recursive=True)
+        if "pyspark.daemon" in " ".join(p.cmdline())
     }
     pids = {k: v for k, v in parts.processes(workers).items() if not k.startswith("driver")}
     out = Path(tmp) / "profile"

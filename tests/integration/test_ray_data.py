@@ -7,6 +7,7 @@ import pytest
 import ray
 
 import rayq
+import rayq.arrow_io
 import rayq.data
 from rayq.cluster import Cluster
 
@@ -74,15 +75,16 @@ def test_bad_columns_raise_rayq_errors(topic: str) -> None:
     assert ray.data.from_items([{"a": 1}]).count() == 1  # Ray Data still works
 
 
-def test_null_bodies_raise_before_any_write(topic: str) -> None:
+def test_null_bodies_raise_before_any_write(topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A block with a null body fails the write task before its first put: the good block
-    before it in the same task is not written either."""
+    before it in the same task is not written either (though it fills a put alone)."""
+    monkeypatch.setattr(rayq.arrow_io, "PUT_BYTES", 100)  # this process's sink.write below
     before = rayq.data.read_topic("copy", namespace=NAMESPACE).count()
 
     class Ctx:
         task_idx = 1
 
-    good = pa.table({"body": [b"fine"]})
+    good = pa.table({"body": [b"fine"] * 10})
     bad = pa.table({"body": pa.array([b"a", None, b"c"], pa.binary())})
     sink = rayq.data.TopicDatasink("copy", namespace=NAMESPACE)
     with pytest.raises(rayq.InvalidMessageError, match="'body' has 1 null bodies in 3 rows"):
