@@ -3,7 +3,8 @@
 The records are those ``encode_batch`` (batch.py) writes for the same messages, byte for
 byte (codec.py has the layout): header, body, topic, properties length, properties.
 ``ArrowRows`` holds a batch's messages as columns: binary bodies, optional tags (string;
-null or "" for none) and keys (string, several joined by a space; "" for none).
+null or "" for none), keys (string, several joined by a space; "" for none) and each
+row's own properties, encoded (``properties_text`` makes them from a map column).
 ``arrow_rows`` builds one from the columns a Spark or Ray Data writer takes (string
 bodies, list<string> keys) and refuses what ``encode_batch`` would refuse, with an
 ``InvalidMessageError`` naming the row.
@@ -11,13 +12,16 @@ bodies, list<string> keys) and refuses what ``encode_batch`` would refuse, with 
 How ``encode_rows`` works, per batch (no Python bytecode per row):
 
 - properties text with ``pyarrow.compute``'s element-wise string joins:
-  ``[TAGS\\x01t\\x02][KEYS\\x01k\\x02]UNIQ_KEY\\x01u\\x02`` followed by the properties the
-  batch shares (a producer's group, the idempotence properties), the order
-  ``encode_message_properties`` writes;
+  ``[TAGS\\x01t\\x02][KEYS\\x01k\\x02]UNIQ_KEY\\x01u\\x02``, the row's own properties,
+  then those the batch shares (a producer's group, the idempotence properties): the
+  order ``encode_message_properties`` writes ``{**own, **shared}``;
 - the 88-byte headers as one numpy structured array (``_HEADER``, big-endian), the
   topic and properties length as one (n, T+2) uint8 array;
 - one ``binary_join_element_wise`` joins header, body, tail and properties of each row:
   its data buffer is the records back to back;
+- a map column's properties (``properties_text``): flattened, names dropped or refused
+  with ``is_in``, ``name\\x01value\\x02`` joined element-wise and then per row
+  (``binary_join`` over a list array built from the row counts);
 - the producer CRCs with ``crc32c`` mapped (C-level ``map``) over slices of that
   buffer, written into the crc fields with one numpy scatter;
 - tag hashes once per distinct tag (``dictionary_encode``), key-index hashes over the
@@ -168,7 +172,7 @@ def properties_text(
     kept = pc.invert(pc.is_in(names, pa.array(sorted(dropped), pa.string())))
     names, values, rows = pc.filter(names, kept), pc.filter(values, kept), pc.filter(rows, kept)
     if len(names) == 0:
-        return pa.array([""] * len(maps), pa.string())
+        return pa.repeat(pa.scalar("", pa.string()), len(maps))
     _check_property_names(names, rows, refused)
     bad = pc.or_(pc.is_null(values), pc.equal(pc.binary_length(names), 0))
     for part in (names, values.fill_null("")):
@@ -255,6 +259,7 @@ def encode_rows(
     bodies, tags, keys, ``uniq_keys`` (non-empty strings) and ``properties`` (shared by all,
     without TAGS, KEYS or UNIQ_KEY). Raises ClientErrors as ``encode_batch`` does."""
     n = len(rows.bodies)
+    uniq_keys = _one_chunk(uniq_keys).cast(pa.string())  # _crcs reads int32 offsets
     _check_batch(rows, topic, queue_id, uniq_keys, properties)
     lengths = _check_bodies(rows.bodies, max_body_bytes)
     props = _property_texts(rows, uniq_keys, properties)

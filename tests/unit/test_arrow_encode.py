@@ -265,3 +265,12 @@ def test_record_bounds_hold_and_cuts_stay_below_the_limit() -> None:
     assert all(a[1] == b[0] for a, b in pairwise(pieces))
     assert all(bounds[s:e].sum() <= 3000 or e - s == 1 for s, e in pieces)
     assert all(bounds[s : e + 1].sum() > 3000 for s, e in pieces[:-1])
+
+
+def test_ids_of_any_string_type_encode_alike() -> None:
+    rows = arrow_rows(pa.array([b"a", b"b"]), keys=pa.array(["k1", "k2 k3"]))
+    args = {"topic": TOPIC, "queue_id": 1, "properties": SHARED, **LIMITS}
+    ids = ["id-0", "id-1"]
+    plain = encode_rows(rows, uniq_keys=pa.array(ids, pa.string()), **args)
+    large = encode_rows(rows, uniq_keys=pa.chunked_array([ids], pa.large_string()), **args)
+    assert plain == large
