@@ -3,11 +3,13 @@
 Run: ``.venv/bin/python benchmarks/spark_write_bench.py [--messages N] [--rounds R]``.
 Starts a local Ray with one embedded broker (store in a throwaway directory) and a
 RayDP session, makes N rows of 1 KiB and of 128 B bodies (cached and counted first, so
-neither writer pays for making them), then writes them alternately to a topic
-(``rayq.spark.write``, idempotent puts) and to Parquet in a temp dir, ``--rounds``
-times each, and prints the best rate of each and their ratio (target: rayq ≥ 0.5×).
+neither writer pays for making them; ``--bodies random``, the default, makes them of
+hex digests Parquet cannot compress, ``padded`` of the id padded with x), then writes
+them alternately to a topic (``rayq.spark.write``, idempotent puts) and to Parquet in a
+temp dir, ``--rounds`` times each, and prints the best rate of each and their ratio
+(target: rayq ≥ 0.5×), beside the floor of handing the rows to Python at all.
 
-``--profile S``: then writes the 1 KiB rows once more while py-spy samples the broker,
+``--profile S``: then writes rows of the first size once more while py-spy samples the broker,
 its flusher and the Spark Python workers for S seconds (profile_parts.py's summary:
 busy share and top functions per process), to show what bounds ``rqspark.write``.
 """
@@ -40,6 +42,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 128])
     parser.add_argument("--profile", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--bodies", choices=["random", "padded"], default="random")
     args = parser.parse_args()
     config = rayq.BrokerConfig(store=StoreConfig(commitlog_segment_size_bytes=512 << 20))
     with tempfile.TemporaryDirectory(prefix="rayq-spark-write-bench-") as tmp:
@@ -48,22 +51,32 @@ def main() -> None:
             spark = rqspark.session("rayq-write-bench", num_executors=1, executor_cores=2,
                                     executor_memory="2g")  # fmt: skip
             for size in args.sizes:
-                run(spark, args.messages, size, args.rounds, f"{tmp}/parquet-{size}")
+                run(spark, args.messages, size, args.rounds, f"{tmp}/parquet-{size}", args.bodies)
             if args.profile:
-                profile(spark, args.messages, args.profile, tmp)
+                profile(spark, args.messages, args.sizes[0], args.bodies, args.profile, tmp)
         finally:
             rqspark.stop_session()
             cluster.shutdown()
 
 
-def run(spark: object, n: int, size: int, rounds: int, parquet_dir: str) -> None:
+def _body(size: int, bodies: str) -> object:
+    """A ``size``-byte binary column: the id padded with x (``padded``: Parquet's
+    dictionary and snappy shrink it to almost nothing) or SHA-512 hex digests of the id
+    (``random``: distinct, and snappy, which has no entropy coder, cannot shrink them)."""
     from pyspark.sql import functions as F
 
-    topic = f"write-{size}"
+    if bodies == "padded":
+        return F.lpad(F.col("id").cast("string"), size, "x").cast("binary")
+    digests = [F.sha2(F.concat(F.col("id").cast("string"), F.lit(f"#{i}")), 512)
+               for i in range(-(-size // 128))]  # fmt: skip
+    return F.substring(F.concat(*digests), 1, size).cast("binary")
+
+
+def run(spark: object, n: int, size: int, rounds: int, parquet_dir: str, bodies: str) -> None:
+    topic = f"write-{size}-{bodies}"
     rayq.Admin().create_topic(topic, queues=PARTITIONS)
-    rows = spark.range(0, n, 1, PARTITIONS).select(  # type: ignore[attr-defined]
-        F.lpad(F.col("id").cast("string"), size, "x").cast("binary").alias("body")
-    )
+    ids = spark.range(0, n, 1, PARTITIONS)  # type: ignore[attr-defined]
+    rows = ids.select(_body(size, bodies).alias("body"))
     rows = rows.cache()
     rows.count()
 
@@ -85,24 +98,25 @@ def run(spark: object, n: int, size: int, rounds: int, parquet_dir: str) -> None
         for name, write in writers:
             best[name] = max(best.get(name, 0.0), _rate(write))
     ratio = best["rqspark.write"] / best["df.write.parquet"]
-    print(f"{n:,} rows of {size} B: rqspark.write {best['rqspark.write']:,.0f} msgs/s, "
+    print(f"{n:,} rows of {size} B ({bodies}): rqspark.write {best['rqspark.write']:,.0f} msgs/s, "
           f"df.write.parquet {best['df.write.parquet']:,.0f} msgs/s, ratio {ratio:.2f} "
           f"(target >= 0.5); Arrow to Python and dropped (mapInArrow floor) "
           f"{best['mapInArrow floor']:,.0f} msgs/s")  # fmt: skip
-    record(BENCH, "write", best["rqspark.write"], "msgs/s", size=size, rows=n)
-    record(BENCH, "write_parquet", best["df.write.parquet"], "msgs/s", size=size, rows=n)
-    record(BENCH, "map_in_arrow_floor", best["mapInArrow floor"], "msgs/s", size=size, rows=n)
-    record(BENCH, "write_ratio", ratio, "x", size=size, rows=n, target=0.5)
+    record(BENCH, "write", best["rqspark.write"], "msgs/s", size=size, rows=n, bodies=bodies)
+    record(BENCH, "write_parquet", best["df.write.parquet"], "msgs/s", size=size, rows=n,
+           bodies=bodies)  # fmt: skip
+    record(BENCH, "map_in_arrow_floor", best["mapInArrow floor"], "msgs/s", size=size, rows=n,
+           bodies=bodies)  # fmt: skip
+    record(BENCH, "write_ratio", ratio, "x", size=size, rows=n, target=0.5, bodies=bodies)
     rows.unpersist()
 
 
-def profile(spark: object, n: int, seconds: float, tmp: str) -> None:
+def profile(spark: object, n: int, size: int, bodies: str, seconds: float, tmp: str) -> None:
     """py-spy samples of the broker, flusher and Spark Python workers during a write."""
     import threading
     from pathlib import Path
 
     import psutil
-    from pyspark.sql import functions as F
 
     try:
         import profile_parts as parts
@@ -111,7 +125,7 @@ def profile(spark: object, n: int, seconds: float, tmp: str) -> None:
 
     rayq.Admin().create_topic("write-profile", queues=PARTITIONS)
     rows = spark.range(0, 4 * n, 1, PARTITIONS).select(  # type: ignore[attr-defined]
-        F.lpad(F.col("id").cast("string"), 1024, "x").cast("binary").alias("body")
+        _body(size, bodies).alias("body")
     )
     writer = threading.Thread(target=rqspark.write, args=(rows, "write-profile"))
     writer.start()
