@@ -52,6 +52,7 @@ bench: $(STAMP)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/store_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/codec_bench.py
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/arrow_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/arrow_encode_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/broker_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/push_bench.py $(Q)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/data_bench.py
@@ -59,6 +60,7 @@ bench: $(STAMP)
 
 bench-spark: $(STAMP)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_write_bench.py
 	$(PLOT)
 
 clean:

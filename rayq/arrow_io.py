@@ -11,16 +11,20 @@ the current one. ``write_batches`` sends a task's rows to one queue as idempoten
 puts: producer id fixed per (write, partition), sequence numbers counted over the
 partition's rows, batches cut by a deterministic rule, so a re-run task re-sends
 exactly the same (producer id, sequence) batches and the broker drops the ones it
-has. The producer's sender (produce_sender.py) sends them, ``MAX_PUTS_IN_FLIGHT`` at
-a time, under its retry policy with ``PUT_ATTEMPTS`` attempts: a failed put is sent
-again to the same queue, with the puts behind it, in order.
+has. Rows are encoded column-wise (store/arrow_encode.py) into puts of up to
+``PUT_BYTES`` of records, joined across input batches (a properties column too:
+``properties_text``). A null body raises before the batch holding it is encoded
+(callers that must write nothing check every batch first: ``check_bodies``). The
+producer's sender (produce_sender.py) sends them, ``MAX_PUTS_IN_FLIGHT`` at a time,
+under its retry policy with ``PUT_ATTEMPTS`` attempts: a failed put is sent again to
+the same queue, with the puts behind it, in order.
 
 A row's properties (a ``properties_col``) may not set the names the producer or the
 broker set (produce_validation.py): those a read returns (TAGS, KEYS, UNIQ_KEY,
 PGROUP, __PID, __PSEQ, __SHARDINGKEY, WAIT, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
 DLQ_ORIGIN_*, RECONSUME_TIME, MAX_RECONSUME_TIMES) are dropped, so that rows read from
 rayq can be written back; the others (DELAY, __DELIVER_AT_MS, REAL_TOPIC, REAL_QID)
-raise InvalidMessageError.
+raise InvalidMessageError, as does a name given twice in one row.
 
 With ACL on, tasks sign their broker calls: the driver hands a task the user's
 ``Credentials`` (``ClientConfig.credentials``) and ``read_range`` / ``write_batches``
@@ -34,39 +38,53 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import ray
 
 from rayq.actors.auth import Credentials, Signer
+from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ArrowPage, MessageQueue, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.actors.server.dedupe import sequence_properties
 from rayq.ranges import OffsetRange
 from rayq.ray_transport import RayTransport
-from rayq.store import InnerMessage
 from rayq.store import properties as P
-from rayq.store.batch import encode_batch
+from rayq.store.arrow_encode import (
+    ArrowRows,
+    arrow_rows,
+    cuts,
+    encode_rows,
+    properties_text,
+    record_bounds,
+    sequence_ids,
+)
 from rayq.store.errors import BrokerUnavailableError, InvalidMessageError
 from rayq.transport import BrokerClient, Reply
 
 from .produce_accumulator import Put
 from .produce_sender import RetryPolicy, Sender
-from .produce_validation import check_topic, check_written_properties
+from .produce_validation import READ_BACK_PROPERTIES, RESERVED_PROPERTIES, check_topic
 
 logger = logging.getLogger(__name__)
 
 PAGE_BYTES: Final[int] = 4 * 1024 * 1024
-WRITE_BATCH_ROWS: Final[int] = 2000
-WRITE_BATCH_BYTES: Final[int] = 2 * 1024 * 1024
+PUT_BYTES: Final[int] = ClientConfig().batch_max_bytes  # records per column-wise put
 MAX_PUTS_IN_FLIGHT: Final[int] = 4
 PUT_ATTEMPTS: Final[int] = 5
 CALL_TIMEOUT_S: Final[float] = 60.0
 MAX_BODY_BYTES: Final[int] = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES: Final[int] = 32 * 1024
+
+# Reserved names a properties column may not set (those a read returns are dropped).
+_REFUSED: Final[dict[str, str]] = {
+    name: f"{why}; remove it from the properties column (Arrow writes do not schedule delivery)"
+    for name, why in RESERVED_PROPERTIES.items()
+    if name not in READ_BACK_PROPERTIES
+}
 
 _lock = threading.Lock()
 _transports: dict[str, RayTransport] = {}
@@ -199,23 +217,6 @@ def _is_str_map(t: pa.DataType) -> bool:
             and pa.types.is_string(t.item_type))  # fmt: skip
 
 
-def _messages(batch: pa.RecordBatch, cols: Columns) -> list[tuple[bytes, str | None, str, dict]]:
-    body = batch.column(cols.body)
-    if body.null_count:
-        raise InvalidMessageError(f"column {cols.body!r} has null bodies; a message needs one")
-    if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
-        body = pc.cast(body, pa.binary())
-    bodies = body.to_pylist()
-    n = len(bodies)
-    tags = batch.column(cols.tags).to_pylist() if cols.tags else [None] * n
-    keys: list[Any] = batch.column(cols.keys).to_pylist() if cols.keys else [""] * n
-    if cols.keys and _is_str_list(batch.schema.field(cols.keys).type):
-        keys = [P.KEY_SEPARATOR.join(k) if k else "" for k in keys]
-    props = batch.column(cols.properties).to_pylist() if cols.properties else [None] * n
-    return [(b, t or None, k or "", dict(p) if p else {})
-            for b, t, k, p in zip(bodies, tags, keys, props, strict=True)]  # fmt: skip
-
-
 def write_batches(
     batches: Iterable[pa.RecordBatch],
     topic: str,
@@ -239,50 +240,83 @@ def write_batches(
     return sum(put.batch.count for put, _ in sender.pipeline(puts, MAX_PUTS_IN_FLIGHT))  # type: ignore[union-attr]
 
 
+def check_bodies(batch: pa.RecordBatch | pa.Table, cols: Columns) -> None:
+    """InvalidMessageError for a null body (before anything is sent)."""
+    body = batch.column(cols.body)
+    if body.null_count:
+        raise InvalidMessageError(
+            f"column {cols.body!r} has {body.null_count} null bodies in {len(body)} rows; a "
+            "message needs one: fill them or filter them out (nothing was written)",
+            column=cols.body,
+        )  # fmt: skip
+
+
 def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
           cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
-    """The rows as idempotent puts of at most WRITE_BATCH_ROWS rows / WRITE_BATCH_BYTES."""
+    """The rows as idempotent puts of at most ``PUT_BYTES`` of records (a larger record
+    alone), cut from the rows of consecutive input batches by a deterministic rule
+    (arrow_encode.cuts over upper bounds of the record sizes), each encoded column-wise."""
+    other = len(P.encode_properties(_widest_properties(producer_id, group)).encode())
+    pending: list[ArrowRows] = []
+    pending_bounds: list[np.ndarray] = []
     seq = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        rows = _messages(batch, cols)
-        i = 0
-        while i < len(rows):
-            j, size = i, 0
-            stop = min(len(rows), i + WRITE_BATCH_ROWS)
-            while j < stop and (j == i or size < WRITE_BATCH_BYTES):
-                size += len(rows[j][0])
-                j += 1
-            encoded = _encode(rows[i:j], queue.topic, queue.queue_id, producer_id, seq, group)
-            yield Put(queue, batch=encoded, fixed="idempotent writes never move to another queue")
-            seq += j - i
-            i = j
+        check_bodies(batch, cols)
+        rows = arrow_rows(batch.column(cols.body), _column(batch, cols.tags),
+                          _column(batch, cols.keys))  # fmt: skip
+        if cols.properties is not None:
+            own = properties_text(batch.column(cols.properties), READ_BACK_PROPERTIES, _REFUSED)
+            rows = rows._replace(properties=own)
+        pending.append(rows)
+        pending_bounds.append(record_bounds(rows, queue.topic, other))
+        if sum(int(b.sum()) for b in pending_bounds) < PUT_BYTES:
+            continue
+        rows, bounds = _concat(pending), np.concatenate(pending_bounds)
+        pieces = cuts(bounds, PUT_BYTES)
+        for start, stop in pieces[:-1]:
+            yield _column_put(rows.slice(start, stop), queue, producer_id, seq, group)
+            seq += stop - start
+        start, stop = pieces[-1]
+        pending, pending_bounds = [rows.slice(start, stop)], [bounds[start:stop]]
+    if pending:
+        rows, bounds = _concat(pending), np.concatenate(pending_bounds)
+        for start, stop in cuts(bounds, PUT_BYTES):
+            yield _column_put(rows.slice(start, stop), queue, producer_id, seq, group)
+            seq += stop - start
 
 
-def _encode(rows: list[tuple], topic: str, queue_id: int, producer_id: str, first: int,
-            group: str) -> Any:  # fmt: skip
-    """One idempotent batch; message ids are ``<producer id>-<sequence>`` (the same on
+def _column(batch: pa.RecordBatch, name: str | None) -> pa.Array | None:
+    return None if name is None else batch.column(name)
+
+
+def _concat(parts: list[ArrowRows]) -> ArrowRows:
+    if len(parts) == 1:
+        return parts[0]
+    columns = zip(*parts, strict=True)
+    return ArrowRows(*(None if c[0] is None else pa.concat_arrays(list(c)) for c in columns))
+
+
+def _widest_properties(producer_id: str, group: str) -> dict[str, str]:
+    """A record's properties besides TAGS and KEYS with the longest sequence numbers."""
+    widest = 2**63 - 1
+    return {P.UNIQ_KEY: f"{producer_id}-{widest}", P.PRODUCER_GROUP: group,
+            **sequence_properties(producer_id, widest, widest)}  # fmt: skip
+
+
+def _column_put(rows: ArrowRows, queue: MessageQueue, producer_id: str, first: int,
+                group: str) -> Put:  # fmt: skip
+    """One idempotent put; message ids are ``<producer id>-<sequence>`` (the same on
     every attempt)."""
-    last = first + len(rows) - 1
-    shared = {P.PRODUCER_GROUP: group, **sequence_properties(producer_id, first, last)}
-    now = time.time_ns() // 1_000_000
-    msgs = [
-        InnerMessage(topic=topic, queue_id=queue_id, body=b, tags=t, keys=k,
-                     uniq_key=f"{producer_id}-{first + i}", properties=_merged(p, shared),
-                     born_timestamp=now)
-        for i, (b, t, k, p) in enumerate(rows)
-    ]  # fmt: skip
-    batch = encode_batch(msgs, max_body_bytes=MAX_BODY_BYTES,
-                         max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
-    return msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
-
-
-def _merged(props: dict[str, str], shared: dict[str, str]) -> dict[str, str]:
-    """A row's own properties (reserved ones dropped or refused) and the batch's."""
-    if not props:
-        return shared
-    return {**check_written_properties(props), **shared}
+    n = len(rows.bodies)
+    shared = {P.PRODUCER_GROUP: group, **sequence_properties(producer_id, first, first + n - 1)}
+    batch = encode_rows(rows, topic=queue.topic, queue_id=queue.queue_id,
+                        uniq_keys=sequence_ids(f"{producer_id}-", first, n), properties=shared,
+                        born_timestamp=time.time_ns() // 1_000_000, max_body_bytes=MAX_BODY_BYTES,
+                        max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
+    batch = msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
+    return Put(queue, batch=batch, fixed="idempotent writes never move to another queue")
 
 
 class _NamedBrokers:
@@ -303,4 +337,12 @@ class _NamedBrokers:
             transport.forget(broker_name)
 
 
-__all__ = ["SCHEMA", "Columns", "check_columns", "ensure_ray", "read_range", "write_batches"]
+__all__ = [
+    "SCHEMA",
+    "Columns",
+    "check_bodies",
+    "check_columns",
+    "ensure_ray",
+    "read_range",
+    "write_batches",
+]

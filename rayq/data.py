@@ -36,6 +36,7 @@ from rayq.arrow_io import (
     PAGE_BYTES,
     SCHEMA,
     Columns,
+    check_bodies,
     check_columns,
     read_range,
     write_batches,
@@ -174,8 +175,8 @@ class TopicDatasink(Datasink):
 
         idx = ctx.task_idx
         broker, qid = self.targets[idx % len(self.targets)]
-        tables = (BlockAccessor.for_block(b).to_arrow() for b in blocks)
-        batches = (b for t in tables for b in _checked(t, self.cols).to_batches())
+        tables = [_checked(BlockAccessor.for_block(b).to_arrow(), self.cols) for b in blocks]
+        batches = (b for t in tables for b in t.to_batches())  # all checked before a put
         return write_batches(batches, self.topic, broker, qid, f"data-{self.write_id}-{idx}",
                              self.cols, self.namespace, self.group,
                              credentials=self.credentials)  # fmt: skip
@@ -189,6 +190,7 @@ class TopicDatasink(Datasink):
 
 def _checked(table: pa.Table, cols: Columns) -> pa.Table:
     check_columns(table.schema, cols)
+    check_bodies(table, cols)
     return table
 
 

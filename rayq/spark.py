@@ -138,7 +138,8 @@ def spark_schema() -> Any:
         T.StructField("topic", s), T.StructField("broker", s),
         T.StructField("queue_id", T.IntegerType()), T.StructField("queue_offset", T.LongType()),
         T.StructField("msg_id", s), T.StructField("tags", s),
-        T.StructField("keys", T.ArrayType(s)), T.StructField("body", T.BinaryType()),
+        T.StructField("keys", T.ArrayType(s)),
+        T.StructField("body", T.BinaryType(), nullable=False),  # write skips its null check
         T.StructField("properties", T.MapType(s, s)),
         T.StructField("born_timestamp", T.TimestampType()),
         T.StructField("store_timestamp", T.TimestampType()),
@@ -280,6 +281,7 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
         if name is not None and not isinstance(name, str):
             raise InvalidMessageError(f"{arg} must be a column name, got {name!r}")
     check_columns(_arrow_schema_of(df.schema), cols)
+    _check_no_null_bodies(df, body_col)
     ctx = ClientContext(config, namespace)
     credentials = ctx.config.credentials
     queues = sorted(ctx.write_queues(topic, refresh=True))
@@ -310,6 +312,22 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
             raise
         raise raised from exc
     return sum(r["rows"] for r in out)
+
+
+def _check_no_null_bodies(df: Any, body_col: str) -> None:
+    """InvalidMessageError, before any task writes, if ``body_col`` has a null. Costs one
+    Spark job over the column unless the schema says it cannot be null (as after
+    ``df.where(col(body_col).isNotNull())``)."""
+    if not df.schema[body_col].nullable:
+        return
+    from pyspark.sql import functions as F
+
+    if df.where(F.col(body_col).isNull()).limit(1).count():
+        raise InvalidMessageError(
+            f"column {body_col!r} has null bodies; a message needs one: fill them or filter "
+            f"them out (df.where(col({body_col!r}).isNotNull())); nothing was written",
+            column=body_col,
+        )
 
 
 # The last line of a Python worker's traceback, as Spark's job error quotes it.

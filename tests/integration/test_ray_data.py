@@ -7,6 +7,7 @@ import pytest
 import ray
 
 import rayq
+import rayq.arrow_io
 import rayq.data
 from rayq import arrow_io
 from rayq.actors.protocol import ReadArrowRequest
@@ -130,3 +131,23 @@ def test_pages_arrive_as_record_batches_not_ipc_bytes(big_topic: str, cluster: C
     assert page.data == b"" and isinstance(page.batch, pa.RecordBatch)
     assert page.batch.num_rows == page.next_offset == 300
     assert page.batch.column("keys")[7].as_py() == ["k7"]
+
+
+def test_null_bodies_raise_before_any_write(topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block with a null body fails the write task before its first put: the good block
+    before it in the same task is not written either (though it fills a put alone)."""
+    monkeypatch.setattr(rayq.arrow_io, "PUT_BYTES", 100)  # this process's sink.write below
+    before = rayq.data.read_topic("copy", namespace=NAMESPACE).count()
+
+    class Ctx:
+        task_idx = 1
+
+    good = pa.table({"body": [b"fine"] * 10})
+    bad = pa.table({"body": pa.array([b"a", None, b"c"], pa.binary())})
+    sink = rayq.data.TopicDatasink("copy", namespace=NAMESPACE)
+    with pytest.raises(rayq.InvalidMessageError, match="'body' has 1 null bodies in 3 rows"):
+        sink.write([good, bad], Ctx())
+    with pytest.raises(rayq.InvalidMessageError, match="null bodies"):
+        ds = ray.data.from_arrow(bad)
+        ds.write_datasink(rayq.data.TopicDatasink("copy", namespace=NAMESPACE))
+    assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == before

@@ -142,6 +142,13 @@ def test_bad_input_raises_rayq_errors(spark: object) -> None:
         rqspark.write(df, "copy", body_col="s", tags_col="n")
     with pytest.raises(rayq.ConfigError):
         rqspark.stream(spark, "orders", "g", process="not callable")  # type: ignore[arg-type]
+    stored = sum(q.max_offset for q in rayq.Admin().topic_stats("copy"))
+    nulls = spark.range(0, 40, 1, 4).selectExpr(
+        "if(id = 33, null, cast(cast(id as string) as binary)) as body"
+    )
+    with pytest.raises(rayq.InvalidMessageError, match="null bodies"):
+        rqspark.write(nulls, "copy")
+    assert sum(q.max_offset for q in rayq.Admin().topic_stats("copy")) == stored  # none written
     assert rqspark.read(spark, "orders").count() == 300  # nothing was harmed
 
 

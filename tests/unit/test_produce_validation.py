@@ -87,13 +87,3 @@ def test_arrow_writes_drop_what_a_read_returns_and_refuse_the_rest() -> None:
         with pytest.raises(InvalidMessageError, match=f"{name}.*reserved"):
             check_written_properties({"color": "red", name: "1"})
     assert {P.RETRY_TOPIC, P.DLQ_ORIGIN_TOPIC, "__PID", P.UNIQ_KEY} <= READ_BACK_PROPERTIES
-
-
-def test_arrow_merged_properties_keep_the_batch_ones() -> None:
-    from rayq.arrow_io import _merged
-
-    shared = {P.PRODUCER_GROUP: "g", "__PID": "p", "__PSEQ": "0-0"}
-    row = {P.PRODUCER_GROUP: "old", "__PID": "old", P.RETRY_TOPIC: "t", "k": "v"}
-    assert _merged(row, shared) == {"k": "v", **shared}
-    with pytest.raises(InvalidMessageError, match="REAL_TOPIC"):
-        _merged({P.REAL_TOPIC: "elsewhere"}, shared)
