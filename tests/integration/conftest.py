@@ -1,9 +1,10 @@
 """Shared fixtures for the integration tests: one small rayq deployment per module.
 
 A module sets ``NAMESPACE`` (each module its own Ray namespace) and may set
-``BROKER_OVERRIDES`` (extra ``BrokerConfig`` fields); the ``cluster`` fixture
-starts rayq on a fresh local Ray with small store files and no disk-usage limits
-(tests must not depend on how full the machine's disk is) and always shuts it down.
+``BROKER_OVERRIDES`` (extra ``BrokerConfig`` fields) and ``SLAVES`` (slaves per broker);
+the ``cluster`` fixture starts rayq on a fresh local Ray with small store files and no
+disk-usage limits (tests must not depend on how full the machine's disk is) and always
+shuts it down.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def cluster(
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     namespace = request.module.NAMESPACE
     overrides = getattr(request.module, "BROKER_OVERRIDES", {})
+    slaves = getattr(request.module, "SLAVES", 0)
     config = rayq.BrokerConfig(store=SMALL_STORE, **overrides)
-    started = rayq.start(tmp_path_factory.mktemp("store"), namespace=namespace, config=config)
+    started = rayq.start(tmp_path_factory.mktemp("store"), namespace=namespace, config=config,
+                         slaves=slaves)  # fmt: skip
     try:
         yield started
     finally:

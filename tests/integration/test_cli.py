@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +28,10 @@ pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-cli"
 BROKER = "broker-a"
 SLAVE = "broker-a#1"
-SMALL_STORE = rayq.StoreConfig.for_tests(
-    commitlog_segment_size_bytes=256 * 1024,
-    cq_entries_per_file=1024,
-    index_hash_slots=1024,
-    index_entries_max=8192,
-    disk_max_used_space_ratio=1.0,
-    disk_clean_forcibly_ratio=1.0,
-    disk_warning_ratio=1.0,
-)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rayq.Cluster]:
-    """One broker with one slave (so health covers slaves), small store files, no disk
-    limits (tests must not depend on how full the machine's disk is)."""
-    if ray.is_initialized():
-        pytest.skip("Ray is already initialized in this process; this module starts its own")
-    config = rayq.BrokerConfig(store=SMALL_STORE, auto_failover=False)
-    started = rayq.start(
-        tmp_path_factory.mktemp("store"), namespace=NAMESPACE, config=config, slaves=1
-    )
-    try:
-        yield started
-    finally:
-        started.shutdown()
+# One broker with one slave (so health covers slaves); the shared ``cluster`` fixture
+# (conftest.py: small store files, no disk limits) starts it.
+SLAVES = 1
+BROKER_OVERRIDES = {"auto_failover": False}
 
 
 def unique(prefix: str) -> str:
