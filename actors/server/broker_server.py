@@ -396,13 +396,9 @@ class BrokerServer:
         validate_group(req.group)
         validate_topic(req.topic)
         with self.writing:
-            half = self.transactions.half(req.transaction_offset, req.group, req.msg_id)
-            if half is not None and half.topic != req.topic:
-                raise InvalidRequestError(
-                    f"the transaction at commit-log offset {req.transaction_offset} is a "
-                    f"message of topic {half.topic!r}, not {req.topic!r}")  # fmt: skip
             done = self.transactions.end(req.transaction_offset, req.group, req.msg_id,
-                                         req.commit, self._check_commit_target)  # fmt: skip
+                                         req.topic, req.commit,
+                                         self._check_commit_target)  # fmt: skip
         if done.put is not None:
             raise_for_put(done.put)
         if not done.ended or not done.committed or done.put is None:

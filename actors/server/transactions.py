@@ -62,13 +62,16 @@ from rayq.store.message import (
 from rayq.store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rayq.store.scanner import GoodRun, scan
 
+from .dedupe import PRODUCER_ID, PRODUCER_SEQ
+
 logger = logging.getLogger(__name__)
 
 FILE_NAME: Final[str] = "transactions.json"
 TRAN_MARK: Final[bytes] = P.TRANSACTION_PREPARED.encode() + b"\x01"
 OP_TAG: Final[str] = "d"  # RocketMQ's op tag: "delete" the half
 # properties of a half that the committed message does not keep
-_HALF_ONLY: Final = (P.REAL_TOPIC, P.REAL_QID, P.TRANSACTION_CHECK_TIMES, "__PID", "__PSEQ")
+_SEQUENCE_ONLY: Final = (PRODUCER_ID, PRODUCER_SEQ)  # the half send's dedupe numbers
+_HALF_ONLY: Final = (P.REAL_TOPIC, P.REAL_QID, P.TRANSACTION_CHECK_TIMES, *_SEQUENCE_ONLY)
 
 
 class OpenHalf(msgspec.Struct, array_like=True):
@@ -243,15 +246,21 @@ class TransactionService:
             )  # fmt: skip
         return half
 
-    def end(self, key: int, group: str, msg_id: str, commit: bool,
+    def end(self, key: int, group: str, msg_id: str, topic: str, commit: bool,
             writable: Callable[[str, int], None]) -> Ended:  # fmt: skip
         """Commit (the real message appended, COMMIT) or roll back (an op, ROLLBACK) the
-        transaction ``key``; nothing if it has ended already. ``writable(topic, queue)``
-        raises if the real queue may not be written now (the transaction stays open)."""
+        transaction ``key`` of message ``msg_id`` to ``topic``; nothing if it has ended
+        already. ``writable(topic, queue)`` raises if the real queue may not be written
+        now (the transaction stays open)."""
         half = self.half(key, group, msg_id)
         if half is None:
             logger.debug("transaction %d (%s) had ended already", key, msg_id)
             return Ended(ended=False)
+        if half.topic != topic:
+            raise InvalidRequestError(
+                f"the transaction at commit-log offset {key} is a message of topic "
+                f"{half.topic!r}, not {topic!r}", transaction_offset=key,
+            )  # fmt: skip
         stored = self.store.lookup_message(half.offset, decompress=False)
         if stored is None:
             raise InvalidRequestError(f"the half message of transaction {key} is gone "
@@ -306,7 +315,7 @@ class TransactionService:
                 continue
             inner = stored.to_inner()
             props = dict(inner.properties)
-            for name in ("__PID", "__PSEQ"):
+            for name in _SEQUENCE_ONLY:
                 props.pop(name, None)
             props[P.TRANSACTION_CHECK_TIMES] = str(half.checks + 1)
             again = msgspec.structs.replace(inner, properties=props,
