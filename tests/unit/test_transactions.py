@@ -80,6 +80,13 @@ def producer(cluster: FakeCluster, listener: Listener) -> rayq.TransactionProduc
                                     transport=FakeTransport(cluster))  # fmt: skip
 
 
+def tick(cluster: FakeCluster) -> None:
+    """One check round, once every half so far is past the timeout (1 ms: a round in the
+    same millisecond as the send would find nothing due)."""
+    time.sleep(CONFIG.transaction_timeout / 1000 + 0.005)
+    cluster.transaction_tick()
+
+
 def visible(cluster: FakeCluster) -> list[bytes]:
     """Every body a consumer of TOPIC can read now."""
     resp = cluster.server().pull(PullRequest(group="cg", topic=TOPIC, queue_id=0,
@@ -109,7 +116,7 @@ def test_rollback_never_shows(cluster: FakeCluster) -> None:
     with producer(cluster, Listener(local=ROLLBACK)) as p:
         result = p.send_in_transaction(rayq.Message(TOPIC, b"cancelled"))
     assert result.local_state is ROLLBACK
-    cluster.transaction_tick()
+    tick(cluster)
     assert visible(cluster) == []
     assert cluster.server().transactions.open == {}
 
@@ -125,7 +132,7 @@ def test_half_is_invisible_until_commit(cluster: FakeCluster) -> None:
         assert (TRANS_HALF_TOPIC, 0) not in srv.store.queues
         with pytest.raises(PermissionDeniedError):  # nor can anyone pull the half topic
             srv.pull(PullRequest(group="cg", topic=TRANS_HALF_TOPIC, queue_id=0, queue_offset=0))
-        cluster.transaction_tick()
+        tick(cluster)
         assert p.check_now() == 1
     assert [m.body for m in listener.checked] == [b"later"]
     checked = listener.checked[0]
@@ -138,9 +145,9 @@ def test_half_is_invisible_until_commit(cluster: FakeCluster) -> None:
 def test_unknown_then_checked(cluster: FakeCluster, answer: Any) -> None:
     with producer(cluster, Listener(local=UNKNOWN, check=answer)) as p:
         p.send_in_transaction(rayq.Message(TOPIC, b"m"))
-        cluster.transaction_tick()
+        tick(cluster)
         p.check_now()
-        cluster.transaction_tick()  # nothing open: nothing more to check
+        tick(cluster)  # nothing open: nothing more to check
         assert p.check_now() == 0
     assert visible(cluster) == ([b"m"] if answer is COMMIT else [])
 
@@ -150,7 +157,7 @@ def test_listener_that_raises_counts_as_unknown(cluster: FakeCluster) -> None:
         result = p.send_in_transaction(rayq.Message(TOPIC, b"m"))
         assert result.local_state is UNKNOWN
         assert visible(cluster) == []
-        cluster.transaction_tick()
+        tick(cluster)
         p.check_now()
     assert visible(cluster) == [b"m"]
 
@@ -162,7 +169,7 @@ def test_check_goes_to_another_producer_of_the_group(cluster: FakeCluster) -> No
     other_listener = Listener(check=COMMIT)
     other = producer(cluster, other_listener)
     other.start()
-    cluster.transaction_tick()
+    tick(cluster)
     assert other.check_now() == 1
     other.shutdown()
     assert [m.body for m in other_listener.checked] == [b"orphan"]
@@ -172,7 +179,7 @@ def test_check_goes_to_another_producer_of_the_group(cluster: FakeCluster) -> No
 def test_check_of_another_group_is_not_handed_out(cluster: FakeCluster) -> None:
     with producer(cluster, Listener(local=UNKNOWN)) as p:
         p.send_in_transaction(rayq.Message(TOPIC, b"m"))
-    cluster.transaction_tick()
+    tick(cluster)
     reply = cluster.server().transaction_checks(TransactionChecksRequest(group="someone-else"))
     assert reply.checks == []
     assert len(cluster.server().transaction_checks(
@@ -192,7 +199,7 @@ def test_broker_restart_keeps_open_halves(cluster: FakeCluster) -> None:
     srv = cluster.restart()
     assert srv.transactions.open == before
     with producer(cluster, Listener(check=COMMIT)) as p:
-        cluster.transaction_tick()
+        tick(cluster)
         assert p.check_now() == 1
     assert visible(cluster) == [b"open"]
 
@@ -207,7 +214,7 @@ def test_restart_after_crash_replays_the_log(cluster: FakeCluster) -> None:
     srv.end_transaction(EndTransactionRequest(
         group=GROUP, topic=TOPIC, transaction_offset=other,
         msg_id=srv.transactions.open[other].msg_id, commit=True))  # fmt: skip
-    cluster.transaction_tick()  # one check: the count must survive
+    tick(cluster)  # one check: the count must survive
     (srv.tables.config_dir / FILE_NAME).unlink(missing_ok=True)
     srv.store.crash()
     srv.tables.close()
@@ -242,9 +249,9 @@ def test_discarded_after_the_last_check(cluster: FakeCluster) -> None:
     with producer(cluster, Listener(local=UNKNOWN, check=UNKNOWN)) as p:
         result = p.send_in_transaction(rayq.Message(TOPIC, b"lost"))
         for _ in range(CONFIG.transaction_check_max):
-            cluster.transaction_tick()
+            tick(cluster)
             assert p.check_now() == 1
-        cluster.transaction_tick()  # the fourth round discards it
+        tick(cluster)  # the fourth round discards it
         assert p.check_now() == 0
     srv = cluster.server()
     assert srv.transactions.open == {}
@@ -261,7 +268,7 @@ def test_checks_wait_for_the_timeout(tmp_path: Path) -> None:
     with FakeCluster(tmp_path, config=slow) as c:
         with producer(c, Listener(local=UNKNOWN)) as p:
             p.send_in_transaction(rayq.Message(TOPIC, b"young"))
-            c.transaction_tick()
+            tick(c)
             assert p.check_now() == 0
         assert len(c.server().transactions.open) == 1
 
@@ -272,7 +279,7 @@ def test_check_poller_thread_answers(cluster: FakeCluster) -> None:
                                  transport=FakeTransport(cluster))  # fmt: skip
     try:
         p.send_in_transaction(rayq.Message(TOPIC, b"polled"))
-        cluster.transaction_tick()
+        tick(cluster)
         deadline = time.monotonic() + 30
         while visible(cluster) != [b"polled"] and time.monotonic() < deadline:
             time.sleep(0.02)
