@@ -140,7 +140,7 @@ def read_vs_parquet(spark: Any, n: int, parquet_dir: str) -> None:
     record(BENCH, "write", written / dt, "msgs/s", size=BODY_BYTES)
     rows.write.mode("overwrite").parquet(parquet_dir)
 
-    df = rqspark.read(spark, "bench", max_messages_per_partition=62_500)
+    df = rqspark.read(spark, "bench")
     pq = spark.read.parquet(parquet_dir)
     scan = F.sum(F.length("body")).alias("bytes")
     for what, rayq_action, parquet_action in (

@@ -257,7 +257,7 @@ def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: s
     alone), cut from the rows of consecutive input batches by a deterministic rule
     (arrow_encode.cuts over upper bounds of the record sizes), each encoded column-wise."""
     other = len(P.encode_properties(_widest_properties(producer_id, group)).encode())
-    pending: list[ArrowRows] = []
+    pending: list[ArrowRows] = []  # rows not put yet, as they came (zero-copy slices)
     pending_bounds: list[np.ndarray] = []
     seq = 0
     for batch in batches:
@@ -273,17 +273,17 @@ def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: s
         pending_bounds.append(record_bounds(rows, queue.topic, other))
         if sum(int(b.sum()) for b in pending_bounds) < PUT_BYTES:
             continue
-        rows, bounds = _concat(pending), np.concatenate(pending_bounds)
+        bounds = np.concatenate(pending_bounds)
         pieces = cuts(bounds, PUT_BYTES)
         for start, stop in pieces[:-1]:
-            yield _column_put(rows.slice(start, stop), queue, producer_id, seq, group)
+            yield _column_put(_rows_between(pending, start, stop), queue, producer_id, seq, group)
             seq += stop - start
         start, stop = pieces[-1]
-        pending, pending_bounds = [rows.slice(start, stop)], [bounds[start:stop]]
+        pending, pending_bounds = _parts_between(pending, start, stop), [bounds[start:stop]]
     if pending:
-        rows, bounds = _concat(pending), np.concatenate(pending_bounds)
+        bounds = np.concatenate(pending_bounds)
         for start, stop in cuts(bounds, PUT_BYTES):
-            yield _column_put(rows.slice(start, stop), queue, producer_id, seq, group)
+            yield _column_put(_rows_between(pending, start, stop), queue, producer_id, seq, group)
             seq += stop - start
 
 
@@ -291,10 +291,25 @@ def _column(batch: pa.RecordBatch, name: str | None) -> pa.Array | None:
     return None if name is None else batch.column(name)
 
 
-def _concat(parts: list[ArrowRows]) -> ArrowRows:
-    if len(parts) == 1:
-        return parts[0]
-    columns = zip(*parts, strict=True)
+def _parts_between(parts: list[ArrowRows], start: int, stop: int) -> list[ArrowRows]:
+    """Rows ``start .. stop - 1`` of the parts taken as one, as zero-copy slices of them."""
+    out, at = [], 0
+    for part in parts:
+        n = len(part.bodies)
+        lo, hi = max(start, at), min(stop, at + n)
+        if lo < hi:
+            out.append(part.slice(lo - at, hi - at))
+        at += n
+    return out
+
+
+def _rows_between(parts: list[ArrowRows], start: int, stop: int) -> ArrowRows:
+    """Rows ``start .. stop - 1`` of the parts taken as one: copied only when they span
+    two parts (a piece inside one input batch is a slice of it)."""
+    inside = _parts_between(parts, start, stop)
+    if len(inside) == 1:
+        return inside[0]
+    columns = zip(*inside, strict=True)
     return ArrowRows(*(None if c[0] is None else pa.concat_arrays(list(c)) for c in columns))
 
 

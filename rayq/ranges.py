@@ -39,6 +39,9 @@ from rayq.store.names import validate_group
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGES_PER_PARTITION = 50_000
+# A task reads at least this many messages unless there are fewer (Spark's file sources
+# pack small files into a task the same way, by spark.sql.files.openCostInBytes, 4 MiB).
+MIN_MESSAGES_PER_TASK = 4096
 CALL_TIMEOUT_S = 30.0
 
 QueueKey = tuple[str, int]  # (broker, queue id)
@@ -158,6 +161,34 @@ def split(ranges: list[OffsetRange], max_per_partition: int) -> list[OffsetRange
         for s in range(r.start, r.end, max_per_partition):
             out.append(msgspec.structs.replace(r, start=s, end=min(s + max_per_partition, r.end)))
     return out
+
+
+def pack(ranges: list[OffsetRange], max_per_task: int, slots: int) -> list[list[OffsetRange]]:
+    """The ranges dealt to as few tasks as fill ``slots`` (the cores that run them) with
+    at most ``max_per_task`` messages each: ceil(total / per) tasks of about equal
+    size, per = min(max_per_task, max(MIN_MESSAGES_PER_TASK, ceil(total / slots))), as
+    Spark sizes file splits. A task's ranges are consecutive pieces of ``ranges`` (a
+    range may be cut between two tasks); empty ranges are dropped."""
+    total = sum(r.count for r in ranges)
+    if total <= 0:
+        return []
+    per = min(max_per_task, max(MIN_MESSAGES_PER_TASK, -(-total // max(1, slots))))
+    n = -(-total // per)
+    bounds = [total * (i + 1) // n for i in range(n)]  # cumulative message counts
+    tasks: list[list[OffsetRange]] = [[]]
+    done = 0  # messages dealt so far
+    for r in ranges:
+        start = r.start
+        while start < r.end:
+            room = bounds[len(tasks) - 1] - done
+            if room == 0:
+                tasks.append([])
+                continue
+            end = min(r.end, start + room)
+            tasks[-1].append(msgspec.structs.replace(r, start=start, end=end))
+            done += end - start
+            start = end
+    return tasks
 
 
 def check_max(name: str, value: object) -> int:

@@ -6,8 +6,9 @@
     query = rqspark.stream(spark, "orders", group="etl", process=fn)  # fn(df, batch_id)
     rqspark.write(df, "results", body_col="body")
 
-``read`` fixes offset ranges on the driver (rayq/ranges.py), one Spark partition
-per range, and each task reads its range from the broker actor as Arrow record
+``read`` fixes offset ranges on the driver (rayq/ranges.py), deals them to as few
+Spark partitions as keep the session's cores busy (``ranges.pack``, as Spark sizes
+file splits), and each task reads its ranges from the broker actor as Arrow record
 batches (``mapInArrow``; rayq/arrow_io.py), so a retried task re-reads exactly the
 same messages. ``stream`` runs micro-batches from the driver (rayq/streaming.py):
 ranges recorded with the coordinator before a batch runs, offsets committed
@@ -36,13 +37,7 @@ from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
 from rayq.quiet import quiet_children
-from rayq.ranges import (
-    DEFAULT_MAX_MESSAGES_PER_PARTITION,
-    OffsetRange,
-    check_max,
-    plan_ranges,
-    split,
-)
+from rayq.ranges import OffsetRange, check_max, pack, plan_ranges
 from rayq.store.errors import ConfigError, InvalidMessageError, RayqError, all_error_classes
 from rayq.store.names import validate_group, validate_topic
 from rayq.streaming import StreamingQuery
@@ -65,7 +60,8 @@ JAVA_OPTION_KEYS = (
     "spark.driver.extraJavaOptions",
     "spark.executor.extraJavaOptions",
 )
-RANGE_COLUMNS = "broker string, queue_id int, start long, end long"
+# A Spark task reads at most this many messages (about 256 MiB of 1 KiB messages).
+MAX_MESSAGES_PER_PARTITION = 262_144
 _session: Any = None
 
 
@@ -183,33 +179,34 @@ def ranges_df(
     page_bytes: int | None = None,
     *,
     credentials: Credentials | None = None,
-    num_partitions: int | None = None,
+    max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
 ) -> Any:
-    """A DataFrame of the messages in ``ranges``: one partition per range (or the ranges
-    spread over ``num_partitions``), each read by its Spark task with requests signed
-    with ``credentials`` (if given)."""
+    """A DataFrame of the messages in ``ranges``, dealt to partitions by ``pack`` (as
+    few as keep the session's cores busy, at most ``max_messages_per_partition``
+    messages each), each read by its Spark task with requests signed with
+    ``credentials`` (if given). The partitions come from ``spark.range`` (made in the
+    JVM): task i reads the ranges of partition i, which travel in the task's closure."""
     ns, address = namespace or current_namespace(), _ray_address()
     kwargs: dict[str, Any] = {"credentials": credentials}
     if page_bytes:
         kwargs["page_bytes"] = page_bytes
-    if not ranges:
+    tasks = pack(ranges, max_messages_per_partition, spark.sparkContext.defaultParallelism)
+    if not tasks:
         return spark.createDataFrame([], spark_schema())
-    rows = [(r.broker, r.queue_id, r.start, r.end) for r in ranges]
-    slices = min(len(rows), num_partitions or len(rows))
-    plan = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), RANGE_COLUMNS)
 
     def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ensure_ray(address, ns)
         for batch in batches:
-            for row in batch.to_pylist():
-                r = OffsetRange(row["broker"], row["queue_id"], row["start"], row["end"])
-                yield from read_range(topic, r, ns, **kwargs)
+            for task in batch.column(0).to_pylist():
+                for r in tasks[task]:
+                    yield from read_range(topic, r, ns, **kwargs)
 
+    plan = spark.range(0, len(tasks), 1, len(tasks))
     return plan.mapInArrow(read_partition, spark_schema())
 
 
 def read(spark: Any, topic: str, starting: object = "earliest", ending: object = "latest", *,
-         max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
+         max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
          skip_unavailable: bool = False, namespace: str | None = None,
          config: ClientConfig | None = None) -> Any:  # fmt: skip
     """The messages of ``topic`` between ``starting`` and ``ending`` as a DataFrame
@@ -224,19 +221,20 @@ def read(spark: Any, topic: str, starting: object = "earliest", ending: object =
     ctx = ClientContext(config, namespace)
     ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition,
                          skip_unavailable)  # fmt: skip
-    return ranges_df(spark, topic, ranges, ctx.namespace, credentials=ctx.config.credentials)
+    return ranges_df(spark, topic, ranges, ctx.namespace, credentials=ctx.config.credentials,
+                     max_messages_per_partition=max_messages_per_partition)  # fmt: skip
 
 
 def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any],
            trigger_interval: float = 1.0, max_messages_per_trigger: int = 100_000, *,
            starting: object = "latest",
-           max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
+           max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
            namespace: str | None = None, config: ClientConfig | None = None,
            ) -> StreamingQuery:  # fmt: skip
     """Start a micro-batch query: every ``trigger_interval`` seconds, up to
     ``max_messages_per_trigger`` new messages as one DataFrame to ``process(df, batch_id)``
-    (read when ``process`` runs an action on it, in ceil(rows /
-    ``max_messages_per_partition``) partitions; the engine itself runs no Spark job);
+    (read when ``process`` runs an action on it, in partitions as ``read`` makes them: one
+    for a small batch; the engine itself runs no Spark job);
     the group's offsets are committed after it returns (see rayq/streaming.py). With ACL
     on, ``config=ClientConfig(credentials=...)`` signs the offset queries and commits and
     every task's reads."""
@@ -248,12 +246,9 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
     credentials = config.credentials if isinstance(config, ClientConfig) else None
 
     def run_batch(ranges: list[OffsetRange], batch_id: int) -> None:
-        # A small batch is one partition (a task's start costs more than its reads);
-        # a large one is cut into pieces of at most max_messages_per_partition.
-        pieces = split(ranges, max_messages_per_partition)
-        rows = sum(r.count for r in ranges)
-        parts = -(-rows // max_messages_per_partition)
-        df = ranges_df(spark, topic, pieces, ns, credentials=credentials, num_partitions=parts)
+        # A small batch is one partition (a task's start costs more than its reads).
+        df = ranges_df(spark, topic, ranges, ns, credentials=credentials,
+                       max_messages_per_partition=max_messages_per_partition)  # fmt: skip
         process(df, batch_id)
 
     query = StreamingQuery(topic, group, run_batch, trigger_interval=trigger_interval,
@@ -322,7 +317,8 @@ def _check_no_null_bodies(df: Any, body_col: str) -> None:
         return
     from pyspark.sql import functions as F
 
-    if df.where(F.col(body_col).isNull()).limit(1).count():
+    # One aggregating pass (a limit(1) count runs two stages and scales its first one up).
+    if df.select(F.max(F.col(body_col).isNull())).first()[0]:
         raise InvalidMessageError(
             f"column {body_col!r} has null bodies; a message needs one: fill them or filter "
             f"them out (df.where(col({body_col!r}).isNotNull())); nothing was written",

@@ -75,6 +75,18 @@ def test_a_batch_over_the_inline_limit_is_one_call_of_chunks_appended_whole_in_o
     assert read(ctx, q)[-300:] == list(range(60, 360))
 
 
+def test_a_batch_of_more_chunks_than_pay_off_goes_beside_its_records_in_one_call(
+    ctx: ClientContext,
+) -> None:
+    before = max_offset(ctx, 3)
+    huge = batch(3, 1000, 1000)  # ~2 MiB of records: over INLINE_CHUNKS_MAX chunks
+    meta, records = inline_args(huge)
+    assert meta.records == b"" and records is huge.records
+    offsets = ctx.broker("broker-a").put(huge).result(30).queue_offsets
+    assert offsets == list(range(before, before + 1000))
+    assert read(ctx, 3)[before:] == list(range(1000, 2000))
+
+
 def test_a_bad_chunk_fails_the_whole_batch_and_leaves_the_queue_as_it_was(
     ctx: ClientContext,
 ) -> None:

@@ -29,6 +29,8 @@ def test_a_large_batch_goes_as_its_metadata_and_near_equal_chunks_under_the_limi
         assert max(map(len, chunks)) - min(map(len, chunks)) < len(chunks)
 
 
-def test_a_batch_of_more_chunks_than_pay_off_goes_as_it_is() -> None:
+def test_a_batch_of_more_chunks_than_pay_off_goes_as_its_metadata_and_its_records() -> None:
     huge = batch(2 * INLINE_CHUNKS_MAX, INLINE_BYTES // 2 + 1000)
-    assert inline_args(huge) == (huge,)
+    meta, records = inline_args(huge)
+    assert records is huge.records  # one object-store transfer, outside the msgpack
+    assert meta.records == b"" and meta.count == huge.count and meta.sizes == huge.sizes
