@@ -33,8 +33,10 @@ from rayq.store import StoreConfig
 
 try:
     from results import record, record_latency
+    from spark_write_bench import _body
 except ImportError:  # run as a module
     from benchmarks.results import record, record_latency
+    from benchmarks.spark_write_bench import _body
 
 BENCH = "spark_bench"
 
@@ -47,12 +49,19 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000, help="0: stream only")
     parser.add_argument("--stream-seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=int, default=1_000, help="streamed msgs/s")
+    parser.add_argument(
+        "--bodies",
+        choices=["padded", "random"],
+        default="padded",
+        help="padded: the id padded with x, which Parquet shrinks to almost "
+        "nothing; random: SHA-512 hex digests it cannot (spark_write_bench)",
+    )
     args = parser.parse_args()
     config = rayq.BrokerConfig(store=StoreConfig(commitlog_segment_size_bytes=256 << 20))
     with tempfile.TemporaryDirectory(prefix="rayq-spark-bench-") as store_dir:
         cluster = rayq.start(store_dir, config=config)
         try:
-            run(args.messages, args.stream_seconds, args.rate)
+            run(args.messages, args.stream_seconds, args.rate, args.bodies)
         finally:
             rqspark.stop_session()
             cluster.shutdown()
@@ -103,7 +112,7 @@ def timed_session(**kwargs: Any) -> tuple[Any, dict[str, float]]:
     return spark, phases
 
 
-def run(n: int, stream_seconds: float, rate: int) -> None:
+def run(n: int, stream_seconds: float, rate: int, bodies: str = "padded") -> None:
     admin = rayq.Admin()
     for topic in ("bench", "latency", "sink", "warmup"):
         admin.create_topic(topic, queues=4)
@@ -114,7 +123,7 @@ def run(n: int, stream_seconds: float, rate: int) -> None:
     record(BENCH, "session_start", phases["session() total"], "s", **phases)
     if n:
         with tempfile.TemporaryDirectory(prefix="rayq-spark-bench-parquet-") as parquet_dir:
-            read_vs_parquet(spark, n, parquet_dir)
+            read_vs_parquet(spark, n, parquet_dir, bodies)
     stream_latency(spark, stream_seconds, rate)
 
 
@@ -128,13 +137,11 @@ def timed(action: Callable[[], Any], runs: int = 1) -> tuple[Any, float]:
     return out, best
 
 
-def read_vs_parquet(spark: Any, n: int, parquet_dir: str) -> None:
+def read_vs_parquet(spark: Any, n: int, parquet_dir: str, bodies: str = "padded") -> None:
     """Write N 1 KiB bodies to the topic and to Parquet; count and scan both."""
     from pyspark.sql import functions as F
 
-    rows = spark.range(0, n, 1, 8).select(
-        F.lpad(F.col("id").cast("string"), BODY_BYTES, "x").cast("binary").alias("body")
-    )
+    rows = spark.range(0, n, 1, 8).select(_body(BODY_BYTES, bodies).alias("body"))
     written, dt = timed(lambda: rqspark.write(rows, "bench", body_col="body"))
     print(f"write: {written:,} msgs of {BODY_BYTES} B in {dt:.1f} s = {written / dt:,.0f} msgs/s")
     record(BENCH, "write", written / dt, "msgs/s", size=BODY_BYTES)
@@ -151,12 +158,15 @@ def read_vs_parquet(spark: Any, n: int, parquet_dir: str) -> None:
         want, dt_pq = timed(parquet_action, runs=2)
         assert got == want == (n if what == "count" else n * BODY_BYTES), (what, got, want)
         print(
-            f"read + {what}: rayq {n / dt:,.0f} msgs/s ({dt:.2f} s), Parquet {n / dt_pq:,.0f} "
-            f"msgs/s ({dt_pq:.2f} s): ratio {dt_pq / dt:.2f}x (target >= 0.5x)"
+            f"read + {what} ({bodies} bodies): rayq {n / dt:,.0f} msgs/s ({dt:.2f} s), "
+            f"Parquet {n / dt_pq:,.0f} msgs/s ({dt_pq:.2f} s): ratio {dt_pq / dt:.2f}x "
+            "(target >= 0.5x)"
         )
-        record(BENCH, f"read_{what}", n / dt, "msgs/s", size=BODY_BYTES)
-        record(BENCH, f"parquet_read_{what}", n / dt_pq, "msgs/s", size=BODY_BYTES)
-        record(BENCH, f"read_{what}_vs_parquet", dt_pq / dt, "ratio", size=BODY_BYTES)
+        record(BENCH, f"read_{what}", n / dt, "msgs/s", size=BODY_BYTES, bodies=bodies)
+        record(BENCH, f"parquet_read_{what}", n / dt_pq, "msgs/s", size=BODY_BYTES, bodies=bodies)
+        record(
+            BENCH, f"read_{what}_vs_parquet", dt_pq / dt, "ratio", size=BODY_BYTES, bodies=bodies
+        )
 
 
 def sent_ns(body: bytes) -> int:
