@@ -45,7 +45,7 @@ from crc32c import crc32c
 
 from . import codec
 from . import properties as P
-from .batch import EncodedBatch
+from .batch import EncodedBatch, body_too_large, properties_too_large
 from .errors import InvalidMessageError, MessageTooLargeError
 from .filters import tags_code
 from .index_file import topic_seed
@@ -320,27 +320,14 @@ def _check_bodies(bodies: pa.Array, max_body_bytes: int) -> np.ndarray:
         raise InvalidMessageError(f"message {int(lengths.argmin())}: body is empty")
     if lengths.max() > max_body_bytes:
         i = int(lengths.argmax())
-        raise MessageTooLargeError(
-            f"message {i}: body is {lengths[i]} bytes; at most {max_body_bytes} "
-            "(max_message_size_bytes)",
-            value=int(lengths[i]),
-            limit=max_body_bytes,
-            field="body",
-        )
+        raise body_too_large(i, int(lengths[i]), max_body_bytes)
     return lengths
 
 
 def _check_properties_size(props_lengths: np.ndarray, max_properties_bytes: int) -> None:
     longest = int(props_lengths.max())
     if longest > max_properties_bytes:
-        i = int(props_lengths.argmax())
-        raise MessageTooLargeError(
-            f"message {i}: properties are {longest} bytes encoded; at most "
-            f"{max_properties_bytes} (max_properties_size_bytes)",
-            value=longest,
-            limit=max_properties_bytes,
-            field="properties",
-        )
+        raise properties_too_large(int(props_lengths.argmax()), longest, max_properties_bytes)
 
 
 def _property_texts(rows: ArrowRows, uniq_keys: pa.Array, shared: dict[str, str]) -> pa.Array:

@@ -131,14 +131,7 @@ def encode_batch(
     props_lengths = props.lengths()
     longest = max(props_lengths)
     if longest > max_properties_bytes:
-        i = props_lengths.index(longest)
-        raise MessageTooLargeError(
-            f"message {i}: properties are {longest} bytes encoded; at most "
-            f"{max_properties_bytes} (max_properties_size_bytes)",
-            value=longest,
-            limit=max_properties_bytes,
-            field="properties",
-        )
+        raise properties_too_large(props_lengths.index(longest), longest, max_properties_bytes)
     records, sizes = E.assemble(cols, lengths, props, props_lengths)
     hashes, owners = E.index_columns(topic, props)
     return EncodedBatch(
@@ -165,13 +158,29 @@ def _check_bodies(bodies: tuple[bytes, ...], max_body: int) -> list[int]:
         raise InvalidMessageError(f"message {lengths.index(0)}: body is empty")
     if max(lengths) > max_body:
         i = lengths.index(max(lengths))
-        raise MessageTooLargeError(
-            f"message {i}: body is {lengths[i]} bytes; at most {max_body} (max_message_size_bytes)",
-            value=lengths[i],
-            limit=max_body,
-            field="body",
-        )
+        raise body_too_large(i, lengths[i], max_body)
     return lengths
+
+
+def body_too_large(i: int, length: int, limit: int) -> MessageTooLargeError:
+    """The error for message ``i`` of a batch whose body is over ``limit`` bytes."""
+    return MessageTooLargeError(
+        f"message {i}: body is {length} bytes; at most {limit} (max_message_size_bytes)",
+        value=length,
+        limit=limit,
+        field="body",
+    )
+
+
+def properties_too_large(i: int, length: int, limit: int) -> MessageTooLargeError:
+    """The error for message ``i`` of a batch whose encoded properties are over ``limit``."""
+    return MessageTooLargeError(
+        f"message {i}: properties are {length} bytes encoded; at most {limit} "
+        "(max_properties_size_bytes)",
+        value=length,
+        limit=limit,
+        field="properties",
+    )
 
 
 class BatchRejected(Exception):
