@@ -163,24 +163,22 @@ def _heartbeat(
         )
     age_ms = max(now_ms - entry.last_heartbeat_ms, 0)
     value = f"{age_ms / 1000:.1f} s ago"
-    missed = age_ms / interval_ms
-    if missed > limits.heartbeats_missed_fail:
-        return check(
-            "heartbeat",
-            value,
-            HealthLevel.FAIL,
-            f"more than {limits.heartbeats_missed_fail} intervals of "
-            f"{interval_ms} ms without a heartbeat",
-        )
-    if missed > limits.heartbeats_missed_warn:
-        return check(
-            "heartbeat",
-            value,
-            HealthLevel.WARN,
-            f"more than {limits.heartbeats_missed_warn} intervals of "
-            f"{interval_ms} ms without a heartbeat",
-        )
-    return check("heartbeat", value, HealthLevel.OK, f"every {interval_ms} ms")
+    return _graded(
+        "heartbeat", value, age_ms / interval_ms,
+        limits.heartbeats_missed_fail, limits.heartbeats_missed_warn,
+        f"more than {{limit}} intervals of {interval_ms} ms without a heartbeat",
+        f"every {interval_ms} ms",
+    )  # fmt: skip
+
+
+def _graded(name: str, value: str, amount: float, fail: float, warn: float, over: str,
+            ok: str) -> HealthCheck:  # fmt: skip
+    """FAIL with ``amount`` past ``fail``, WARN past ``warn``, else OK; ``over`` says which
+    limit was passed (its ``{limit}``), ``ok`` what holds."""
+    for level, limit in ((HealthLevel.FAIL, fail), (HealthLevel.WARN, warn)):
+        if amount > limit:
+            return check(name, value, level, over.format(limit=limit))
+    return check(name, value, HealthLevel.OK, ok)
 
 
 def _disk(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
@@ -211,22 +209,9 @@ def _flush_lag(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
             status.flusher_error or "the flusher did not say",
         )
     lag = max(status.info.written_offset - status.flushed_offset, 0)
-    value = f"{lag} B"
-    if lag > limits.flush_lag_fail_bytes:
-        return check(
-            "flush_lag",
-            value,
-            HealthLevel.FAIL,
-            f"more than {limits.flush_lag_fail_bytes} B not yet on disk",
-        )
-    if lag > limits.flush_lag_warn_bytes:
-        return check(
-            "flush_lag",
-            value,
-            HealthLevel.WARN,
-            f"more than {limits.flush_lag_warn_bytes} B not yet on disk",
-        )
-    return check("flush_lag", value, HealthLevel.OK, "the flusher keeps up")
+    return _graded("flush_lag", f"{lag} B", lag, limits.flush_lag_fail_bytes,
+                   limits.flush_lag_warn_bytes, "more than {limit} B not yet on disk",
+                   "the flusher keeps up")  # fmt: skip
 
 
 def _replication(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
@@ -240,23 +225,11 @@ def _replication(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
     lag_ms = max(r.lag_ms for r in info.replicas)
     value = f"{lag_ms} ms"
     gone = [r.broker_id for r in info.replicas if not r.connected]
-    if lag_ms > limits.replication_lag_fail_ms:
-        return check(
-            "replication_lag",
-            value,
-            HealthLevel.FAIL,
-            f"a slave is more than {limits.replication_lag_fail_ms} ms behind",
-        )
-    if gone:
+    if gone and lag_ms <= limits.replication_lag_fail_ms:
         return check("replication_lag", value, HealthLevel.WARN, f"slave(s) {gone} not connected")
-    if lag_ms > limits.replication_lag_warn_ms:
-        return check(
-            "replication_lag",
-            value,
-            HealthLevel.WARN,
-            f"a slave is more than {limits.replication_lag_warn_ms} ms behind",
-        )
-    return check("replication_lag", value, HealthLevel.OK, "slaves keep up")
+    return _graded("replication_lag", value, lag_ms, limits.replication_lag_fail_ms,
+                   limits.replication_lag_warn_ms, "a slave is more than {limit} ms behind",
+                   "slaves keep up")  # fmt: skip
 
 
 __all__ = ["ActorHealth", "HealthCheck", "HealthLevel", "HealthLimits", "worst"]
