@@ -353,23 +353,14 @@ def test_health_fails_when_the_flusher_is_killed_for_good(
     assert "rayq-flusher-" in flusher["checks"][0]["reason"]
 
 
-def test_health_fails_when_a_slave_is_killed_for_good(
-    cluster: rayq.Cluster, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(("replica", "kind"), [(SLAVE, "slave"), (BROKER, "broker")])
+def test_health_fails_when_a_replica_is_killed_for_good(
+    cluster: rayq.Cluster, capsys: pytest.CaptureFixture[str], replica: str, kind: str
 ) -> None:
-    """A slave actor that is gone is FAIL (unreachable or lost); the exit code is 1."""
-    ray.kill(ray.get_actor(f"rayq-broker-{SLAVE}", namespace=NAMESPACE), no_restart=True)
+    """A slave, then the broker, killed for good is FAIL (lost or unreachable); the exit
+    code is 1."""
+    ray.kill(ray.get_actor(f"rayq-broker-{replica}", namespace=NAMESPACE), no_restart=True)
     records = cli_json(capsys, "cluster", "health", code=1)
-    slave = next(r for r in records if r["kind"] == "slave")
-    assert slave["level"] == "FAIL"
-    assert slave["checks"][0]["value"] in ("LOST", "UNREACHABLE")
-
-
-def test_health_fails_when_the_broker_is_killed_for_good(
-    cluster: rayq.Cluster, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A broker actor killed for good is FAIL (lost or unreachable); the exit code is 1."""
-    ray.kill(ray.get_actor(f"rayq-broker-{BROKER}", namespace=NAMESPACE), no_restart=True)
-    records = cli_json(capsys, "cluster", "health", code=1)
-    broker = next(r for r in records if r["kind"] == "broker")
-    assert broker["level"] == "FAIL"
-    assert broker["checks"][0]["value"] in ("LOST", "UNREACHABLE")
+    killed = next(r for r in records if r["kind"] == kind)
+    assert killed["level"] == "FAIL"
+    assert killed["checks"][0]["value"] in ("LOST", "UNREACHABLE")

@@ -186,15 +186,24 @@ def test_check_of_another_group_is_not_handed_out(cluster: FakeCluster) -> None:
         TransactionChecksRequest(group=GROUP)).checks) == 1  # fmt: skip
 
 
-def test_broker_restart_keeps_open_halves(cluster: FakeCluster) -> None:
+def two_halves_one_ended(
+    cluster: FakeCluster, kept: bytes, ended: bytes, commit: bool
+) -> tuple[Any, int]:
+    """Two halves left UNKNOWN, the second (``ended``) then ended by hand: the broker
+    server and the key of the half still open."""
     with producer(cluster, Listener(local=UNKNOWN)) as p:
-        keep = p.send_in_transaction(rayq.Message(TOPIC, b"open"))
-        p.send_in_transaction(rayq.Message(TOPIC, b"x"))
+        keep = p.send_in_transaction(rayq.Message(TOPIC, kept))
+        p.send_in_transaction(rayq.Message(TOPIC, ended))
     srv = cluster.server()
     other = next(k for k in srv.transactions.open if k != keep.transaction_offset)
     srv.end_transaction(EndTransactionRequest(
         group=GROUP, topic=TOPIC, transaction_offset=other,
-        msg_id=srv.transactions.open[other].msg_id, commit=False))  # fmt: skip
+        msg_id=srv.transactions.open[other].msg_id, commit=commit))  # fmt: skip
+    return srv, keep.transaction_offset
+
+
+def test_broker_restart_keeps_open_halves(cluster: FakeCluster) -> None:
+    srv, _ = two_halves_one_ended(cluster, b"open", b"x", commit=False)
     before = dict(srv.transactions.open)
     srv = cluster.restart()
     assert srv.transactions.open == before
@@ -206,14 +215,7 @@ def test_broker_restart_keeps_open_halves(cluster: FakeCluster) -> None:
 
 def test_restart_after_crash_replays_the_log(cluster: FakeCluster) -> None:
     """No snapshot covers the halves (crash before any persist): the log is replayed."""
-    with producer(cluster, Listener(local=UNKNOWN)) as p:
-        keep = p.send_in_transaction(rayq.Message(TOPIC, b"a"))
-        p.send_in_transaction(rayq.Message(TOPIC, b"b"))
-    srv = cluster.server()
-    other = next(k for k in srv.transactions.open if k != keep.transaction_offset)
-    srv.end_transaction(EndTransactionRequest(
-        group=GROUP, topic=TOPIC, transaction_offset=other,
-        msg_id=srv.transactions.open[other].msg_id, commit=True))  # fmt: skip
+    srv, kept = two_halves_one_ended(cluster, b"a", b"b", commit=True)
     tick(cluster)  # one check: the count must survive
     (srv.tables.config_dir / FILE_NAME).unlink(missing_ok=True)
     srv.store.crash()
@@ -221,8 +223,8 @@ def test_restart_after_crash_replays_the_log(cluster: FakeCluster) -> None:
     from rayq.actors.server.broker_server import BrokerServer
 
     cluster.servers["broker-a"] = again = BrokerServer(srv.config, str(srv.root), "fake-node")
-    assert list(again.transactions.open) == [keep.transaction_offset]
-    assert again.transactions.open[keep.transaction_offset].checks == 1
+    assert list(again.transactions.open) == [kept]
+    assert again.transactions.open[kept].checks == 1
     assert visible(cluster) == [b"b"]
 
 
