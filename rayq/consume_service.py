@@ -160,12 +160,10 @@ class ConsumeService(PullRounds, OrderlyConsumption):
     async def _check_broadcast_allowed(self) -> None:
         """PermissionDeniedError if a broker's config of the group refuses broadcasting
         consumers (``consume_broadcast_enable`` off; a group not created yet allows them)."""
-        brokers = (
-            await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
-        ).names
         req = GroupRequest(group=self.group, client_id=self.client_id)
         found = await self.ctx.broker_calls_async(
-            {b: lambda c: c.get_group(req) for b in brokers}, return_exceptions=True
+            {b: lambda c: c.get_group(req) for b in await self._brokers()},
+            return_exceptions=True,
         )
         for broker, reply in found.items():
             if isinstance(reply, GroupNotFoundError):
@@ -175,11 +173,13 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             check_broadcast(reply.config, broker)
 
     async def _ensure_retry_topic(self) -> None:
-        brokers = (
-            await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
-        ).names
         req = GroupRequest(group=self.group, client_id=self.client_id)
-        await self.ctx.broker_calls_async({b: lambda c: c.ensure_retry_topic(req) for b in brokers})
+        calls = {b: lambda c: c.ensure_retry_topic(req) for b in await self._brokers()}
+        await self.ctx.broker_calls_async(calls)
+
+    async def _brokers(self) -> list[str]:
+        """The names of the brokers the coordinator knows."""
+        return (await self.ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))).names
 
     # --------------------------------------------------------- assignment
     async def assign(self, generation: int, queues: list[MessageQueue]) -> None:

@@ -74,6 +74,11 @@ _SEQUENCE_ONLY: Final = (PRODUCER_ID, PRODUCER_SEQ)  # the half send's dedupe nu
 _HALF_ONLY: Final = (P.REAL_TOPIC, P.REAL_QID, P.TRANSACTION_CHECK_TIMES, *_SEQUENCE_ONLY)
 
 
+def _typed(sys_flag: int, kind: int) -> int:
+    """``sys_flag`` with its transaction type set to ``kind``."""
+    return (sys_flag & ~TRANSACTION_TYPE_MASK) | kind
+
+
 class OpenHalf(msgspec.Struct, array_like=True):
     """One transaction without an end: its latest half record and what checks need."""
 
@@ -207,7 +212,7 @@ class TransactionService:
                           P.REAL_TOPIC: m.topic, P.REAL_QID: str(m.queue_id)})  # fmt: skip
             halves.append(msgspec.structs.replace(
                 inner, topic=TRANS_HALF_TOPIC, properties=props,
-                sys_flag=(inner.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_PREPARED_TYPE,
+                sys_flag=_typed(inner.sys_flag, TRANSACTION_PREPARED_TYPE),
                 prepared_transaction_offset=0,
             ))  # fmt: skip
         return self._put(halves)
@@ -280,7 +285,7 @@ class TransactionService:
         props = {k: v for k, v in inner.properties.items() if k not in _HALF_ONLY}
         return msgspec.structs.replace(
             inner, topic=half.topic, queue_id=half.queue_id, properties=props,
-            sys_flag=(inner.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
+            sys_flag=_typed(inner.sys_flag, TRANSACTION_COMMIT_TYPE),
             prepared_transaction_offset=key,
         )  # fmt: skip
 
@@ -331,7 +336,7 @@ class TransactionService:
         inner = stored.to_inner()
         record = msgspec.structs.replace(
             inner, topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0,
-            sys_flag=(inner.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
+            sys_flag=_typed(inner.sys_flag, TRANSACTION_COMMIT_TYPE),
             prepared_transaction_offset=key,
         )  # fmt: skip
         result = self._put([record])
