@@ -93,11 +93,13 @@ from .protocol import (
     UpdateGroupRequest,
     ViewMessageRequest,
     check,
+    check_json,
     follow_up,
     follow_up_token,
     nothing_new,
     to_wire,
 )
+from .server import columnar
 from .server.broker_server import BrokerServer
 from .server.parked_pulls import ParkedPulls
 from .server.schedule import SCHEDULE_TICK_MS
@@ -638,6 +640,16 @@ class BrokerActor:
     @ray.method(concurrency_group="admin")
     async def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:
         return await self._serve(self.server.read_arrow, req, ReadArrowRequest)
+
+    @ray.method(concurrency_group="admin")
+    async def read_arrow_ipc(self, req: bytes) -> bytes:
+        """``read_arrow`` for the JVM (rayq/jvm, Spark's rayq source; a Ray cross-language
+        call): the request as JSON; the page as bytes: the next offset and the row count
+        (little-endian int64s), then an Arrow IPC stream of the asked columns (none when
+        no columns were asked for: a count)."""
+        page = await self._serve(self.server.read_arrow, check_json(req, ReadArrowRequest),
+                                 ReadArrowRequest)  # fmt: skip
+        return columnar.page_bytes(page.batch, page.next_offset)
 
     @ray.method(concurrency_group="admin")
     async def send_back(self, req: SendBackRequest) -> SendBackResult:

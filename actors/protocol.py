@@ -631,14 +631,22 @@ class BrokerStatus(msgspec.Struct, frozen=True, kw_only=True):
     config: dict[str, Any] = {}
 
 
+# The columns of a read page (actors/server/columnar.py SCHEMA).
+ColumnName = Literal["topic", "broker", "queue_id", "queue_offset", "msg_id", "tags", "keys",
+                     "body", "properties", "born_timestamp", "store_timestamp",
+                     "reconsume_times"]  # fmt: skip
+
+
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
-    """Offsets ``[start, end)`` of one queue as Arrow IPC, one page of ~``max_bytes``."""
+    """Offsets ``[start, end)`` of one queue as Arrow, one page of ~``max_bytes``: all
+    columns, or only ``columns`` (in that order; an empty list: the row count alone)."""
 
     topic: Text
     queue_id: QueueId
     start: QueueOffset
     end: QueueOffset
     max_bytes: Annotated[int, Meta(ge=1, le=1 << 30)]
+    columns: Annotated[list[ColumnName], Meta(max_length=12)] | None = None
 
 
 class MaxOffsetRequest(_Request, frozen=True, kw_only=True):
@@ -769,6 +777,27 @@ def check(request: object, cls: type[R]) -> R:
     try:
         return _decoder(cls).decode(_encoder.encode(request))
     except (msgspec.ValidationError, msgspec.EncodeError, TypeError, OverflowError) as exc:
+        raise InvalidRequestError(
+            f"malformed {cls.__name__}: {exc}", request=cls.__name__
+        ) from None
+
+
+@functools.cache
+def _json_decoder(cls: type) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(cls)
+
+
+def check_json(request: object, cls: type[R]) -> R:
+    """``request`` (JSON bytes, as the JVM sends it: rayq/jvm) validated as ``cls``, else
+    InvalidRequestError."""
+    if type(request) is not bytes:
+        raise InvalidRequestError(
+            f"expected a {cls.__name__} as JSON bytes, got {type(request).__name__}",
+            request=cls.__name__,
+        )
+    try:
+        return _json_decoder(cls).decode(request)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequestError(
             f"malformed {cls.__name__}: {exc}", request=cls.__name__
         ) from None

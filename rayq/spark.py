@@ -20,6 +20,7 @@ partition, sequence numbers per row), so re-run tasks do not duplicate messages.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -31,8 +32,10 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from rayq import spark_jar
 from rayq.actors.auth import Credentials
 from rayq.actors.config import ClientConfig
+from rayq.actors.protocol import broker_actor_name
 from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
@@ -99,6 +102,10 @@ def session(
             **(configs or {})}  # fmt: skip
     for key in JAVA_OPTION_KEYS:
         conf[key] = f"{conf[key]} {JAVA17_OPTIONS}" if conf.get(key) else JAVA17_OPTIONS
+    source = spark_jar.jar()  # rayq's DataSource V2 reader (None: no JDK to build it)
+    if source is not None:  # the driver plans with it; Spark ships it to every executor
+        for key, sep in (("spark.driver.extraClassPath", os.pathsep), ("spark.jars", ",")):
+            conf[key] = f"{conf[key]}{sep}{source}" if conf.get(key) else str(source)
     logs = _ray_logs_dir()
     if logs:  # RayDP's driver agent logs there; its default (session_latest) may be stale
         conf["spark.driver.extraJavaOptions"] += f" -Dray.logging.dir={logs}"
@@ -189,11 +196,14 @@ def ranges_df(
     messages each), each read by its Spark task with requests signed with
     ``credentials`` (if given). The partitions come from ``spark.range`` (made in the
     JVM): task i reads the ranges of partition i, which travel in the task's closure."""
-    ns, address = namespace or current_namespace(), _ray_address()
-    kwargs: dict[str, Any] = {"credentials": credentials, "page_bytes": page_bytes}
+    ns = namespace or current_namespace()
     tasks = pack(ranges, max_messages_per_partition, spark.sparkContext.defaultParallelism)
     if not tasks:
         return spark.createDataFrame([], spark_schema())
+    if credentials is None and has_source(spark):
+        return _source_df(spark, topic, tasks, ns, page_bytes)
+    address = _ray_address()
+    kwargs: dict[str, Any] = {"credentials": credentials, "page_bytes": page_bytes}
 
     def read_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ensure_ray(address, ns)
@@ -204,6 +214,29 @@ def ranges_df(
 
     plan = spark.range(0, len(tasks), 1, len(tasks))
     return plan.mapInArrow(read_partition, spark_schema())
+
+
+def has_source(spark: Any) -> bool:
+    """Whether ``spark``'s driver can load rayq's DataSource V2 reader (rayq/spark_jar.py;
+    sessions made by :func:`session` have it when a JDK was there to build it)."""
+    try:
+        spark._jvm.org.apache.spark.util.Utils.classForName(spark_jar.SOURCE_CLASS, True, False)
+        return True
+    except Exception:  # py4j's error for ClassNotFoundException (or no JVM at all)
+        return False
+
+
+def _source_df(spark: Any, topic: str, tasks: list[list[OffsetRange]], namespace: str,
+               page_bytes: int) -> Any:  # fmt: skip
+    """The tasks' messages through rayq's Spark source (rayq/jvm): Spark prunes the columns
+    a query does not use, and the executors' JVMs call the brokers (no Python tasks)."""
+    plan = [[[broker_actor_name(r.broker), r.queue_id, r.start, r.end] for r in task]
+            for task in tasks]  # fmt: skip
+    options = {"namespace": namespace, "topic": topic, "page_bytes": str(page_bytes),
+               "tasks": json.dumps(plan)}  # fmt: skip
+    return (
+        spark.read.format(spark_jar.SOURCE_CLASS).schema(spark_schema()).options(**options).load()
+    )
 
 
 def read(spark: Any, topic: str, starting: object = "earliest", ending: object = "latest", *,

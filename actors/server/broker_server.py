@@ -571,7 +571,7 @@ class BrokerServer:
         if not 0 <= queue_id < cfg.read_queue_nums:
             raise InvalidOffsetError(f"queue {queue_id} of topic {topic!r} does not exist")
         batch, nxt = columnar.read_columns(self.store, topic, queue_id, req.start, req.end,
-                                           req.max_bytes, self.name)  # fmt: skip
+                                           req.max_bytes, self.name, req.columns)  # fmt: skip
         return ArrowPage(batch=batch, next_offset=nxt)
 
     def queue_bounds(self, req: TopicRequest) -> QueueBoundsReply:

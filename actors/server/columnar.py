@@ -36,8 +36,10 @@ read does not fail.
 
 from __future__ import annotations
 
+import functools
 import logging
 import zlib
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
@@ -118,10 +120,11 @@ def read_columns(
     end: int,
     max_bytes: int,
     broker: str = "",
+    columns: Sequence[str] | None = None,
 ) -> tuple[pa.RecordBatch, int]:
     """Records of ``topic``/``queue_id`` from ``start`` (before ``end``, about ``max_bytes``
     of records: at least one record) as one batch, and the offset to continue from
-    (``end`` when done).
+    (``end`` when done). ``columns``: only these (``decode_columns``).
 
     Raises InvalidOffsetError when ``start`` was already removed by retention.
     """
@@ -148,7 +151,7 @@ def read_columns(
         if page.full:
             break
     buffer, starts = _joined(pages)
-    return decode_columns(buffer, starts, topic, broker), offset
+    return decode_columns(buffer, starts, topic, broker, columns), offset
 
 
 def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
@@ -161,37 +164,89 @@ def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
 
 
 def decode_columns(
-    buffer: bytes, starts: np.ndarray, topic: str, broker: str = ""
+    buffer: bytes,
+    starts: np.ndarray,
+    topic: str,
+    broker: str = "",
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch:
-    """The records at ``starts`` of ``buffer`` (checked ones: bulk_reader.py) as one batch."""
+    """The records at ``starts`` of ``buffer`` (checked ones: bulk_reader.py) as one batch
+    of ``SCHEMA``, or of only ``columns`` (in that order; none: a batch of no columns
+    that still has the row count). Only what the asked columns need is decoded."""
     n = len(starts)
+    names = SCHEMA.names if columns is None else list(columns)
+    schema = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in names])
     if n == 0:
-        return pa.RecordBatch.from_pylist([], schema=SCHEMA)
-    raw = np.frombuffer(buffer, dtype=np.uint8)
-    heads = rows(raw, starts, codec.HEADER_SIZE).view(_HEADER).ravel()
-    body_at = starts + codec.HEADER_SIZE
-    body_end = body_at + heads["body_length"].astype(np.int64)
-    props_at = body_end + raw[body_end].astype(np.int64) + 1 + codec.PROPS_LEN.size
-    record_end = starts + heads["size"].astype(np.int64)
-    data = pa.py_buffer(buffer)
-    bodies = _inflated(_Ranges(data, pa.binary(), body_at, body_end).get(), heads)
-    props = _utf8(_Ranges(data, pa.binary(), props_at, record_end).get(), topic)
-    props = _Properties(props)
-    columns = [
-        pa.repeat(topic, n),
-        pa.repeat(broker, n),
-        pa.array(heads["queue_id"].astype(np.int32)),
-        pa.array(heads["queue_offset"].astype(np.int64)),
-        _msg_ids(props.value_of(P.UNIQ_KEY, empty_is_null=True), raw, starts),
-        props.value_of(P.TAGS),
-        props.keys(),
-        bodies,
-        props.as_map(),
-        pa.array(heads["born_timestamp"].astype(np.int64) * 1000, _TIMESTAMP),
-        pa.array(heads["store_timestamp"].astype(np.int64) * 1000, _TIMESTAMP),
-        pa.array(heads["reconsume_times"].astype(np.int32)),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    if not names:  # a count: no columns, n rows
+        return pa.RecordBatch.from_arrays([pa.nulls(n)], names=["n"]).select([])
+    page = _Page(buffer, starts, topic, broker)
+    return pa.RecordBatch.from_arrays([page.column(c) for c in names], schema=schema)
+
+
+_PAGE_HEAD: Final = np.dtype([("next_offset", "<i8"), ("rows", "<i8")])
+
+
+def page_bytes(batch: pa.RecordBatch, next_offset: int) -> bytes:
+    """A page for the JVM (rayq/jvm RayqReader): ``_PAGE_HEAD``, then ``batch`` as an
+    Arrow IPC stream unless it has no columns."""
+    sink = pa.BufferOutputStream()
+    sink.write(np.array([(next_offset, batch.num_rows)], _PAGE_HEAD).tobytes())
+    if batch.num_columns:
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+class _Page:
+    """One page of records; each column decoded when asked for (the headers, bodies and
+    property strings once, by the first column that needs them)."""
+
+    def __init__(self, buffer: bytes, starts: np.ndarray, topic: str, broker: str) -> None:
+        self.n, self.starts, self.topic, self.broker = len(starts), starts, topic, broker
+        self.data = pa.py_buffer(buffer)
+        self.raw = np.frombuffer(buffer, dtype=np.uint8)
+        self.heads = rows(self.raw, starts, codec.HEADER_SIZE).view(_HEADER).ravel()
+
+    @functools.cached_property
+    def body_end(self) -> np.ndarray:
+        return self.starts + codec.HEADER_SIZE + self.heads["body_length"].astype(np.int64)
+
+    @functools.cached_property
+    def props(self) -> _Properties:
+        raw, body_end = self.raw, self.body_end
+        props_at = body_end + raw[body_end].astype(np.int64) + 1 + codec.PROPS_LEN.size
+        record_end = self.starts + self.heads["size"].astype(np.int64)
+        return _Properties(_utf8(_Ranges(self.data, pa.binary(), props_at, record_end).get(),
+                                 self.topic))  # fmt: skip
+
+    def column(self, name: str) -> pa.Array:
+        heads, n = self.heads, self.n
+        match name:
+            case "topic":
+                return pa.repeat(self.topic, n)
+            case "broker":
+                return pa.repeat(self.broker, n)
+            case "queue_id" | "reconsume_times":
+                return pa.array(heads[name].astype(np.int32))
+            case "queue_offset":
+                return pa.array(heads[name].astype(np.int64))
+            case "born_timestamp" | "store_timestamp":
+                return pa.array(heads[name].astype(np.int64) * 1000, _TIMESTAMP)
+            case "msg_id":
+                uniq = self.props.value_of(P.UNIQ_KEY, empty_is_null=True)
+                return _msg_ids(uniq, self.raw, self.starts)
+            case "tags":
+                return self.props.value_of(P.TAGS)
+            case "keys":
+                return self.props.keys()
+            case "properties":
+                return self.props.as_map()
+            case "body":
+                body_at = self.starts + codec.HEADER_SIZE
+                return _inflated(_Ranges(self.data, pa.binary(), body_at, self.body_end).get(),
+                                 heads)  # fmt: skip
+        raise KeyError(name)
 
 
 class _Ranges:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pyarrow as pa
 import pytest
 import ray
@@ -10,7 +13,7 @@ import rayq
 import rayq.arrow_io
 import rayq.data
 from rayq import arrow_io
-from rayq.actors.protocol import ReadArrowRequest
+from rayq.actors.protocol import ReadArrowRequest, broker_actor_name
 from rayq.cluster import Cluster
 
 pytestmark = pytest.mark.integration
@@ -151,3 +154,30 @@ def test_null_bodies_raise_before_any_write(topic: str, monkeypatch: pytest.Monk
         ds = ray.data.from_arrow(bad)
         ds.write_datasink(rayq.data.TopicDatasink("copy", namespace=NAMESPACE))
     assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == before
+
+
+def test_jvm_pages_hold_the_asked_columns_and_bad_requests_are_refused(
+    big_topic: str, cluster: Cluster
+) -> None:
+    """``read_arrow_ipc`` (what Spark's rayq source calls from the JVM): a JSON request; the
+    page is the header then Arrow IPC of the asked columns; a malformed request raises
+    InvalidRequestError and the broker goes on serving."""
+    actor = ray.get_actor(broker_actor_name(cluster.broker_names[0]), namespace=NAMESPACE)
+
+    def ask(**req: object) -> bytes:
+        return ray.get(actor.read_arrow_ipc.remote(json.dumps(req).encode()), timeout=30)
+
+    base = {"topic": big_topic, "queue_id": 0, "start": 5, "end": 300, "max_bytes": 1 << 20}
+    page = ask(**base, columns=["keys", "queue_offset"])
+    nxt, rows = np.frombuffer(page[:16], "<i8").tolist()
+    batch = pa.ipc.open_stream(page[16:]).read_all()
+    assert batch.column_names == ["keys", "queue_offset"] and batch.num_rows == rows == nxt - 5
+    assert batch.column("queue_offset")[0].as_py() == 5
+    assert batch.column("keys")[0].as_py() == ["k5"]
+    assert ask(**base, columns=[]) == np.array([300, 295], "<i8").tobytes()  # a count
+    for bad in ({**base, "columns": ["nope"]}, {**base, "queue_id": -1}, {"topic": big_topic}):
+        with pytest.raises(rayq.InvalidRequestError):
+            ask(**bad)
+    with pytest.raises(rayq.InvalidRequestError):
+        ray.get(actor.read_arrow_ipc.remote(b"{not json"), timeout=30)
+    assert np.frombuffer(ask(**base, columns=[])[:8], "<i8")[0] == 300  # still serving

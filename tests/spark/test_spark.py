@@ -4,9 +4,11 @@ Spark retries a task), stream (crash mid-batch re-runs identical ranges), bad in
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
@@ -90,6 +92,34 @@ def test_read_covers_every_queue_with_the_design_columns(spark: object) -> None:
     assert rqspark.read(spark, "orders", starting="latest").count() == 0
     counts = {r.tags: r["count"] for r in df.groupBy("tags").count().collect()}
     assert counts == {"t0": 100, "t1": 100, "t2": 100}
+
+
+def test_rayq_source_reads_only_the_used_columns_and_matches_python_tasks(
+    spark: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a JDK to build rayq's Spark source, when a topic is read, then Spark scans it
+    with rayq's DataSource V2 reader asking for the columns the query uses (none for a
+    count), and the rows are those that Python tasks (mapInArrow) read."""
+    from pyspark.sql import functions as F
+
+    if shutil.which("javac") is None:
+        pytest.skip("no JDK on this machine: Spark reads use Python tasks (tested elsewhere)")
+    assert rqspark.has_source(spark)
+    rayq.Admin().create_topic("pruned", queues=2)
+    send("pruned", 120)
+
+    def plan(df: Any) -> str:
+        return str(df._jdf.queryExecution().executedPlan().toString())
+
+    df = rqspark.read(spark, "pruned")
+    assert "rayq topic=pruned columns=[body]" in plan(df.select(F.sum(F.length("body"))))
+    assert "rayq topic=pruned columns=[]" in plan(df.groupBy().count())
+    assert df.count() == 120 and df.select(F.sum(F.length("body"))).first()[0] > 0
+    jvm = sorted(df.collect(), key=lambda r: (r.queue_id, r.queue_offset))
+    monkeypatch.setattr(rqspark, "has_source", lambda _spark: False)
+    python = rqspark.read(spark, "pruned")
+    assert "MapInArrow" in plan(python) and "rayq topic=" not in plan(python)
+    assert sorted(python.collect(), key=lambda r: (r.queue_id, r.queue_offset)) == jvm
 
 
 def test_write_round_trip_and_retried_tasks_do_not_duplicate(spark: object) -> None:

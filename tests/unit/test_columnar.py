@@ -7,6 +7,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from rayq.actors.server import columnar
@@ -191,3 +192,29 @@ def test_large_page_matches_decoded_messages(store: MessageStore) -> None:
     assert batch.column("body").to_pylist() == [m.body for m in expected]
     assert batch.column("msg_id").to_pylist() == [m.msg_id for m in expected]
     assert batch.column("keys").to_pylist() == [m.keys for m in expected]
+
+
+@pytest.mark.parametrize(
+    "columns", [["body"], ["tags", "queue_offset"], ["msg_id", "keys", "properties"], []]
+)
+def test_asked_columns_are_those_of_the_full_batch(store: MessageStore, columns: list) -> None:
+    """Given records, when only some columns (or none: a count) are asked for, then the
+    batch has those columns in that order, equal to the full batch's, and every row."""
+    assert store.put_messages(_msgs(120)).ok
+    full, nxt = columnar.read_columns(store, "T", 0, 0, 120, 1 << 30, "b")
+    some, nxt_some = columnar.read_columns(store, "T", 0, 0, 120, 1 << 30, "b", columns)
+    assert nxt_some == nxt == 120
+    assert some.schema.names == columns and some.num_rows == 120
+    assert some.equals(full.select(columns))
+
+
+def test_page_bytes_carry_the_next_offset_rows_and_an_ipc_stream(store: MessageStore) -> None:
+    """The JVM's page: next offset and row count (little-endian), then Arrow IPC of the
+    asked columns; a count's page is the header alone."""
+    assert store.put_messages(_msgs(50)).ok
+    batch, nxt = columnar.read_columns(store, "T", 0, 0, 50, 1 << 30, "b", ["body", "tags"])
+    page = columnar.page_bytes(batch, nxt)
+    assert np.frombuffer(page[:16], "<i8").tolist() == [50, 50]
+    assert pa.ipc.open_stream(page[16:]).read_all().to_batches()[0].equals(batch)
+    count, _ = columnar.read_columns(store, "T", 0, 10, 50, 1 << 30, "b", [])
+    assert columnar.page_bytes(count, 50) == np.array([50, 40], "<i8").tobytes()

@@ -1,0 +1,171 @@
+package io.rayq.spark;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.ray.api.ObjectRef;
+import io.ray.api.PyActorHandle;
+import io.ray.api.Ray;
+import io.ray.api.function.PyActorMethod;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * Reads a task's ranges page by page with the broker method {@code read_arrow_ipc}
+ * (actors/broker.py), whose one argument is a {@code ReadArrowRequest} as JSON. A page is a little-endian header (next offset, row count) and, when
+ * columns were asked for, an Arrow IPC stream of those columns. The next page is asked
+ * for before this one is handed to Spark.
+ */
+final class RayqReader implements PartitionReader<ColumnarBatch> {
+  private static final PyActorMethod<byte[]> READ =
+      PyActorMethod.of("read_arrow_ipc", byte[].class);
+  private static final int HEADER = 16;
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  private final String namespace;
+  private final String topic;
+  private final int pageBytes;
+  private final StructType required;
+  private final List<String> columns;
+  private final Iterator<RayqPartition.Range> ranges;
+  private final Map<String, PyActorHandle> brokers = new HashMap<>();
+  private final BufferAllocator allocator = new RootAllocator(Long.MAX_VALUE);
+
+  private RayqPartition.Range range;
+  private long offset;
+  private ObjectRef<byte[]> pending;
+  private ArrowStreamReader stream;
+  private ColumnarBatch batch;
+
+  RayqReader(String namespace, String topic, int pageBytes, StructType required,
+      RayqPartition partition) {
+    this.namespace = namespace;
+    this.topic = topic;
+    this.pageBytes = pageBytes;
+    this.required = required;
+    this.columns = List.of(required.fieldNames());
+    this.ranges = partition.ranges.iterator();
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    release();
+    while (true) {
+      if (pending == null && !advance()) {
+        return false;
+      }
+      byte[] page = pending.get();
+      pending = null;
+      ByteBuffer head = ByteBuffer.wrap(page, 0, HEADER).order(ByteOrder.LITTLE_ENDIAN);
+      long next = head.getLong(0);
+      int rows = (int) head.getLong(8);
+      if (next <= offset) {
+        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: " + topic + "/"
+            + range.queueId + " on " + range.actor + " stopped at offset " + offset
+            + " before the planned end " + range.end);
+      }
+      offset = next;
+      if (offset < range.end) {
+        pending = ask();
+      }
+      if (rows == 0) {
+        continue;
+      }
+      batch = decode(page, rows);
+      return true;
+    }
+  }
+
+  /** Starts the next non-empty range; false when there is none. */
+  private boolean advance() {
+    while (ranges.hasNext()) {
+      range = ranges.next();
+      offset = range.start;
+      if (offset < range.end) {
+        pending = ask();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private ObjectRef<byte[]> ask() {
+    Map<String, Object> req = new LinkedHashMap<>();
+    req.put("topic", topic);
+    req.put("queue_id", range.queueId);
+    req.put("start", offset);
+    req.put("end", range.end);
+    req.put("max_bytes", pageBytes);
+    req.put("columns", columns);
+    try {
+      return broker(range.actor).task(READ, JSON.writeValueAsBytes(req)).remote();
+    } catch (JsonProcessingException e) {
+      throw new IllegalStateException("rayq: cannot encode a read request", e);
+    }
+  }
+
+  private PyActorHandle broker(String actor) {
+    PyActorHandle handle = brokers.get(actor);
+    if (handle == null) {
+      Optional<PyActorHandle> found = Ray.getActor(actor, namespace);
+      if (!found.isPresent()) {
+        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: broker actor "
+            + actor + " is not running in namespace " + namespace);
+      }
+      handle = found.get();
+      brokers.put(actor, handle);
+    }
+    return handle;
+  }
+
+  private ColumnarBatch decode(byte[] page, int rows) throws IOException {
+    StructField[] fields = required.fields();
+    ColumnVector[] vectors = new ColumnVector[fields.length];
+    if (fields.length > 0) {
+      stream = new ArrowStreamReader(
+          new ByteArrayInputStream(page, HEADER, page.length - HEADER), allocator);
+      stream.loadNextBatch();
+      VectorSchemaRoot root = stream.getVectorSchemaRoot();
+      for (int i = 0; i < fields.length; i++) {
+        vectors[i] = new ArrowColumnVector(root.getVector(fields[i].name()));
+      }
+    }
+    return new ColumnarBatch(vectors, rows);
+  }
+
+  private void release() throws IOException {
+    batch = null;
+    if (stream != null) {
+      stream.close();
+      stream = null;
+    }
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return batch;
+  }
+
+  @Override
+  public void close() throws IOException {
+    release();
+    allocator.close();
+  }
+}
