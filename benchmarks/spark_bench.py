@@ -41,6 +41,7 @@ except ImportError:  # run as a module
 BENCH = "spark_bench"
 
 BODY_BYTES = 1024
+WARMUP_RUNS = 2  # untimed reads before the timed ones (as JMH's warm-up iterations)
 SENT_DIGITS = 20  # a streamed body starts with its send time, ns since the epoch
 
 
@@ -154,8 +155,12 @@ def read_vs_parquet(spark: Any, n: int, parquet_dir: str, bodies: str = "padded"
         ("count", df.count, pq.count),
         ("scan", lambda: df.select(scan).first()[0], lambda: pq.select(scan).first()[0]),
     ):
-        got, dt = timed(rayq_action, runs=2)  # best of two: the first starts Python workers
-        want, dt_pq = timed(parquet_action, runs=2)
+        # Two untimed runs each, then the best of three: the first runs JIT-compile the
+        # readers' Java code (and start the executor's Python workers without a JDK).
+        for action in (rayq_action, parquet_action) * WARMUP_RUNS:
+            action()
+        got, dt = timed(rayq_action, runs=3)
+        want, dt_pq = timed(parquet_action, runs=3)
         assert got == want == (n if what == "count" else n * BODY_BYTES), (what, got, want)
         print(
             f"read + {what} ({bodies} bodies): rayq {n / dt:,.0f} msgs/s ({dt:.2f} s), "
