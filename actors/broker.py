@@ -27,18 +27,21 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import msgspec
+import pyarrow as pa
 import ray
 
 from rayq.store import SYSTEM_CLOCK, EncodedBatch
+from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
 from rayq.store.errors import ClosedError, InvalidRequestError
 from rayq.store.names import is_dlq_topic
 
-from .config import BrokerConfig
+from .config import BrokerConfig, ClientConfig
 from .metrics import REPORT_INTERVAL_S, BrokerMetrics
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
     HOLD_REPLY_BYTES,
     ArrowPage,
+    ArrowPutRequest,
     BatchSendResult,
     BrokerInfo,
     BrokerStatus,
@@ -112,6 +115,8 @@ REGISTER_TIMEOUT_S = 30.0
 STATUS_PEER_TIMEOUT_S = 5.0  # broker_status: a flusher or hold service slower is reported
 RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
+# Records per batch that ``put_arrow`` appends (as a producer's batches).
+ARROW_PUT_BYTES = ClientConfig().batch_max_bytes
 LINGER_BELOW = 1 << 20  # a slave of an ASYNC master waits ha_fetch_linger_ms after chunks
 # smaller than this before it fetches again
 
@@ -429,8 +434,43 @@ class BrokerActor:
                 )
             batch = msgspec.structs.replace(batch, records=b"".join(chunks))
         self.server.authorize("put", batch)  # signed whole, before it was split
+        result = await self._append(batch, started)
+        return to_wire(result) if wire else result
+
+    @ray.method(concurrency_group="send")
+    async def put_arrow(self, req: bytes, rows: bytes) -> bytes:
+        """Rows from the JVM (rayq/jvm, Spark's rayq sink; a Ray cross-language call): the
+        request as JSON (an ``ArrowPutRequest``), the rows as an Arrow IPC stream. They are
+        encoded here column-wise (store/arrow_puts.py) and appended as idempotent batches,
+        each as ``put`` appends one (a batch appended before is not appended again).
+        Answers ``{"rows": n}`` as JSON."""
+        started = time.perf_counter()
+        request = check_json(req, ArrowPutRequest)
+        cols = Columns(request.body, request.keys, request.tags, request.properties)
+        try:
+            reader = pa.ipc.open_stream(rows if type(rows) is bytes else b"")
+            table = reader.read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InvalidRequestError(f"put_arrow: rows are not an Arrow IPC stream: {exc}",
+                                      request="ArrowPutRequest") from None  # fmt: skip
+        check_columns(table.schema, cols)
+        check_bodies(table, cols)  # nothing is appended when a body is null
+        written, limits = 0, self.server.store.config
+        for batch in encoded_puts(table.to_batches(), request.topic, request.queue_id,
+                                  request.producer_id, cols, request.group, ARROW_PUT_BYTES,
+                                  request.first_sequence, limits.max_message_size_bytes,
+                                  limits.max_properties_size_bytes):  # fmt: skip
+            self.server.authorize("put", batch)
+            await self._append(batch, started, own=True)
+            written += batch.count
+        return b'{"rows": %d}' % written
+
+    async def _append(self, batch: EncodedBatch, started: float,
+                      own: bool = False) -> BatchSendResult:  # fmt: skip
+        """Append an authorized batch (``own``: encoded here), wake the pulls parked on
+        its queue, answer when it is as safe as the flush and replication modes say."""
         known = batch.topic in self.server.tables.topics
-        result = self.server.put(batch)
+        result = self.server.put(batch, own=own)
         self._notify_append()
         if not known:  # auto-created: routes must show it now, not at the next heartbeat
             await self._register()
@@ -440,7 +480,7 @@ class BrokerActor:
         result = await self._wait_safe(result)
         self._metrics.puts.count((batch.topic,), batch.count, len(batch.records))
         self._metrics.puts.observe((batch.topic,), time.perf_counter() - started)
-        return to_wire(result) if wire else result
+        return result
 
     @ray.method(concurrency_group="send")
     async def put_half(self, req: HalfSendRequest | bytes) -> BatchSendResult:

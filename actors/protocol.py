@@ -649,6 +649,22 @@ class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     columns: Annotated[list[ColumnName], Meta(max_length=12)] | None = None
 
 
+class ArrowPutRequest(_Request, frozen=True, kw_only=True):
+    """Rows for one queue, as Arrow (Spark's JVM writes: rayq/jvm), appended as the
+    idempotent batches of ``producer_id`` from sequence ``first_sequence``
+    (store/arrow_puts.py); ``body`` .. ``properties`` name the columns of a message."""
+
+    topic: Text
+    queue_id: QueueId
+    producer_id: Annotated[str, Meta(min_length=1, max_length=128)]
+    first_sequence: Annotated[int, Meta(ge=0, le=2**62)]
+    group: Text
+    body: Text
+    keys: Text | None = None
+    tags: Text | None = None
+    properties: Text | None = None
+
+
 class MaxOffsetRequest(_Request, frozen=True, kw_only=True):
     topic: Text
     queue_id: QueueId

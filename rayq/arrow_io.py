@@ -19,12 +19,9 @@ producer's sender (produce_sender.py) sends them, ``MAX_PUTS_IN_FLIGHT`` at a ti
 under its retry policy with ``PUT_ATTEMPTS`` attempts: a failed put is sent again to
 the same queue, with the puts behind it, in order.
 
-A row's properties (a ``properties_col``) may not set the names the producer or the
-broker set (produce_validation.py): those a read returns (TAGS, KEYS, UNIQ_KEY,
-PGROUP, __PID, __PSEQ, __SHARDINGKEY, WAIT, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
-DLQ_ORIGIN_*, RECONSUME_TIME, MAX_RECONSUME_TIMES) are dropped, so that rows read from
-rayq can be written back; the others (DELAY, __DELIVER_AT_MS, REAL_TOPIC, REAL_QID)
-raise InvalidMessageError, as does a name given twice in one row.
+How rows become batches (the cuts, the sequence numbers, the properties a
+``properties_col`` may not set) is store/arrow_puts.py, shared with the broker's
+``put_arrow`` (the rows Spark's JVM sends).
 
 With ACL on, tasks sign their broker calls: the driver hands a task the user's
 ``Credentials`` (``ClientConfig.credentials``) and ``read_range`` / ``write_batches``
@@ -36,12 +33,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from typing import Final, TypeVar
 
-import msgspec
-import numpy as np
 import pyarrow as pa
 import ray
 
@@ -49,25 +43,15 @@ from rayq.actors.auth import Credentials, Signer
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ArrowPage, MessageQueue, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
-from rayq.actors.server.dedupe import sequence_properties
 from rayq.ranges import OffsetRange
 from rayq.ray_transport import RayTransport
-from rayq.store import properties as P
-from rayq.store.arrow_encode import (
-    ArrowRows,
-    arrow_rows,
-    cuts,
-    encode_rows,
-    properties_text,
-    record_bounds,
-    sequence_ids,
-)
-from rayq.store.errors import BrokerUnavailableError, InvalidMessageError
+from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
+from rayq.store.errors import BrokerUnavailableError
 from rayq.transport import BrokerClient, Reply
 
 from .produce_accumulator import Put
 from .produce_sender import RetryPolicy, Sender
-from .produce_validation import READ_BACK_PROPERTIES, RESERVED_PROPERTIES, check_topic
+from .produce_validation import check_topic
 
 logger = logging.getLogger(__name__)
 
@@ -76,15 +60,6 @@ PUT_BYTES: Final[int] = ClientConfig().batch_max_bytes  # records per column-wis
 MAX_PUTS_IN_FLIGHT: Final[int] = 4
 PUT_ATTEMPTS: Final[int] = 5
 CALL_TIMEOUT_S: Final[float] = 60.0
-MAX_BODY_BYTES: Final[int] = 4 * 1024 * 1024
-MAX_PROPERTIES_BYTES: Final[int] = 32 * 1024
-
-# Reserved names a properties column may not set (those a read returns are dropped).
-_REFUSED: Final[dict[str, str]] = {
-    name: f"{why}; remove it from the properties column (Arrow writes do not schedule delivery)"
-    for name, why in RESERVED_PROPERTIES.items()
-    if name not in READ_BACK_PROPERTIES
-}
 
 _lock = threading.Lock()
 _transports: dict[str, RayTransport] = {}
@@ -178,43 +153,12 @@ def read_range(
 
 
 # ----------------------------------------------------------------- write
-class Columns(msgspec.Struct, frozen=True):
-    """Which input columns make up a message."""
-
-    body: str
-    keys: str | None = None
-    tags: str | None = None
-    properties: str | None = None
-
-
-def check_columns(schema: pa.Schema, cols: Columns) -> None:
-    """InvalidMessageError for a missing column or one of the wrong type."""
-    wanted = {
-        cols.body: ("body_col", (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string,
-                                 pa.types.is_large_string), "binary or string"),
-        cols.keys: ("keys_col", (pa.types.is_string, pa.types.is_large_string, _is_str_list),
-                    "string or array<string>"),
-        cols.tags: ("tags_col", (pa.types.is_string, pa.types.is_large_string), "string"),
-        cols.properties: ("properties_col", (_is_str_map,), "map<string, string>"),
-    }  # fmt: skip
-    for name, (arg, tests, kind) in wanted.items():
-        if name is None:
-            continue
-        if name not in schema.names:
-            raise InvalidMessageError(f"{arg}={name!r}: no such column; columns are "
-                                      f"{schema.names}", column=name)  # fmt: skip
-        typ = schema.field(name).type
-        if not any(t(typ) for t in tests):
-            raise InvalidMessageError(f"{arg}={name!r} must be {kind}, got {typ}", column=name)
-
-
-def _is_str_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) and pa.types.is_string(t.value_type)
-
-
-def _is_str_map(t: pa.DataType) -> bool:
-    return (pa.types.is_map(t) and pa.types.is_string(t.key_type)
-            and pa.types.is_string(t.item_type))  # fmt: skip
+def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
+          cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
+    """The rows as idempotent puts of at most ``PUT_BYTES`` of records (arrow_puts.py)."""
+    for batch in encoded_puts(batches, queue.topic, queue.queue_id, producer_id, cols, group,
+                              PUT_BYTES):  # fmt: skip
+        yield Put(queue, batch=batch, fixed="idempotent writes never move to another queue")
 
 
 def write_batches(
@@ -238,100 +182,6 @@ def write_batches(
     queue = MessageQueue(topic, broker, queue_id)
     puts = _puts(batches, queue, producer_id, cols, group)
     return sum(put.batch.count for put, _ in sender.pipeline(puts, MAX_PUTS_IN_FLIGHT))  # type: ignore[union-attr]
-
-
-def check_bodies(batch: pa.RecordBatch | pa.Table, cols: Columns) -> None:
-    """InvalidMessageError for a null body (before anything is sent)."""
-    body = batch.column(cols.body)
-    if body.null_count:
-        raise InvalidMessageError(
-            f"column {cols.body!r} has {body.null_count} null bodies in {len(body)} rows; a "
-            "message needs one: fill them or filter them out (nothing was written)",
-            column=cols.body,
-        )  # fmt: skip
-
-
-def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
-          cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
-    """The rows as idempotent puts of at most ``PUT_BYTES`` of records (a larger record
-    alone), cut from the rows of consecutive input batches by a deterministic rule
-    (arrow_encode.cuts over upper bounds of the record sizes), each encoded column-wise."""
-    other = len(P.encode_properties(_widest_properties(producer_id, group)).encode())
-    pending: list[ArrowRows] = []  # rows not put yet, as they came (zero-copy slices)
-    pending_bounds: list[np.ndarray] = []
-    seq = 0
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        check_bodies(batch, cols)
-        rows = arrow_rows(batch.column(cols.body), _column(batch, cols.tags),
-                          _column(batch, cols.keys))  # fmt: skip
-        if cols.properties is not None:
-            own = properties_text(batch.column(cols.properties), READ_BACK_PROPERTIES, _REFUSED)
-            rows = rows._replace(properties=own)
-        pending.append(rows)
-        pending_bounds.append(record_bounds(rows, queue.topic, other))
-        if sum(int(b.sum()) for b in pending_bounds) < PUT_BYTES:
-            continue
-        bounds = np.concatenate(pending_bounds)
-        pieces = cuts(bounds, PUT_BYTES)
-        for start, stop in pieces[:-1]:
-            yield _column_put(_rows_between(pending, start, stop), queue, producer_id, seq, group)
-            seq += stop - start
-        start, stop = pieces[-1]
-        pending, pending_bounds = _parts_between(pending, start, stop), [bounds[start:stop]]
-    if pending:
-        bounds = np.concatenate(pending_bounds)
-        for start, stop in cuts(bounds, PUT_BYTES):
-            yield _column_put(_rows_between(pending, start, stop), queue, producer_id, seq, group)
-            seq += stop - start
-
-
-def _column(batch: pa.RecordBatch, name: str | None) -> pa.Array | None:
-    return None if name is None else batch.column(name)
-
-
-def _parts_between(parts: list[ArrowRows], start: int, stop: int) -> list[ArrowRows]:
-    """Rows ``start .. stop - 1`` of the parts taken as one, as zero-copy slices of them."""
-    out, at = [], 0
-    for part in parts:
-        n = len(part.bodies)
-        lo, hi = max(start, at), min(stop, at + n)
-        if lo < hi:
-            out.append(part.slice(lo - at, hi - at))
-        at += n
-    return out
-
-
-def _rows_between(parts: list[ArrowRows], start: int, stop: int) -> ArrowRows:
-    """Rows ``start .. stop - 1`` of the parts taken as one: copied only when they span
-    two parts (a piece inside one input batch is a slice of it)."""
-    inside = _parts_between(parts, start, stop)
-    if len(inside) == 1:
-        return inside[0]
-    columns = zip(*inside, strict=True)
-    return ArrowRows(*(None if c[0] is None else pa.concat_arrays(list(c)) for c in columns))
-
-
-def _widest_properties(producer_id: str, group: str) -> dict[str, str]:
-    """A record's properties besides TAGS and KEYS with the longest sequence numbers."""
-    widest = 2**63 - 1
-    return {P.UNIQ_KEY: f"{producer_id}-{widest}", P.PRODUCER_GROUP: group,
-            **sequence_properties(producer_id, widest, widest)}  # fmt: skip
-
-
-def _column_put(rows: ArrowRows, queue: MessageQueue, producer_id: str, first: int,
-                group: str) -> Put:  # fmt: skip
-    """One idempotent put; message ids are ``<producer id>-<sequence>`` (the same on
-    every attempt)."""
-    n = len(rows.bodies)
-    shared = {P.PRODUCER_GROUP: group, **sequence_properties(producer_id, first, first + n - 1)}
-    batch = encode_rows(rows, topic=queue.topic, queue_id=queue.queue_id,
-                        uniq_keys=sequence_ids(f"{producer_id}-", first, n), properties=shared,
-                        born_timestamp=time.time_ns() // 1_000_000, max_body_bytes=MAX_BODY_BYTES,
-                        max_properties_bytes=MAX_PROPERTIES_BYTES)  # fmt: skip
-    batch = msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)
-    return Put(queue, batch=batch, fixed="idempotent writes never move to another queue")
 
 
 class _NamedBrokers:

@@ -35,13 +35,13 @@ from typing import Any, Final
 import msgspec
 
 from rayq.actors.config import ClientConfig
-from rayq.actors.server.dedupe import PRODUCER_ID, PRODUCER_SEQ
 from rayq.actors.server.schedule import DELIVER_AT_MAX_AHEAD_MS
 from rayq.store import DEFAULT_STORE_CONFIG, InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.errors import ConfigError, InvalidMessageError, MessageTooLargeError
 from rayq.store.message import COMPRESSED_FLAG
 from rayq.store.names import check_client_write_topic, validate_topic
+from rayq.store.properties import READ_BACK_PROPERTIES, RESERVED_PROPERTIES
 
 MAX_DELAY_LEVEL: Final[int] = 18  # the broker clamps to its own table (message_delay_level)
 MAX_PROPERTIES_BYTES: Final[int] = DEFAULT_STORE_CONFIG.max_properties_size_bytes
@@ -54,37 +54,6 @@ _GROUP_CHARS: Final[int] = 300  # PGROUP alone: a group name has at most 255 cha
 PLAIN_PROPERTIES_CHARS: Final[int] = _FIXED_CHARS + _GROUP_CHARS
 _TOPIC: Final = attrgetter("topic")
 _BODY: Final = attrgetter("body")
-_BROKER_SETS_IT: Final[str] = "the broker sets it (send-back, dead letters, delayed delivery)"
-
-# Property name -> why a user may not set it (and what to do instead).
-RESERVED_PROPERTIES: Final[dict[str, str]] = {
-    P.TAGS: "set Message.tags",
-    P.KEYS: "set Message.keys",
-    P.UNIQ_KEY: "the producer assigns it",
-    P.PRODUCER_GROUP: "the producer sets it",
-    P.DELAY: "set Message.delay_level",
-    P.DELIVER_AT_MS: "set Message.deliver_at_ms",
-    P.SHARDING_KEY: "use send_orderly(msg, sharding_key=...)",
-    PRODUCER_ID: "use Producer(idempotent=True)",
-    PRODUCER_SEQ: "use Producer(idempotent=True)",
-    P.WAIT: "the broker decides when a send is stored",
-    P.REAL_TOPIC: _BROKER_SETS_IT,
-    P.REAL_QID: _BROKER_SETS_IT,
-    P.RETRY_TOPIC: _BROKER_SETS_IT,
-    P.ORIGIN_MESSAGE_ID: _BROKER_SETS_IT,
-    P.DLQ_ORIGIN_TOPIC: _BROKER_SETS_IT,
-    P.DLQ_ORIGIN_MESSAGE_ID: _BROKER_SETS_IT,
-    P.RECONSUME_TIME: _BROKER_SETS_IT,
-    P.MAX_RECONSUME_TIMES: _BROKER_SETS_IT,
-}
-# Reserved names a read can return (a stored record keeps them; the delivery of a
-# delayed message removes DELAY, __DELIVER_AT_MS, REAL_TOPIC and REAL_QID).
-READ_BACK_PROPERTIES: Final[frozenset[str]] = frozenset(RESERVED_PROPERTIES) - {
-    P.DELAY,
-    P.DELIVER_AT_MS,
-    P.REAL_TOPIC,
-    P.REAL_QID,
-}
 
 
 @functools.cache

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 import ray
 
@@ -36,7 +37,15 @@ from rayq import spark_jar
 from rayq.actors.auth import Credentials
 from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import broker_actor_name
-from rayq.arrow_io import Columns, check_columns, ensure_ray, read_range, write_batches
+from rayq.arrow_io import (
+    MAX_PUTS_IN_FLIGHT,
+    PUT_ATTEMPTS,
+    Columns,
+    check_columns,
+    ensure_ray,
+    read_range,
+    write_batches,
+)
 from rayq.client import ClientContext
 from rayq.cluster import current_namespace
 from rayq.quiet import quiet_children
@@ -68,6 +77,9 @@ MAX_MESSAGES_PER_PARTITION = 262_144
 # A Spark task's pages: larger than Ray Data's (arrow_io.PAGE_BYTES), near Spark's Arrow
 # batches (10,000 rows); fewer calls per task (scan ~10% faster than 4 MiB pages).
 PAGE_BYTES = 16 * 1024 * 1024
+# Arrow bytes per put of rayq's Spark sink (the broker cuts them into batches of
+# ClientConfig.batch_max_bytes of records: actors/broker.py put_arrow).
+JVM_PUT_BYTES = 8 * 1024 * 1024
 _session: Any = None
 
 
@@ -323,6 +335,15 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
     targets.sort(key=lambda t: (t[1], t[0]))
     needed = [c for c in (body_col, keys_col, tags_col, properties_col) if c]
 
+    if credentials is None and has_source(df.sparkSession):
+        plan = [[broker_actor_name(broker), qid] for broker, qid in targets]
+        options = {"namespace": ns, "topic": topic, "group": group, "write_id": write_id,
+                   "targets": json.dumps(plan), "put_bytes": str(JVM_PUT_BYTES),
+                   "in_flight": str(MAX_PUTS_IN_FLIGHT), "attempts": str(PUT_ATTEMPTS),
+                   **{role: name for role, name in msgspec.structs.asdict(cols).items()
+                      if name is not None}}  # fmt: skip
+        return _raising_task_errors(lambda: _sink_write(df.select(*needed), options))
+
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -333,14 +354,30 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
                           group, credentials=credentials)  # fmt: skip
         yield pa.RecordBatch.from_pydict({"rows": [n]}, schema=pa.schema([("rows", pa.int64())]))
 
-    try:
+    def run() -> int:
         out = df.select(*needed).mapInArrow(write_partition, "rows long").collect()
+        return sum(r["rows"] for r in out)
+
+    return _raising_task_errors(run)
+
+
+def _sink_write(df: Any, options: dict[str, str]) -> int:
+    """``df`` appended through rayq's Spark sink (rayq/jvm RayqWrite): the executors'
+    JVMs send Arrow batches to the brokers (no Python tasks); the rows it wrote."""
+    df.write.format(spark_jar.SOURCE_CLASS).options(**options).mode("append").save()
+    written = df.sparkSession._jvm.io.rayq.spark.RayqWrite.written(options["write_id"])
+    return int(written)
+
+
+def _raising_task_errors(run: Callable[[], int]) -> int:
+    """``run()``, a rayq error raised in one of its Spark tasks raised again as itself."""
+    try:
+        return run()
     except Exception as exc:
         raised = raised_in_task(exc)
         if raised is None:
             raise
         raise raised from exc
-    return sum(r["rows"] for r in out)
 
 
 def _check_no_null_bodies(df: Any, body_col: str) -> None:

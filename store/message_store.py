@@ -47,6 +47,7 @@ from .batch import (
     check_encoded,
     encode_batch,
     fill_store_block,
+    own_layout,
     split_by_queue,
 )
 from .bulk_reader import RecordPage, read_page
@@ -310,11 +311,13 @@ class MessageStore:
                 column[:] = [column[j] for j in back]
         return result
 
-    def put_encoded(self, batch: EncodedBatch) -> PutResult:
+    def put_encoded(self, batch: EncodedBatch, *, own: bool = False) -> PutResult:
         """Append a batch a producer encoded (batch.py): the broker's hot path.
 
         A batch marked ``scheduled`` is MESSAGE_ILLEGAL here: the broker's schedule service
-        parks its delayed records (appended as is, they would be delivered at once)."""
+        parks its delayed records (appended as is, they would be delivered at once).
+        ``own``: the broker encoded the batch itself (``put_arrow``), so its records are
+        not checked again one by one (batch.check_encoded); only its columns' shape is."""
         self._check_open()
         if getattr(batch, "topic", None) in NO_QUEUE_TOPICS:
             return PutResult(
@@ -328,13 +331,15 @@ class MessageStore:
                 error="a batch marked scheduled (DELAY or __DELIVER_AT_MS) goes through the "
                 "broker's schedule service, not straight into the store",
             )
-        return self._put_batches([batch])
+        return self._put_batches([batch], own=own)
 
-    def _put_batches(self, batches: list[EncodedBatch], transactional: bool = False) -> PutResult:
+    def _put_batches(self, batches: list[EncodedBatch], transactional: bool = False,
+                     own: bool = False) -> PutResult:  # fmt: skip
         checked = []
         for b in batches:
             try:
-                checked.append((b, self._check_encoded(b, transactional)))
+                layout = own_layout(b) if own else self._check_encoded(b, transactional)
+                checked.append((b, layout))
             except (BatchRejected, RayqError) as exc:
                 return PutResult(status=PutStatus.MESSAGE_ILLEGAL, error=str(exc))
         now = self.clock.now_ms()

@@ -35,6 +35,41 @@ TRANSACTION_PREPARED: Final[str] = "TRAN_MSG"
 TRANSACTION_CHECK_TIMES: Final[str] = "TRANSACTION_CHECK_TIMES"
 TRANSACTION_ID: Final[str] = "__transactionId__"
 SHARDING_KEY: Final[str] = "__SHARDINGKEY"
+# Idempotent produce (actors/server/dedupe.py): the producer id and the batch's
+# sequence numbers ``first-last``.
+PRODUCER_ID: Final[str] = "__PID"
+PRODUCER_SEQ: Final[str] = "__PSEQ"
+
+_BROKER_SETS_IT: Final[str] = "the broker sets it (send-back, dead letters, delayed delivery)"
+# Property name -> why a user may not set it (and what to do instead).
+RESERVED_PROPERTIES: Final[dict[str, str]] = {
+    TAGS: "set Message.tags",
+    KEYS: "set Message.keys",
+    UNIQ_KEY: "the producer assigns it",
+    PRODUCER_GROUP: "the producer sets it",
+    DELAY: "set Message.delay_level",
+    DELIVER_AT_MS: "set Message.deliver_at_ms",
+    SHARDING_KEY: "use send_orderly(msg, sharding_key=...)",
+    PRODUCER_ID: "use Producer(idempotent=True)",
+    PRODUCER_SEQ: "use Producer(idempotent=True)",
+    WAIT: "the broker decides when a send is stored",
+    REAL_TOPIC: _BROKER_SETS_IT,
+    REAL_QID: _BROKER_SETS_IT,
+    RETRY_TOPIC: _BROKER_SETS_IT,
+    ORIGIN_MESSAGE_ID: _BROKER_SETS_IT,
+    DLQ_ORIGIN_TOPIC: _BROKER_SETS_IT,
+    DLQ_ORIGIN_MESSAGE_ID: _BROKER_SETS_IT,
+    RECONSUME_TIME: _BROKER_SETS_IT,
+    MAX_RECONSUME_TIMES: _BROKER_SETS_IT,
+}
+# Reserved names a read can return (a stored record keeps them; the delivery of a
+# delayed message removes DELAY, __DELIVER_AT_MS, REAL_TOPIC and REAL_QID).
+READ_BACK_PROPERTIES: Final[frozenset[str]] = frozenset(RESERVED_PROPERTIES) - {
+    DELAY,
+    DELIVER_AT_MS,
+    REAL_TOPIC,
+    REAL_QID,
+}
 
 _FORBIDDEN: Final[tuple[str, str]] = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 

@@ -300,8 +300,9 @@ class BrokerServer:
                           put_tps=self.put_rate.per_second(now))  # fmt: skip
 
     # --------------------------------------------------------------- send
-    def put(self, batch: EncodedBatch) -> BatchSendResult:
-        """Append one producer batch; raises RayqErrors for what the sender must fix."""
+    def put(self, batch: EncodedBatch, *, own: bool = False) -> BatchSendResult:
+        """Append one producer batch; raises RayqErrors for what the sender must fix.
+        ``own``: encoded by this broker (``put_arrow``): its records are not re-checked."""
         self._check_put(batch, "sends")
         cached = self._duplicate(batch, batch.topic)
         if cached is not None:
@@ -310,7 +311,7 @@ class BrokerServer:
             if batch.scheduled:  # some record has DELAY or __DELIVER_AT_MS: park those
                 result = self.schedule.put_batch(batch)
             else:
-                result = self.store.put_encoded(batch)
+                result = self.store.put_encoded(batch, own=own)
         return self._sent(batch, batch.topic, result)
 
     def _check_put(self, batch: EncodedBatch, what: str) -> None:

@@ -38,13 +38,14 @@ from typing import Any, Final
 
 import msgspec
 
+from rayq.store import properties as P
 from rayq.store.errors import InvalidMessageError
 from rayq.store.json_file import JsonFile
 
 logger = logging.getLogger(__name__)
 
-PRODUCER_ID: Final[str] = "__PID"
-PRODUCER_SEQ: Final[str] = "__PSEQ"
+PRODUCER_ID: Final[str] = P.PRODUCER_ID
+PRODUCER_SEQ: Final[str] = P.PRODUCER_SEQ
 FILE_NAME: Final[str] = "producerSequence.json"
 EXPIRY_MS: Final[int] = 7 * 24 * 3600 * 1000
 MAX_PRODUCER_ID_LENGTH: Final[int] = 128

@@ -181,3 +181,47 @@ def test_jvm_pages_hold_the_asked_columns_and_bad_requests_are_refused(
     with pytest.raises(rayq.InvalidRequestError):
         ray.get(actor.read_arrow_ipc.remote(b"{not json"), timeout=30)
     assert np.frombuffer(ask(**base, columns=[])[:8], "<i8")[0] == 300  # still serving
+
+
+def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> None:
+    """``put_arrow`` (what Spark's rayq sink calls from the JVM): JSON request, Arrow IPC
+    rows; encoded and appended by the broker as idempotent batches; the same call again
+    appends nothing; bad requests and rows raise rayq errors and append nothing."""
+    admin = rayq.Admin(namespace=NAMESPACE)
+    admin.create_topic("jvm-sink", queues=1)
+    actor = ray.get_actor(broker_actor_name(cluster.broker_names[0]), namespace=NAMESPACE)
+
+    def ipc(table: pa.Table) -> bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return sink.getvalue().to_pybytes()
+
+    def put(rows: bytes, **fields: object) -> dict:
+        req = {"topic": "jvm-sink", "queue_id": 0, "producer_id": "p1", "first_sequence": 0,
+               "group": "g", "body": "body", **fields}  # fmt: skip
+        return json.loads(ray.get(actor.put_arrow.remote(json.dumps(req).encode(), rows)))
+
+    def stored() -> int:
+        return sum(q.max_offset for q in admin.topic_stats("jvm-sink"))
+
+    rows = pa.table({"body": [f"m{i}".encode() for i in range(5)], "t": ["a", "b"] * 2 + ["a"]})
+    assert put(ipc(rows), tags="t") == {"rows": 5}
+    assert put(ipc(rows), tags="t") == {"rows": 5} and stored() == 5  # a retry: no copies
+    more = pa.table({"body": [b"m5", b"m6"], "t": ["a", "b"]})
+    assert put(ipc(more), tags="t", first_sequence=5) == {"rows": 2} and stored() == 7
+    got = rayq.data.read_topic("jvm-sink", namespace=NAMESPACE).take_all()
+    assert [(r["body"], r["tags"]) for r in got][-2:] == [(b"m5", "a"), (b"m6", "b")]
+
+    null_body = pa.table({"body": pa.array([b"x", None], pa.binary())})
+    with pytest.raises(rayq.InvalidMessageError, match="null bodies"):
+        put(ipc(null_body), first_sequence=7)
+    with pytest.raises(rayq.InvalidMessageError, match="no such column"):
+        put(ipc(more), tags="nope", first_sequence=7)
+    with pytest.raises(rayq.InvalidRequestError, match="not an Arrow IPC stream"):
+        put(b"not arrow", first_sequence=7)
+    with pytest.raises(rayq.InvalidRequestError, match="malformed"):
+        put(ipc(more), first_sequence=-1)
+    with pytest.raises(rayq.InvalidMessageError):  # over the store's max_message_size_bytes
+        put(ipc(pa.table({"body": [b"x" * (1 << 20)]})), first_sequence=7)
+    assert stored() == 7

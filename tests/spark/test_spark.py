@@ -30,7 +30,7 @@ NAMESPACE = "rayq-test-spark"
 SMALL_STORE = StoreConfig.for_tests(
     commitlog_segment_size_bytes=1 << 20, cq_entries_per_file=4096, index_hash_slots=1024,
     index_entries_max=16384, disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0,
-    disk_warning_ratio=1.0,
+    disk_warning_ratio=1.0, max_message_size_bytes=64 * 1024,  # the 20 KB rows of a test
 )  # fmt: skip
 COLUMNS = ["topic", "broker", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body",
            "properties", "born_timestamp", "store_timestamp", "reconsume_times"]  # fmt: skip
@@ -52,7 +52,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
                                   executor_memory="1g")  # fmt: skip
         assert rqspark.session("again") is session  # one session per process
         admin = rayq.Admin()
-        for topic in ("orders", "copy", "clicks", "retried"):
+        for topic in ("orders", "copy", "clicks"):
             admin.create_topic(topic, queues=3)
         yield session
     finally:
@@ -122,38 +122,70 @@ def test_rayq_source_reads_only_the_used_columns_and_matches_python_tasks(
     assert sorted(python.collect(), key=lambda r: (r.queue_id, r.queue_offset)) == jvm
 
 
-def test_write_round_trip_and_retried_tasks_do_not_duplicate(spark: object) -> None:
-    from pyspark import TaskContext
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
+def test_write_round_trip(spark: object) -> None:
     src = rqspark.read(spark, "orders").select("body", "tags", "keys", "properties")
     assert rqspark.write(src, "copy", body_col="body", keys_col="keys", tags_col="tags",
                          properties_col="properties") == 300  # fmt: skip
     back = rqspark.read(spark, "copy").collect()
     assert len(back) == 300 and {r.properties["src"] for r in back} == {"test"}
+    got = {json.loads(bytes(r.body))["i"]: r for r in back}
+    assert sorted(got) == list(range(300))
+    assert got[7].tags == "t1" and got[7].keys == ["k7"]
 
-    marker = Path(str(spark.conf.get("spark.local.dir", "/tmp"))) / f"rayq-retry-{id(back)}"
+
+@pytest.mark.parametrize("sink", ["jvm", "python"])
+def test_retried_tasks_do_not_duplicate(
+    spark: object, sink: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a write whose first attempt of partition 0 dies after some of its puts were
+    appended (20 KB rows: Python tasks put 4 MiB, the JVM here every 64 rows), when
+    Spark runs the task again, then every row is stored once: through rayq's Spark sink
+    (the JVM) and through Python tasks."""
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    if sink == "jvm" and not rqspark.has_source(spark):
+        pytest.skip("no JDK on this machine to build rayq's Spark sink")
+    if sink == "python":
+        monkeypatch.setattr(rqspark, "has_source", lambda _spark: False)
+    monkeypatch.setattr(rqspark, "JVM_PUT_BYTES", 64 * 20_000)  # the JVM: puts of 64 rows
+    topic = f"retried-{sink}"
+    rayq.Admin().create_topic(topic, queues=2)
+    marker = Path(str(spark.conf.get("spark.local.dir", "/tmp"))) / f"rayq-retry-{topic}"
 
     @F.udf(StringType())
     def fail_once(i: str) -> str:  # the first attempt of partition 0 dies near its end
         ctx = TaskContext.get()
-        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i.endswith("#190"):
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0 and i.endswith("#900"):
             marker.touch()
             raise RuntimeError("task killed on purpose")
         return i
 
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
     try:
-        rows = spark.range(0, 400, 1, 2).select(F.concat(F.lit("row#"), F.col("id")).alias("s"))
-        df = rows.select(fail_once("s").alias("body"))
-        assert rqspark.write(df, "retried") == 400
+        rows = spark.range(0, 2000, 1, 2).select(F.concat(F.lit("row#"), F.col("id")).alias("s"))
+        df = rows.select(F.concat(fail_once("s"), F.lit("|" + "x" * 20_000)).alias("body"))
+        assert rqspark.write(df, topic) == 2000
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert marker.exists()  # the first attempt did fail and was retried
     marker.unlink()
-    got = [bytes(r.body).decode() for r in rqspark.read(spark, "retried").collect()]
-    assert sorted(got) == sorted(f"row#{i}" for i in range(400))  # none twice
+    got = [bytes(r.body).decode().split("|")[0] for r in rqspark.read(spark, topic).collect()]
+    assert sorted(got) == sorted(f"row#{i}" for i in range(2000))  # none twice
+
+
+def test_sink_errors_raised_in_tasks_are_rayq_errors(spark: object) -> None:
+    """A row the broker refuses (a reserved property) fails the write with the broker's
+    InvalidMessageError, raised again on the driver."""
+    if not rqspark.has_source(spark):
+        pytest.skip("no JDK on this machine to build rayq's Spark sink")
+    rows = spark.createDataFrame(  # type: ignore[attr-defined]
+        [(b"x", {"DELAY": "3"})], "body binary, props map<string, string>"
+    )
+    with pytest.raises(rayq.InvalidMessageError, match="DELAY") as refused:
+        rqspark.write(rows, "copy", properties_col="props")
+    assert "raised in a Spark task" in str(refused.value)
 
 
 def test_bad_input_raises_rayq_errors(spark: object) -> None:

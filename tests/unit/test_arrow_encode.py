@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rayq.store import InnerMessage, decode_records, encode_batch
+from rayq.store import InnerMessage, MessageStore, StoreConfig, decode_records, encode_batch
 from rayq.store import properties as P
 from rayq.store.arrow_encode import (
     ArrowRows,
@@ -26,7 +27,7 @@ from rayq.store.arrow_encode import (
     record_bounds,
     sequence_ids,
 )
-from rayq.store.batch import EncodedBatch, check_encoded
+from rayq.store.batch import EncodedBatch, check_encoded, own_layout
 from rayq.store.errors import InvalidMessageError, MessageTooLargeError
 
 TOPIC = "arrow-t"
@@ -89,7 +90,9 @@ def _both(
 def _assert_same(arrow: EncodedBatch, reference: EncodedBatch) -> None:
     for name in EncodedBatch.__struct_fields__:
         assert getattr(arrow, name) == getattr(reference, name), name
-    check_encoded(arrow, LIMITS["max_body_bytes"], LIMITS["max_properties_bytes"])
+    starts, crcs = check_encoded(arrow, LIMITS["max_body_bytes"], LIMITS["max_properties_bytes"])
+    own_starts, own_crcs = own_layout(arrow)  # what the broker's own batches skip checking
+    assert own_starts.tolist() == starts.tolist() and own_crcs.tolist() == crcs.tolist()
     decoded = decode_records(arrow.records)
     expected = decode_records(reference.records)
     assert len(decoded) == arrow.count
@@ -124,6 +127,20 @@ def test_list_keys_are_joined_by_a_space() -> None:
         [b"x", b"y", b"z"], keys=[["a", "b"], None, []], keys_type=pa.list_(pa.string())
     )
     _assert_same(arrow, ref)
+
+
+def test_own_batches_are_stored_as_checked_ones(tmp_path: Path) -> None:
+    """A batch the broker encoded itself (``put_encoded(own=True)``: records not checked
+    again) is stored exactly as the same batch checked record by record."""
+    arrow, _ = _both([b"a", b"bb" * 300, b"c"], tags=["T", None, "U"], keys=["k", "", None])
+    config = StoreConfig.for_tests()
+    stored = []
+    for own in (True, False):
+        with MessageStore(tmp_path / str(own), config, broker_name="b") as store:
+            assert store.put_encoded(arrow, own=own).ok
+            got = decode_records(store.get_messages("g", TOPIC, 3, 0, 32).buffer)
+            stored.append([(m.body, m.tags, m.keys, m.properties, m.queue_offset) for m in got])
+    assert stored[0] == stored[1] and len(stored[0]) == 3
 
 
 def test_string_bodies_are_their_utf8_bytes() -> None:

@@ -44,6 +44,9 @@ INTERNAL = {
     "broker_config",
 }  # replication: slave -> master, and the coordinator's failover
 COORDINATOR_INTERNAL = {"register_broker", "unregister_broker", "ready"}  # brokers, rayq.start
+# Called from the JVM (rayq/jvm, Ray cross-language calls): bytes in and out, the request
+# as the JSON of a protocol Struct (checked by check_json).
+JVM = {"read_arrow_ipc": protocol.ReadArrowRequest, "put_arrow": protocol.ArrowPutRequest}
 
 
 def _without_bytes(hint: object) -> type:
@@ -66,7 +69,7 @@ def test_no_actor_has_a_generic_dispatch(actor: type) -> None:
 
 @pytest.mark.parametrize(
     ("actor", "client", "internal"),
-    [(BrokerActor, BrokerClient, INTERNAL),
+    [(BrokerActor, BrokerClient, INTERNAL | set(JVM)),
      (CoordinatorActor, CoordinatorClient, COORDINATOR_INTERNAL)],
     ids=["broker", "coordinator"],
 )  # fmt: skip
@@ -88,6 +91,21 @@ def test_every_client_method_takes_one_protocol_struct_and_the_transport_mirrors
         reply = _without_bytes(hints["return"])
         assert issubclass(reply, msgspec.Struct), f"{name} must reply with a Struct"
         assert reply.__module__ == protocol.__name__, f"{name}: {reply} is not a protocol Struct"
+
+
+def test_jvm_methods_take_and_answer_bytes() -> None:
+    """The JVM's methods take bytes only (the request as JSON, a put's rows as Arrow IPC)
+    and answer bytes, which Ray hands to Java as ``byte[]``; their requests are protocol
+    Structs that forbid unknown fields."""
+    for name, request in JVM.items():
+        hints = inspect.get_annotations(getattr(BrokerActor, name), eval_str=True)
+        assert hints.pop("return") is bytes and set(hints.values()) == {bytes}, name
+        assert request.__struct_config__.forbid_unknown_fields, name
+    with pytest.raises(InvalidRequestError, match="malformed ReadArrowRequest"):
+        protocol.check_json(b'{"topic": "t", "queue_id": 0, "start": 0, "end": 1, '
+                            b'"max_bytes": 1, "nope": 1}', protocol.ReadArrowRequest)  # fmt: skip
+    with pytest.raises(InvalidRequestError, match="expected a ArrowPutRequest as JSON"):
+        protocol.check_json("{}", protocol.ArrowPutRequest)
 
 
 BAD = [

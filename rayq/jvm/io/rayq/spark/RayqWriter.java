@@ -1,0 +1,237 @@
+package io.rayq.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import io.ray.api.ObjectRef;
+import io.ray.api.PyActorHandle;
+import io.ray.api.Ray;
+import io.ray.api.function.PyActorMethod;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.util.ArrayDeque;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Optional;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamWriter;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * One task's rows to one queue: Arrow batches of about {@code put_bytes} of rows (as
+ * Spark holds them: {@code UnsafeRow} sizes), each sent with
+ * the broker method {@code put_arrow} (actors/broker.py), which encodes and appends them
+ * as the idempotent batches of producer {@code spark-<write id>-<partition>} from the
+ * sequence number of the batch's first row. Batches are cut by the rows' sizes alone, so
+ * a re-run task sends the same batches and the broker drops those it has. Up to
+ * {@code in_flight} puts are in flight; a put that fails with a retriable rayq error is
+ * sent again after a back-off, with the puts behind it, in order (the broker refuses a
+ * batch that arrives before an earlier one of its producer).
+ */
+final class RayqWriter implements DataWriter<InternalRow> {
+  private static final PyActorMethod<byte[]> PUT = PyActorMethod.of("put_arrow", byte[].class);
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int ROW_BYTES = 1024; // a row's size when Spark does not say it
+  private static final String[] RETRIABLE = {
+    "BrokerBusyError", "BrokerUnavailableError", "DiskFullError", "RayActorException",
+  };
+
+  /** What a task tells the driver: the rows it wrote. */
+  static final class Committed implements WriterCommitMessage {
+    private static final long serialVersionUID = 1L;
+    final long rows;
+
+    Committed(long rows) {
+      this.rows = rows;
+    }
+  }
+
+  /** A put in flight: its request and rows, kept to send them again. */
+  private static final class Put {
+    final byte[] request;
+    final byte[] rows;
+    ObjectRef<byte[]> reply;
+
+    Put(byte[] request, byte[] rows) {
+      this.request = request;
+      this.rows = rows;
+    }
+  }
+
+  private final Map<String, String> options;
+  private final String producerId;
+  private final String actor;
+  private final int queueId;
+  private final long putBytes;
+  private final int inFlight;
+  private final int attempts;
+  private final ArrowWriter arrow;
+  private final ArrayDeque<Put> puts = new ArrayDeque<>();
+  private PyActorHandle broker;
+  private long nextSequence;
+  private long batchFirst;
+  private int batchRows;
+  private long batchBytes;
+  private long written;
+
+  RayqWriter(StructType schema, Map<String, String> options, int partitionId) {
+    this.options = options;
+    this.producerId = "spark-" + options.get("write_id") + "-" + partitionId;
+    JsonNode targets = parse(options.get("targets"));
+    JsonNode target = targets.get(partitionId % targets.size());
+    this.actor = target.get(0).asText();
+    this.queueId = target.get(1).asInt();
+    this.putBytes = Long.parseLong(options.get("put_bytes"));
+    this.inFlight = Integer.parseInt(options.get("in_flight"));
+    this.attempts = Integer.parseInt(options.get("attempts"));
+    this.arrow = ArrowWriter.create(schema, "UTC", true);
+  }
+
+  private static JsonNode parse(String json) {
+    try {
+      return JSON.readTree(json);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("rayq: option targets is not valid JSON", e);
+    }
+  }
+
+  @Override
+  public void write(InternalRow row) throws IOException {
+    arrow.write(row);
+    nextSequence++;
+    batchRows++;
+    batchBytes += row instanceof UnsafeRow ? ((UnsafeRow) row).getSizeInBytes() : ROW_BYTES;
+    if (batchBytes >= putBytes) {
+      send();
+    }
+  }
+
+  private long arrowBytes() {
+    long bytes = 0;
+    for (FieldVector v : arrow.root().getFieldVectors()) {
+      bytes += v.getBufferSize();
+    }
+    return bytes;
+  }
+
+  /** The rows so far as one put (in flight; the oldest awaited when there are too many). */
+  private void send() throws IOException {
+    arrow.finish();
+    VectorSchemaRoot root = arrow.root();
+    ByteArrayOutputStream out = new ByteArrayOutputStream((int) Math.min(arrowBytes() + 4096,
+        Integer.MAX_VALUE - 16)); // the whole stream: no copy while it grows
+    try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, out)) {
+      writer.start();
+      writer.writeBatch();
+      writer.end();
+    }
+    arrow.reset();
+    Put put = new Put(request(batchFirst), out.toByteArray());
+    batchFirst = nextSequence;
+    batchRows = 0;
+    batchBytes = 0;
+    launch(put);
+    puts.addLast(put);
+    while (puts.size() >= inFlight) {
+      awaitOldest();
+    }
+  }
+
+  private byte[] request(long first) throws IOException {
+    Map<String, Object> req = new LinkedHashMap<>();
+    req.put("topic", options.get("topic"));
+    req.put("queue_id", queueId);
+    req.put("producer_id", producerId);
+    req.put("first_sequence", first);
+    req.put("group", options.get("group"));
+    for (String column : new String[] {"body", "keys", "tags", "properties"}) {
+      if (options.containsKey(column)) {
+        req.put(column, options.get(column));
+      }
+    }
+    return JSON.writeValueAsBytes(req);
+  }
+
+  private void launch(Put put) {
+    put.reply = broker().task(PUT, put.request, put.rows).remote();
+  }
+
+  private PyActorHandle broker() {
+    if (broker == null) {
+      Optional<PyActorHandle> found = Ray.getActor(actor, options.get("namespace"));
+      if (!found.isPresent()) {
+        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: broker actor "
+            + actor + " is not running in namespace " + options.get("namespace"));
+      }
+      broker = found.get();
+    }
+    return broker;
+  }
+
+  /** Waits for the oldest put; on a retriable failure sends it and those behind it again. */
+  private void awaitOldest() throws IOException {
+    for (int attempt = 1; ; attempt++) {
+      Put put = puts.peekFirst();
+      try {
+        written += JSON.readTree(put.reply.get()).get("rows").asLong();
+        puts.removeFirst();
+        return;
+      } catch (RuntimeException e) {
+        if (attempt >= attempts || !retriable(e)) {
+          throw e;
+        }
+        sleep(Math.min(500L << (attempt - 1), 5_000L));
+        for (Put again : puts) {
+          launch(again);
+        }
+      }
+    }
+  }
+
+  private static boolean retriable(Throwable e) {
+    for (Throwable t = e; t != null; t = t.getCause()) {
+      String text = t.getClass().getName() + " " + t.getMessage();
+      for (String name : RETRIABLE) {
+        if (text.contains(name)) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  private static void sleep(long ms) {
+    try {
+      Thread.sleep(ms);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException("rayq: interrupted while retrying a put", e);
+    }
+  }
+
+  @Override
+  public WriterCommitMessage commit() throws IOException {
+    if (batchRows > 0) {
+      send();
+    }
+    while (!puts.isEmpty()) {
+      awaitOldest();
+    }
+    return new Committed(written);
+  }
+
+  @Override
+  public void abort() {
+    puts.clear();
+  }
+
+  @Override
+  public void close() {
+    arrow.root().close();
+  }
+}
