@@ -104,6 +104,7 @@ from .protocol import (
 )
 from .server import columnar
 from .server.broker_server import BrokerServer
+from .server.dedupe import Verdict
 from .server.parked_pulls import ParkedPulls
 from .server.schedule import SCHEDULE_TICK_MS
 
@@ -117,6 +118,9 @@ RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
 # Records per batch that ``put_arrow`` appends (as a producer's batches).
 ARROW_PUT_BYTES = ClientConfig().batch_max_bytes
+# How long ``put_arrow`` waits for a producer's earlier batches, and how often it looks.
+REORDER_WAIT_S = 2.0
+REORDER_POLL_S = 0.002
 LINGER_BELOW = 1 << 20  # a slave of an ASYNC master waits ha_fetch_linger_ms after chunks
 # smaller than this before it fetches again
 
@@ -461,9 +465,25 @@ class BrokerActor:
                                   request.first_sequence, limits.max_message_size_bytes,
                                   limits.max_properties_size_bytes):  # fmt: skip
             self.server.authorize("put", batch)
+            if written == 0:
+                await self._earlier_batches(batch)
             await self._append(batch, started, own=True)
             written += batch.count
         return b'{"rows": %d}' % written
+
+    async def _earlier_batches(self, batch: EncodedBatch) -> None:
+        """Wait (up to ``REORDER_WAIT_S``) for the batches of ``batch``'s producer that
+        come before it: Ray may start a call before an earlier one of the same caller
+        (whose rows are still on their way), and the JVM keeps several puts in flight.
+        Past the wait, ``put`` refuses it as out of order and the JVM sends it again."""
+        first, last = batch.first_sequence, batch.first_sequence + batch.count - 1
+        key = (batch.producer_id, batch.topic, batch.queue_id)
+        deadline = time.monotonic() + REORDER_WAIT_S
+        while time.monotonic() < deadline:
+            verdict, _ = self.server.sequences.check(*key, first, last)
+            if verdict is not Verdict.OUT_OF_ORDER:
+                return
+            await asyncio.sleep(REORDER_POLL_S)
 
     async def _append(self, batch: EncodedBatch, started: float,
                       own: bool = False) -> BatchSendResult:  # fmt: skip

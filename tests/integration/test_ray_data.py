@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -197,10 +198,13 @@ def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> N
             writer.write_table(table)
         return sink.getvalue().to_pybytes()
 
-    def put(rows: bytes, **fields: object) -> dict:
+    def put_call(rows: bytes, **fields: object) -> ray.ObjectRef:
         req = {"topic": "jvm-sink", "queue_id": 0, "producer_id": "p1", "first_sequence": 0,
                "group": "g", "body": "body", **fields}  # fmt: skip
-        return json.loads(ray.get(actor.put_arrow.remote(json.dumps(req).encode(), rows)))
+        return actor.put_arrow.remote(json.dumps(req).encode(), rows)
+
+    def put(rows: bytes, **fields: object) -> dict:
+        return json.loads(ray.get(put_call(rows, **fields), timeout=30))
 
     def stored() -> int:
         return sum(q.max_offset for q in admin.topic_stats("jvm-sink"))
@@ -225,3 +229,15 @@ def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> N
     with pytest.raises(rayq.InvalidMessageError):  # over the store's max_message_size_bytes
         put(ipc(pa.table({"body": [b"x" * (1 << 20)]})), first_sequence=7)
     assert stored() == 7
+
+    # A call that starts before an earlier one of its producer waits for it (Ray does not
+    # order an async actor's calls); one whose earlier batch never comes is refused.
+    ahead = put_call(ipc(pa.table({"body": [b"m8"]})), first_sequence=8)
+    time.sleep(0.3)
+    assert put(ipc(pa.table({"body": [b"m7"]})), first_sequence=7) == {"rows": 1}
+    assert json.loads(ray.get(ahead, timeout=30)) == {"rows": 1}
+    got = rayq.data.read_topic("jvm-sink", namespace=NAMESPACE).take_all()
+    assert [r["body"] for r in got][-2:] == [b"m7", b"m8"]
+    with pytest.raises(rayq.BrokerBusyError, match="out of order"):
+        put(ipc(more), first_sequence=20)
+    assert stored() == 9

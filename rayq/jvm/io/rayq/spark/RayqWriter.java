@@ -21,6 +21,8 @@ import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * One task's rows to one queue: Arrow batches of about {@code put_bytes} of rows (as
@@ -36,6 +38,8 @@ import org.apache.spark.sql.types.StructType;
 final class RayqWriter implements DataWriter<InternalRow> {
   private static final PyActorMethod<byte[]> PUT = PyActorMethod.of("put_arrow", byte[].class);
   private static final ObjectMapper JSON = new ObjectMapper();
+  private static final Logger LOG = LoggerFactory.getLogger(RayqWriter.class);
+  private static final long BACKOFF_MS = 100;
   private static final int ROW_BYTES = 1024; // a row's size when Spark does not say it
   private static final String[] RETRIABLE = {
     "BrokerBusyError", "BrokerUnavailableError", "DiskFullError", "RayActorException",
@@ -185,11 +189,23 @@ final class RayqWriter implements DataWriter<InternalRow> {
         if (attempt >= attempts || !retriable(e)) {
           throw e;
         }
-        sleep(Math.min(500L << (attempt - 1), 5_000L));
+        long backoff = Math.min(BACKOFF_MS << (attempt - 1), 5_000L);
+        LOG.info("put of {} from sequence {} to {} failed ({}); again in {} ms, with the {} "
+            + "behind it", producerId, firstOf(put), actor, e.getMessage(), backoff,
+            puts.size() - 1);
+        sleep(backoff);
         for (Put again : puts) {
           launch(again);
         }
       }
+    }
+  }
+
+  private static long firstOf(Put put) {
+    try {
+      return JSON.readTree(put.request).get("first_sequence").asLong();
+    } catch (IOException e) {
+      return -1;
     }
   }
 
