@@ -43,6 +43,7 @@ from crc32c import crc32c
 from . import batch_encode as E
 from . import codec
 from . import properties as P
+from .crc_fold import fold_store_blocks
 from .errors import InvalidMessageError, MessageTooLargeError
 from .filters import tags_code
 from .message import TRANSACTION_TYPE_MASK, InnerMessage
@@ -349,16 +350,11 @@ def fill_store_block(records: bytes, starts: np.ndarray, producer_crcs: np.ndarr
     block["commitlog_offset"] = starts + first_commitlog_offset
     block["store_timestamp"] = store_timestamp
     block["store_host"] = store_host
-    raw = block.tobytes()
     size = codec.STORE_BLOCK_SIZE
-    blocks = map(
-        raw.__getitem__, map(slice, range(0, n * size, size), range(size, n * size + 1, size))
-    )
-    crcs = np.fromiter(map(crc32c, blocks, producer_crcs.tolist()), dtype=">u4", count=n)
+    blocks = block.view(np.uint8).reshape(n, size)
+    crcs = fold_store_blocks(producer_crcs, blocks).astype(">u4")
     view = np.frombuffer(out, dtype=np.uint8)
-    view[(starts + codec.STORE_BLOCK_OFFSET)[:, None] + _ARANGE[:size]] = np.frombuffer(
-        raw, np.uint8
-    ).reshape(n, size)
+    view[(starts + codec.STORE_BLOCK_OFFSET)[:, None] + _ARANGE[:size]] = blocks
     view[(starts + codec.CRC_OFFSET)[:, None] + _ARANGE[:4]] = crcs.view(np.uint8).reshape(n, 4)
     del view
     return out

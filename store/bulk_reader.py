@@ -23,7 +23,6 @@ at ``starts`` (``rayq.actors.server.columnar``), never walking the buffer by siz
 
 from __future__ import annotations
 
-import functools
 import logging
 from itertools import pairwise
 from typing import Final, NamedTuple
@@ -35,6 +34,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from . import codec
 from .commitlog import CommitLog
 from .consume_queue import ENTRY_DTYPE, HOLE_SIZE, ConsumeQueue
+from .crc_fold import fold_store_blocks
 from .message import GetStatus
 from .reader import offset_status
 
@@ -49,7 +49,6 @@ PREFIX_DTYPE: Final[np.dtype] = np.dtype(
 )
 assert PREFIX_DTYPE.itemsize == codec.PREFIX_CRC.size
 FIRST_WINDOW_ENTRIES: Final[int] = 1024  # entries read first; then as many as seem to fit
-_ONES: Final = np.uint32(0xFFFFFFFF)  # CRC-32C's initial value and final xor
 
 
 class RecordPage(NamedTuple):
@@ -184,42 +183,13 @@ def _checked(buffer: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray
 
 def record_crcs(buffer: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The CRC each record at ``starts`` must carry (``codec.record_crc``): one ``crc32c``
-    call a record over ``[44, size)``, the 32-byte store block folded in by numpy.
-
-    CRC-32C's register update is linear over GF(2): from register ``r``, the block
-    leaves ``A(r) ^ B(block)``, where ``A`` runs 32 zero bytes through the register and
-    ``B`` runs the block from a zero register. Both are sums of table entries, one per
-    byte (``_block_tables``); the tables are made with ``crc32c`` itself."""
+    call a record over ``[44, size)``, the 32-byte store block folded in by numpy
+    (crc_fold.py)."""
     view = memoryview(buffer)
     ends = (starts + sizes).tolist()
     body_at = (starts + codec.CRC_START).tolist()
     producer = map(crc32c, map(view.__getitem__, map(slice, body_at, ends)))
-    register = np.fromiter(producer, dtype=np.uint32, count=len(ends)) ^ _ONES
-    by_register, by_block = _block_tables()
-    acc = by_register[0][register & 0xFF]
-    for k in range(1, 4):
-        acc ^= by_register[k][(register >> (8 * k)) & 0xFF]
+    crcs = np.fromiter(producer, dtype=np.uint32, count=len(ends))
     raw = np.frombuffer(buffer, dtype=np.uint8)
-    block = rows(raw, starts + codec.STORE_BLOCK_OFFSET, codec.STORE_BLOCK_SIZE).T.copy()
-    for j in range(codec.STORE_BLOCK_SIZE):
-        acc ^= by_block[j][block[j]]
-    return acc ^ _ONES
-
-
-@functools.cache
-def _block_tables() -> tuple[np.ndarray, np.ndarray]:
-    """``A`` by register byte (4 x 256) and ``B`` by block byte (32 x 256), see above."""
-    zeros = bytes(codec.STORE_BLOCK_SIZE)
-    ones = int(_ONES)
-    by_register = [
-        [crc32c(zeros, (b << (8 * k)) ^ ones) ^ ones for b in range(256)] for k in range(4)
-    ]
-    by_block = []
-    for j in range(codec.STORE_BLOCK_SIZE):
-        block = bytearray(codec.STORE_BLOCK_SIZE)
-        row = []
-        for b in range(256):
-            block[j] = b
-            row.append(crc32c(block, ones) ^ ones)
-        by_block.append(row)
-    return np.array(by_register, dtype=np.uint32), np.array(by_block, dtype=np.uint32)
+    return fold_store_blocks(crcs, rows(raw, starts + codec.STORE_BLOCK_OFFSET,
+                                        codec.STORE_BLOCK_SIZE))  # fmt: skip
