@@ -780,12 +780,7 @@ def check(request: object, cls: type[R]) -> R:
     msgspec's checks; this is the boundary where a request from any driver is checked
     before anything is done."""
     if type(request) is bytes:  # as the client transport sends it (``to_wire``)
-        try:
-            return _decoder(cls).decode(request)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise InvalidRequestError(
-                f"malformed {cls.__name__}: {exc}", request=cls.__name__
-            ) from None
+        return _decoded(_decoder(cls), request, cls)
     if type(request) is not cls:
         raise InvalidRequestError(
             f"expected a {cls.__name__}, got {type(request).__name__}", request=cls.__name__
@@ -811,8 +806,14 @@ def check_json(request: object, cls: type[R]) -> R:
             f"expected a {cls.__name__} as JSON bytes, got {type(request).__name__}",
             request=cls.__name__,
         )
+    return _decoded(_json_decoder(cls), request, cls)
+
+
+def _decoded(decoder: Any, data: bytes, cls: type[R]) -> R:
+    """``data`` decoded by ``decoder`` (which validates it as ``cls``), else
+    InvalidRequestError."""
     try:
-        return _json_decoder(cls).decode(request)
+        return decoder.decode(data)  # type: ignore[no-any-return]
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequestError(
             f"malformed {cls.__name__}: {exc}", request=cls.__name__

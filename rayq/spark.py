@@ -8,13 +8,17 @@
 
 ``read`` fixes offset ranges on the driver (rayq/ranges.py), deals them to as few
 Spark partitions as keep the session's cores busy (``ranges.pack``, as Spark sizes
-file splits), and each task reads its ranges from the broker actor as Arrow record
-batches (``mapInArrow``; rayq/arrow_io.py), so a retried task re-reads exactly the
-same messages. ``stream`` runs micro-batches from the driver (rayq/streaming.py):
-ranges recorded with the coordinator before a batch runs, offsets committed
-(compare-and-set) only after ``process(df, batch_id)`` returns. ``write`` sends
+file splits), and each task reads its ranges from the broker actor as Arrow, so a
+retried task re-reads exactly the same messages: through rayq's Spark source (Java,
+rayq/jvm: only the columns the query uses, no Python worker) when the session has it
+(rayq/spark_jar.py), else in Python tasks (``mapInArrow``; rayq/arrow_io.py).
+``stream`` runs micro-batches from the driver (rayq/streaming.py): ranges recorded
+with the coordinator before a batch runs, offsets committed (compare-and-set) only
+after ``process(df, batch_id)`` returns. ``write`` sends
 each partition to one queue with idempotent puts (producer id per write and
-partition, sequence numbers per row), so re-run tasks do not duplicate messages.
+partition, sequence numbers per row), so re-run tasks do not duplicate messages:
+through rayq's Spark sink (Arrow batches from the JVM, encoded by the broker) or
+Python tasks, by the same rule as ``read``.
 """
 
 from __future__ import annotations
