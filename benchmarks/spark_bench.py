@@ -48,7 +48,7 @@ SENT_DIGITS = 20  # a streamed body starts with its send time, ns since the epoc
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000, help="0: stream only")
-    parser.add_argument("--stream-seconds", type=float, default=30.0)
+    parser.add_argument("--stream-seconds", type=float, default=30.0, help="0: no stream")
     parser.add_argument("--rate", type=int, default=1_000, help="streamed msgs/s")
     parser.add_argument(
         "--bodies",
@@ -125,7 +125,8 @@ def run(n: int, stream_seconds: float, rate: int, bodies: str = "padded") -> Non
     if n:
         with tempfile.TemporaryDirectory(prefix="rayq-spark-bench-parquet-") as parquet_dir:
             read_vs_parquet(spark, n, parquet_dir, bodies)
-    stream_latency(spark, stream_seconds, rate)
+    if stream_seconds > 0:
+        stream_latency(spark, stream_seconds, rate)
 
 
 def timed(action: Callable[[], Any], runs: int = 1) -> tuple[Any, float]:

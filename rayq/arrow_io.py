@@ -87,15 +87,25 @@ def broker_handle(
     return BrokerClient(signer.wrap(client._invoke))
 
 
+def serving_replica(namespace: str, broker: str) -> str:
+    """The replica serving reads of ``broker`` now (RayTransport.serving_replica)."""
+    return _transport(namespace).serving_replica(broker)
+
+
 def _signer(credentials: Credentials | None) -> Signer | None:
     return None if credentials is None else Signer(credentials)
 
 
-def _unsigned_handle(namespace: str, broker: str, refresh: bool) -> BrokerClient:
+def _transport(namespace: str) -> RayTransport:
     with _lock:
         transport = _transports.get(namespace)
         if transport is None:
             transport = _transports[namespace] = RayTransport(namespace)
+    return transport
+
+
+def _unsigned_handle(namespace: str, broker: str, refresh: bool) -> BrokerClient:
+    transport = _transport(namespace)
     if refresh:
         transport.forget(broker)
     try:

@@ -169,6 +169,13 @@ class RayTransport:
             self._replicas[broker_name] = (replica, float("inf"))
         return replica
 
+    def serving_replica(self, broker_name: str) -> str:
+        """The replica serving reads of ``broker_name`` now, as the coordinator says (a
+        slave while the master is lost), for callers that reach the actor by name
+        themselves (Spark's JVM reads: rayq/spark.py)."""
+        self.forget(broker_name)
+        return self._replica(broker_name)
+
     def coordinator(self) -> CoordinatorClient:
         return self._coordinator
 

@@ -48,6 +48,7 @@ from rayq.arrow_io import (
     check_columns,
     ensure_ray,
     read_range,
+    serving_replica,
     write_batches,
 )
 from rayq.client import ClientContext
@@ -246,8 +247,11 @@ def _source_df(spark: Any, topic: str, tasks: list[list[OffsetRange]], namespace
                page_bytes: int) -> Any:  # fmt: skip
     """The tasks' messages through rayq's Spark source (rayq/jvm): Spark prunes the columns
     a query does not use, and the executors' JVMs call the brokers (no Python tasks)."""
-    plan = [[[broker_actor_name(r.broker), r.queue_id, r.start, r.end] for r in task]
-            for task in tasks]  # fmt: skip
+    # by actor name: the replica serving each broker's reads now (a slave while its
+    # master is lost, as the Python tasks' reads do)
+    actors = {r.broker: broker_actor_name(serving_replica(namespace, r.broker))
+              for task in tasks for r in task}  # fmt: skip
+    plan = [[[actors[r.broker], r.queue_id, r.start, r.end] for r in task] for task in tasks]
     options = {"namespace": namespace, "topic": topic, "page_bytes": str(page_bytes),
                "tasks": json.dumps(plan)}  # fmt: skip
     return (

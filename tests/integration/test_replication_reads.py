@@ -14,6 +14,7 @@ import ray
 
 import rayq
 from rayq.actors.protocol import QueryOffsetsRequest
+from rayq.ray_transport import RayTransport
 
 pytestmark = [
     pytest.mark.slow,
@@ -93,6 +94,8 @@ def test_slave_serves_reads_and_keeps_commits_while_the_master_is_lost(dep) -> N
 
     rest = consume(500 - len(first))  # from the slave: the master's node is gone, no failover
     assert sorted(first + rest) == sorted(f"{i}:{j}".encode() for i in range(10) for j in range(50))
+    # what Spark's JVM reads are planned with (they reach the actor by name)
+    assert RayTransport(NAMESPACE).serving_replica("broker-a") == "broker-a#1"
     assert ray.get(slave.query_offsets.remote(req)).offsets == {0: 500}  # committed on the slave
     with (rayq.Producer(group="pg", namespace=NAMESPACE) as producer,
           pytest.raises(rayq.BrokerUnavailableError)):  # fmt: skip
@@ -116,6 +119,10 @@ def test_master_back_gets_the_slave_commits_and_serves_again(dep) -> None:
             pass
         time.sleep(0.3)
     assert offsets == {0: 500}  # the commits made on the slave reached the master
+    deadline = time.monotonic() + 30  # until the coordinator has the master live again
+    while RayTransport(NAMESPACE).serving_replica("broker-a") != "broker-a":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         deadline = time.monotonic() + 30
         while True:
