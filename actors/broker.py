@@ -27,15 +27,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import msgspec
-import pyarrow as pa
 import ray
 
 from rayq.store import SYSTEM_CLOCK, EncodedBatch
-from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
 from rayq.store.errors import ClosedError, InvalidRequestError
 from rayq.store.names import is_dlq_topic
 
-from .config import BrokerConfig, ClientConfig
+from .config import BrokerConfig
 from .metrics import REPORT_INTERVAL_S, BrokerMetrics
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
@@ -116,8 +114,6 @@ REGISTER_TIMEOUT_S = 30.0
 STATUS_PEER_TIMEOUT_S = 5.0  # broker_status: a flusher or hold service slower is reported
 RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
-# Records per batch that ``put_arrow`` appends (as a producer's batches).
-ARROW_PUT_BYTES = ClientConfig().batch_max_bytes
 # How long ``put_arrow`` waits for a producer's earlier batches, and how often it looks.
 REORDER_WAIT_S = 2.0
 REORDER_POLL_S = 0.002
@@ -449,27 +445,13 @@ class BrokerActor:
         each as ``put`` appends one (a batch appended before is not appended again).
         Answers ``{"rows": n}`` as JSON."""
         started = time.perf_counter()
-        request = check_json(req, ArrowPutRequest)
-        cols = Columns(request.body, request.keys, request.tags, request.properties)
-        try:
-            reader = pa.ipc.open_stream(rows if type(rows) is bytes else b"")
-            table = reader.read_all()
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InvalidRequestError(f"put_arrow: rows are not an Arrow IPC stream: {exc}",
-                                      request="ArrowPutRequest") from None  # fmt: skip
-        check_columns(table.schema, cols)
-        check_bodies(table, cols)  # nothing is appended when a body is null
-        written, limits = 0, self.server.store.config
-        for batch in encoded_puts(table.to_batches(), request.topic, request.queue_id,
-                                  request.producer_id, cols, request.group, ARROW_PUT_BYTES,
-                                  request.first_sequence, limits.max_message_size_bytes,
-                                  limits.max_properties_size_bytes):  # fmt: skip
+        batches = self.server.arrow_batches(check_json(req, ArrowPutRequest), rows)
+        for i, batch in enumerate(batches):
             self.server.authorize("put", batch)
-            if written == 0:
+            if i == 0:
                 await self._earlier_batches(batch)
             await self._append(batch, started, own=True)
-            written += batch.count
-        return b'{"rows": %d}' % written
+        return b'{"rows": %d}' % sum(b.count for b in batches)
 
     async def _earlier_batches(self, batch: EncodedBatch) -> None:
         """Wait (up to ``REORDER_WAIT_S``) for the batches of ``batch``'s producer that

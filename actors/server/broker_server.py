@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pyarrow as pa
 
-from rayq.actors.config import BrokerConfig, replica_name
+from rayq.actors.config import BrokerConfig, ClientConfig, replica_name
 from rayq.actors.protocol import (
     ArrowPage,
+    ArrowPutRequest,
     BatchSendResult,
     BrokerInfo,
     BrokerStatus,
@@ -91,6 +93,7 @@ from rayq.actors.protocol import (
     ViewMessageRequest,
 )
 from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
+from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
 from rayq.store.batch import BatchRejected, check_encoded
 from rayq.store.codec import decode_records
 from rayq.store.epochs import EpochHistory
@@ -149,6 +152,8 @@ from .tables import ConfigStore
 from .transactions import TransactionService
 
 ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
+# Records per batch that ``put_arrow`` appends (as a producer's batches).
+ARROW_PUT_BYTES = ClientConfig().batch_max_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -572,6 +577,25 @@ class BrokerServer:
     def max_offset(self, req: MaxOffsetRequest) -> OffsetReply:
         self.topic_config(req.topic, create=False)
         return OffsetReply(offset=self.store.max_offset(req.topic, req.queue_id))
+
+    def arrow_batches(self, req: ArrowPutRequest, rows: object) -> list[EncodedBatch]:
+        """The rows of a ``put_arrow`` (an Arrow IPC stream from Spark's JVM) as the
+        idempotent batches of ``req.producer_id`` (store/arrow_puts.py), all encoded
+        before any is appended: a bad row (a null body, one over the store's limits, a
+        reserved property) raises and leaves nothing appended by this call."""
+        cols = Columns(req.body, req.keys, req.tags, req.properties)
+        try:
+            table = pa.ipc.open_stream(rows if type(rows) is bytes else b"").read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InvalidRequestError(f"put_arrow: rows are not an Arrow IPC stream: {exc}",
+                                      request="ArrowPutRequest") from None  # fmt: skip
+        check_columns(table.schema, cols)
+        check_bodies(table, cols)
+        limits = self.store.config
+        return list(encoded_puts(table.to_batches(), req.topic, req.queue_id, req.producer_id,
+                                 cols, req.group, ARROW_PUT_BYTES, req.first_sequence,
+                                 limits.max_message_size_bytes,
+                                 limits.max_properties_size_bytes))  # fmt: skip
 
     def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:
         """Offsets ``[start, end)`` as one record batch of decoded columns (columnar.py),

@@ -228,6 +228,9 @@ def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> N
         put(ipc(more), first_sequence=-1)
     with pytest.raises(rayq.InvalidMessageError):  # over the store's max_message_size_bytes
         put(ipc(pa.table({"body": [b"x" * (1 << 20)]})), first_sequence=7)
+    two_batches_then_a_bad_row = pa.table({"body": [b"y" * 15_000] * 300 + [b"z" * (1 << 20)]})
+    with pytest.raises(rayq.InvalidMessageError):  # all encoded before any is appended
+        put(ipc(two_batches_then_a_bad_row), first_sequence=7)
     assert stored() == 7
 
     # A call that starts before an earlier one of its producer waits for it (Ray does not
