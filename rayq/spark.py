@@ -119,7 +119,7 @@ def session(
             **(configs or {})}  # fmt: skip
     for key in JAVA_OPTION_KEYS:
         conf[key] = f"{conf[key]} {JAVA17_OPTIONS}" if conf.get(key) else JAVA17_OPTIONS
-    source = spark_jar.jar()  # rayq's DataSource V2 reader (None: no JDK to build it)
+    source = spark_jar.jar()  # rayq's Spark source and sink (None: no JDK to build them)
     if source is not None:  # the driver plans with it; Spark ships it to every executor
         for key, sep in (("spark.driver.extraClassPath", os.pathsep), ("spark.jars", ",")):
             conf[key] = f"{conf[key]}{sep}{source}" if conf.get(key) else str(source)
@@ -217,7 +217,7 @@ def ranges_df(
     tasks = pack(ranges, max_messages_per_partition, spark.sparkContext.defaultParallelism)
     if not tasks:
         return spark.createDataFrame([], spark_schema())
-    if credentials is None and has_source(spark):
+    if _through_jvm(spark, credentials):
         return _source_df(spark, topic, tasks, ns, page_bytes)
     address = _ray_address()
     kwargs: dict[str, Any] = {"credentials": credentials, "page_bytes": page_bytes}
@@ -234,13 +234,19 @@ def ranges_df(
 
 
 def has_source(spark: Any) -> bool:
-    """Whether ``spark``'s driver can load rayq's DataSource V2 reader (rayq/spark_jar.py;
-    sessions made by :func:`session` have it when a JDK was there to build it)."""
+    """Whether ``spark``'s driver can load rayq's Spark source and sink (rayq/spark_jar.py;
+    sessions made by :func:`session` have them when a JDK was there to build them)."""
     try:
         spark._jvm.org.apache.spark.util.Utils.classForName(spark_jar.SOURCE_CLASS, True, False)
         return True
     except Exception:  # py4j's error for ClassNotFoundException (or no JVM at all)
         return False
+
+
+def _through_jvm(spark: Any, credentials: Credentials | None) -> bool:
+    """Whether reads and writes go through rayq's Spark source and sink: the session has
+    them, and no ACL credentials are to sign requests (the JVM does not sign)."""
+    return credentials is None and has_source(spark)
 
 
 def _source_df(spark: Any, topic: str, tasks: list[list[OffsetRange]], namespace: str,
@@ -343,7 +349,7 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
     targets.sort(key=lambda t: (t[1], t[0]))
     needed = [c for c in (body_col, keys_col, tags_col, properties_col) if c]
 
-    if credentials is None and has_source(df.sparkSession):
+    if _through_jvm(df.sparkSession, credentials):
         plan = [[broker_actor_name(broker), qid] for broker, qid in targets]
         options = {"namespace": ns, "topic": topic, "group": group, "write_id": write_id,
                    "targets": json.dumps(plan), "put_bytes": str(JVM_PUT_BYTES),

@@ -2,7 +2,8 @@
 
 ``read_columns`` reads a queue's offset range ``[start, end)`` in pages of at most
 ``max_bytes`` of records (so a huge backlog never lands in one object) and decodes
-each page into one ``pyarrow.RecordBatch`` with ``SCHEMA``::
+each page into one ``pyarrow.RecordBatch`` with ``SCHEMA`` (or only the columns asked
+for, decoding only what they need: Spark's pruned scans)::
 
     topic string, broker string, queue_id int32, queue_offset int64, msg_id string,
     tags string, keys list<string>, body binary, properties map<string, string>,
