@@ -183,12 +183,7 @@ def _widest_properties(producer_id: str, group: str) -> dict[str, str]:
     """A record's properties besides TAGS and KEYS with the longest sequence numbers."""
     widest = 2**63 - 1
     return {P.UNIQ_KEY: f"{producer_id}-{widest}", P.PRODUCER_GROUP: group,
-            **_sequence_properties(producer_id, widest, widest)}  # fmt: skip
-
-
-def _sequence_properties(producer_id: str, first: int, last: int) -> dict[str, str]:
-    """What every record of an idempotent batch carries (actors/server/dedupe.py)."""
-    return {P.PRODUCER_ID: producer_id, P.PRODUCER_SEQ: f"{first}-{last}"}
+            **P.sequence_properties(producer_id, widest, widest)}  # fmt: skip
 
 
 def _encoded(rows: ArrowRows, topic: str, queue_id: int, producer_id: str, first: int,
@@ -196,7 +191,7 @@ def _encoded(rows: ArrowRows, topic: str, queue_id: int, producer_id: str, first
     """One idempotent batch; message ids are ``<producer id>-<sequence>`` (the same on
     every attempt)."""
     n = len(rows.bodies)
-    shared = {P.PRODUCER_GROUP: group, **_sequence_properties(producer_id, first, first + n - 1)}
+    shared = {P.PRODUCER_GROUP: group, **P.sequence_properties(producer_id, first, first + n - 1)}
     batch = encode_rows(rows, topic=topic, queue_id=queue_id,
                         uniq_keys=sequence_ids(f"{producer_id}-", first, n), properties=shared,
                         born_timestamp=time.time_ns() // 1_000_000, max_body_bytes=max_body,

@@ -39,6 +39,7 @@ SHARDING_KEY: Final[str] = "__SHARDINGKEY"
 # sequence numbers ``first-last``.
 PRODUCER_ID: Final[str] = "__PID"
 PRODUCER_SEQ: Final[str] = "__PSEQ"
+MAX_PRODUCER_ID_LENGTH: Final[int] = 128
 
 _BROKER_SETS_IT: Final[str] = "the broker sets it (send-back, dead letters, delayed delivery)"
 # Property name -> why a user may not set it (and what to do instead).
@@ -70,6 +71,26 @@ READ_BACK_PROPERTIES: Final[frozenset[str]] = frozenset(RESERVED_PROPERTIES) - {
     REAL_TOPIC,
     REAL_QID,
 }
+
+
+def sequence_properties(producer_id: str, first: int, last: int) -> dict[str, str]:
+    """The properties every record of an idempotent batch carries."""
+    check_producer_id(producer_id)
+    return {PRODUCER_ID: producer_id, PRODUCER_SEQ: f"{first}-{last}"}
+
+
+def check_producer_id(producer_id: object) -> str:
+    if (
+        not isinstance(producer_id, str)
+        or not 0 < len(producer_id) <= MAX_PRODUCER_ID_LENGTH
+        or any(c in producer_id for c in "\x00\x01\x02|")
+    ):
+        raise InvalidMessageError(
+            f"producer id must be a str of 1..{MAX_PRODUCER_ID_LENGTH} characters without "
+            f"control characters or '|', got {producer_id!r}"
+        )
+    return producer_id
+
 
 _FORBIDDEN: Final[tuple[str, str]] = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 

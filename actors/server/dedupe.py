@@ -48,7 +48,11 @@ PRODUCER_ID: Final[str] = P.PRODUCER_ID
 PRODUCER_SEQ: Final[str] = P.PRODUCER_SEQ
 FILE_NAME: Final[str] = "producerSequence.json"
 EXPIRY_MS: Final[int] = 7 * 24 * 3600 * 1000
-MAX_PRODUCER_ID_LENGTH: Final[int] = 128
+# The producer-id rules and the properties of an idempotent batch are property facts
+# (store/properties.py, shared with store/arrow_puts.py); named here as before.
+MAX_PRODUCER_ID_LENGTH: Final[int] = P.MAX_PRODUCER_ID_LENGTH
+check_producer_id = P.check_producer_id
+sequence_properties = P.sequence_properties
 _FOUND = re.compile(rb"__PID\x01([^\x02]*)\x02__PSEQ\x01(\d+)-(\d+)\x02")
 
 
@@ -67,25 +71,6 @@ class SequenceEntry(msgspec.Struct, array_like=True):
 class SequenceFile(msgspec.Struct, kw_only=True):
     commitlog_offset: int = 0
     table: dict[str, SequenceEntry] = {}
-
-
-def sequence_properties(producer_id: str, first: int, last: int) -> dict[str, str]:
-    """The properties every record of an idempotent batch carries."""
-    check_producer_id(producer_id)
-    return {PRODUCER_ID: producer_id, PRODUCER_SEQ: f"{first}-{last}"}
-
-
-def check_producer_id(producer_id: object) -> str:
-    if (
-        not isinstance(producer_id, str)
-        or not 0 < len(producer_id) <= MAX_PRODUCER_ID_LENGTH
-        or any(c in producer_id for c in "\x00\x01\x02|")
-    ):
-        raise InvalidMessageError(
-            f"producer id must be a str of 1..{MAX_PRODUCER_ID_LENGTH} characters without "
-            f"control characters or '|', got {producer_id!r}"
-        )
-    return producer_id
 
 
 def _key(producer_id: str, topic: str, queue_id: int) -> str:

@@ -4,7 +4,6 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.ray.api.ObjectRef;
 import io.ray.api.PyActorHandle;
-import io.ray.api.Ray;
 import io.ray.api.function.PyActorMethod;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
@@ -15,7 +14,6 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Optional;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -122,17 +120,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   }
 
   private PyActorHandle broker(String actor) {
-    PyActorHandle handle = brokers.get(actor);
-    if (handle == null) {
-      Optional<PyActorHandle> found = Ray.getActor(actor, namespace);
-      if (!found.isPresent()) {
-        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: broker actor "
-            + actor + " is not running in namespace " + namespace);
-      }
-      handle = found.get();
-      brokers.put(actor, handle);
-    }
-    return handle;
+    return brokers.computeIfAbsent(actor, name -> Brokers.find(name, namespace));
   }
 
   private ColumnarBatch decode(byte[] page, int rows) throws IOException {

@@ -4,14 +4,12 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.ray.api.ObjectRef;
 import io.ray.api.PyActorHandle;
-import io.ray.api.Ray;
 import io.ray.api.function.PyActorMethod;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.util.ArrayDeque;
 import java.util.LinkedHashMap;
 import java.util.Map;
-import java.util.Optional;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
@@ -167,12 +165,7 @@ final class RayqWriter implements DataWriter<InternalRow> {
 
   private PyActorHandle broker() {
     if (broker == null) {
-      Optional<PyActorHandle> found = Ray.getActor(actor, options.get("namespace"));
-      if (!found.isPresent()) {
-        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: broker actor "
-            + actor + " is not running in namespace " + options.get("namespace"));
-      }
-      broker = found.get();
+      broker = Brokers.find(actor, options.get("namespace"));
     }
     return broker;
   }
