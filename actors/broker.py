@@ -34,6 +34,7 @@ from rayq.store.errors import ClosedError, InvalidRequestError
 from rayq.store.names import is_dlq_topic
 
 from .config import BrokerConfig
+from .malloc import keep_freed_memory
 from .metrics import REPORT_INTERVAL_S, BrokerMetrics
 from .peers import PEER_LOST_ERRORS, Peer
 from .protocol import (
@@ -138,6 +139,7 @@ class BrokerActor:
             hold_actor_name,
         )
 
+        keep_freed_memory()  # pages and put batches reuse freed buffers (malloc.py)
         node_id = ray.get_runtime_context().get_node_id()
         self.server = BrokerServer(config, store_dir, node_id)
         if epoch > self.server.epochs.current and self.server.master is not None:
