@@ -204,14 +204,26 @@ def test_bad_input_raises_rayq_errors(spark: object) -> None:
         rqspark.write(df, "copy", body_col="s", tags_col="n")
     with pytest.raises(rayq.ConfigError):
         rqspark.stream(spark, "orders", "g", process="not callable")  # type: ignore[arg-type]
+    assert rqspark.read(spark, "orders").count() == 300  # nothing was harmed
+
+
+@pytest.mark.parametrize("path", ["jvm", "python"])
+@pytest.mark.parametrize("null_id", [0, 33])  # in the first partition, in the last
+def test_null_bodies_raise_before_anything_is_written(
+    spark: object, path: str, null_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check before a write: rayq's jar (one stage, each task stops at its first null)
+    or, without it, an aggregating pass."""
+    if path == "python":
+        monkeypatch.setattr(rqspark, "has_source", lambda _spark: False)
     stored = sum(q.max_offset for q in rayq.Admin().topic_stats("copy"))
     nulls = spark.range(0, 40, 1, 4).selectExpr(
-        "if(id = 33, null, cast(cast(id as string) as binary)) as body"
+        f"if(id = {null_id}, null, cast(cast(id as string) as binary)) as body"
     )
     with pytest.raises(rayq.InvalidMessageError, match="null bodies"):
         rqspark.write(nulls, "copy")
     assert sum(q.max_offset for q in rayq.Admin().topic_stats("copy")) == stored  # none written
-    assert rqspark.read(spark, "orders").count() == 300  # nothing was harmed
+    assert rqspark.read(spark, "copy").count() == stored  # and the topic reads as before
 
 
 def test_stream_crash_mid_batch_reruns_identical_ranges(spark: object) -> None:
