@@ -49,14 +49,15 @@ def test_page_sized_buffers_come_from_the_heap_and_stay_there() -> None:
     tuned = probe("tuned")
     assert tuned["tuned"] is True
     assert tuned["mmapped"] < 1 << 20  # not a mapping of its own
-    assert tuned["kept"] >= 20 << 20  # freed, still mapped for the next page
+    # freed, still mapped for the next page (free bytes from before may have served part)
+    assert tuned["kept"] >= 16 << 20
 
 
 def test_untuned_process_maps_and_unmaps_them() -> None:
     """The default the broker changes (so the test above tells the two apart)."""
     plain = probe("plain")
     assert plain["mmapped"] >= 20 << 20
-    assert plain["kept"] < 20 << 20
+    assert plain["kept"] < 4 << 20
 
 
 def test_no_mallopt_is_not_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
