@@ -140,7 +140,7 @@ class BrokerActor:
         )
 
         keep_freed_memory()  # pages and put batches reuse freed buffers (malloc.py)
-        node_id = ray.get_runtime_context().get_node_id()
+        node_id = self._node_id = ray.get_runtime_context().get_node_id()
         self.server = BrokerServer(config, store_dir, node_id)
         if epoch > self.server.epochs.current and self.server.master is not None:
             # promoted (actors/failover.py): what this store holds now starts the new epoch
@@ -694,6 +694,17 @@ class BrokerActor:
         page = await self._serve(self.server.read_arrow, check_json(req, ReadArrowRequest),
                                  ReadArrowRequest)  # fmt: skip
         return columnar.page_bytes(page.batch, page.next_offset)
+
+    @ray.method(concurrency_group="admin")
+    async def page_readers(self) -> list[str]:
+        """The names of this replica's page readers (actors/page_reader.py: the JVM reads
+        Spark's pages from them), started on the first call; once they answer."""
+        from .page_reader import page_reader_names, spawn_page_readers
+
+        readers = spawn_page_readers(self.server.config, str(self.server.root),
+                                     self.namespace, self._node_id)  # fmt: skip
+        await asyncio.gather(*(r.ready.remote() for r in readers))
+        return page_reader_names(self.server.config.replica_name)
 
     @ray.method(concurrency_group="admin")
     async def send_back(self, req: SendBackRequest) -> SendBackResult:

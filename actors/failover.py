@@ -46,7 +46,7 @@ from rayq.store.errors import ConfigError
 from .broker import spawn_broker
 from .config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
 from .flusher import spawn_flusher
-from .protocol import BrokerInfo, broker_actor_name, flusher_actor_name, hold_actor_name
+from .protocol import BrokerInfo, broker_actor_name, replica_actor_names
 from .pull_hold import spawn_hold
 
 logger = logging.getLogger(__name__)
@@ -76,14 +76,13 @@ def _handle(name: str, namespace: str) -> Any | None:
 async def kill_replica(replica: str, namespace: str) -> None:
     """End a replica's broker, flusher and hold actors for good, and wait until their
     names are free (a new replica may take them)."""
-    for actor in (broker_actor_name(replica), flusher_actor_name(replica),
-                  hold_actor_name(replica)):  # fmt: skip
+    names = replica_actor_names(replica)
+    for actor in names:
         handle = _handle(actor, namespace)
         if handle is not None:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
     deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
-    names = [broker_actor_name(replica), flusher_actor_name(replica), hold_actor_name(replica)]
     while names and time.monotonic() < deadline:  # GCS frees a killed actor's name soon
         names = [n for n in names if _handle(n, namespace) is not None]
         await asyncio.sleep(0.05 if names else 0)

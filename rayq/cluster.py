@@ -31,9 +31,11 @@ from rayq.actors.failover import BROKER_RESOURCE_PREFIX, replica_nodes
 from rayq.actors.flusher import spawn_flusher
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
+    PAGE_READER_ACTOR_PREFIX,
     broker_actor_name,
     flusher_actor_name,
     hold_actor_name,
+    replica_actor_names,
 )
 from rayq.actors.pull_hold import spawn_hold
 from rayq.store.errors import BrokerUnavailableError, ConfigError
@@ -62,8 +64,7 @@ class Cluster:
             return
         self._closed = True
         for name in [*self.replicas[len(self.broker_names) :], *self.broker_names]:  # slaves first
-            for actor_name in (broker_actor_name(name), flusher_actor_name(name),
-                               hold_actor_name(name)):  # fmt: skip
+            for actor_name in replica_actor_names(name):
                 _stop(actor_name, self.namespace)
         _stop(COORDINATOR_NAME, self.namespace)
         if self._owns_ray:
@@ -95,7 +96,7 @@ def running_actors(namespace: str) -> list[str]:
     """The rayq server actors (coordinator, brokers, flushers, hold services) that run
     in ``namespace``."""
     prefixes = (COORDINATOR_NAME, broker_actor_name(""), flusher_actor_name(""),
-                hold_actor_name(""))  # fmt: skip
+                hold_actor_name(""), PAGE_READER_ACTOR_PREFIX)  # fmt: skip
     return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                   if a["namespace"] == namespace and a["name"].startswith(prefixes))  # fmt: skip
 

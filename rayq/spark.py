@@ -47,8 +47,8 @@ from rayq.arrow_io import (
     Columns,
     check_columns,
     ensure_ray,
+    page_readers,
     read_range,
-    serving_replica,
     write_batches,
 )
 from rayq.client import ClientContext
@@ -253,11 +253,12 @@ def _source_df(spark: Any, topic: str, tasks: list[list[OffsetRange]], namespace
                page_bytes: int) -> Any:  # fmt: skip
     """The tasks' messages through rayq's Spark source (rayq/jvm): Spark prunes the columns
     a query does not use, and the executors' JVMs call the brokers (no Python tasks)."""
-    # by actor name: the replica serving each broker's reads now (a slave while its
-    # master is lost, as the Python tasks' reads do)
-    actors = {r.broker: broker_actor_name(serving_replica(namespace, r.broker))
-              for task in tasks for r in task}  # fmt: skip
-    plan = [[[actors[r.broker], r.queue_id, r.start, r.end] for r in task] for task in tasks]
+    # by actor name: the page readers of the replica serving each broker's reads now (a
+    # slave while its master is lost, as the Python tasks' reads do), task i reading
+    # from reader i of each (actors/page_reader.py)
+    readers = {b: page_readers(namespace, b) for b in {r.broker for task in tasks for r in task}}
+    plan = [[[readers[r.broker][i % len(readers[r.broker])], r.queue_id, r.start, r.end]
+             for r in task] for i, task in enumerate(tasks)]  # fmt: skip
     options = {"namespace": namespace, "topic": topic, "page_bytes": str(page_bytes),
                "tasks": json.dumps(plan)}  # fmt: skip
     return (

@@ -138,6 +138,7 @@ from .replication import (
 from .schedule import ScheduleService
 from .send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
 from .table_files import (
+    CONFIG_DIR_NAME,
     PERM_ALL,
     PERM_READ,
     PERM_WRITE,
@@ -152,6 +153,17 @@ from .tables import ConfigStore
 from .transactions import TransactionService
 
 ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
+
+
+def acl_service(config: BrokerConfig, store_dir: Path) -> AclService | None:
+    """A broker's ACL (None when off): the rules of ``acl_file``, or of
+    ``<store dir>/config/plain_acl.toml``; its page readers check with the same."""
+    if not config.acl_enable:
+        return None
+    acl_file = config.acl_file or str(store_dir / CONFIG_DIR_NAME / ACL_FILE_NAME)
+    return AclService(acl_file, config.acl_timestamp_window_ms)
+
+
 # Records per batch that ``put_arrow`` appends (as a producer's batches).
 ARROW_PUT_BYTES = ClientConfig().batch_max_bytes
 
@@ -226,10 +238,7 @@ class BrokerServer:
         # consumer offsets committed here while a slave: they go to the master at the next
         # metadata sync ("topic@group" -> queue -> offset)
         self.slave_commits: dict[str, dict[int, int]] = {}
-        self.acl: AclService | None = None
-        if config.acl_enable:
-            acl_file = config.acl_file or str(self.tables.config_dir / ACL_FILE_NAME)
-            self.acl = AclService(acl_file, config.acl_timestamp_window_ms)
+        self.acl = acl_service(config, self.root)
         self.replication_error = ""  # a slave: why it is not replicating now
         self.put_rate = PutRate()
         logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,

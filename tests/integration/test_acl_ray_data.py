@@ -102,6 +102,21 @@ def test_read_and_write_without_credentials_are_refused(deployment: rayq.Cluster
         rows.write_datasink(rayq.data.TopicDatasink(SINK, namespace=NAMESPACE))
 
 
+def test_page_readers_check_the_brokers_acl(deployment: rayq.Cluster) -> None:
+    """A broker's page readers (what Spark's JVM reads call, unsigned) apply the broker's
+    rules: with ACL on, an unsigned page request is refused, and they go on serving."""
+    import json
+
+    from rayq import arrow_io
+
+    name = arrow_io.page_readers(NAMESPACE, deployment.broker_names[0])[0]
+    reader = ray.get_actor(name, namespace=NAMESPACE)
+    req = {"topic": SOURCE, "queue_id": 0, "start": 0, "end": 5, "max_bytes": 1 << 20}
+    for _ in range(2):
+        with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
+            ray.get(reader.read_arrow_ipc.remote(json.dumps(req).encode()), timeout=30)
+
+
 def test_the_tasks_sign_with_the_given_account(deployment: rayq.Cluster) -> None:
     """A write task signs with the credentials given (an account without PUB is refused,
     a wrong secret fails the signature), and the errors do not show the secret."""

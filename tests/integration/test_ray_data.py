@@ -14,8 +14,13 @@ import rayq
 import rayq.arrow_io
 import rayq.data
 from rayq import arrow_io
-from rayq.actors.protocol import ReadArrowRequest, broker_actor_name
-from rayq.cluster import Cluster
+from rayq.actors.protocol import (
+    ReadArrowRequest,
+    broker_actor_name,
+    page_reader_actor_name,
+    replica_actor_names,
+)
+from rayq.cluster import Cluster, running_actors
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-ray-data"
@@ -157,13 +162,17 @@ def test_null_bodies_raise_before_any_write(topic: str, monkeypatch: pytest.Monk
     assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == before
 
 
+@pytest.mark.parametrize("server", ["broker", "page reader"])
 def test_jvm_pages_hold_the_asked_columns_and_bad_requests_are_refused(
-    big_topic: str, cluster: Cluster
+    big_topic: str, cluster: Cluster, server: str
 ) -> None:
-    """``read_arrow_ipc`` (what Spark's rayq source calls from the JVM): a JSON request; the
-    page is the header then Arrow IPC of the asked columns; a malformed request raises
-    InvalidRequestError and the broker goes on serving."""
-    actor = ray.get_actor(broker_actor_name(cluster.broker_names[0]), namespace=NAMESPACE)
+    """``read_arrow_ipc`` (what Spark's rayq source calls from the JVM, on a broker's page
+    readers): a JSON request; the page is the header then Arrow IPC of the asked columns;
+    a malformed request raises InvalidRequestError and the actor goes on serving."""
+    name = broker_actor_name(cluster.broker_names[0])
+    if server == "page reader":
+        name = arrow_io.page_readers(NAMESPACE, cluster.broker_names[0])[1]
+    actor = ray.get_actor(name, namespace=NAMESPACE)
 
     def ask(**req: object) -> bytes:
         return ray.get(actor.read_arrow_ipc.remote(json.dumps(req).encode()), timeout=30)
@@ -182,6 +191,28 @@ def test_jvm_pages_hold_the_asked_columns_and_bad_requests_are_refused(
     with pytest.raises(rayq.InvalidRequestError):
         ray.get(actor.read_arrow_ipc.remote(b"{not json"), timeout=30)
     assert np.frombuffer(ask(**base, columns=[])[:8], "<i8")[0] == 300  # still serving
+
+
+def test_page_readers_serve_the_brokers_pages_and_stop_with_the_cluster(
+    big_topic: str, cluster: Cluster
+) -> None:
+    """A broker's page readers (actors/page_reader.py) start on the first ask, pinned beside
+    it, answer byte for byte what the broker answers, and are rayq actors of the cluster
+    (listed, stopped by shutdown)."""
+    broker = cluster.broker_names[0]
+    names = arrow_io.page_readers(NAMESPACE, broker)
+    assert names == [page_reader_actor_name(broker, i) for i in range(2)]
+    assert arrow_io.page_readers(NAMESPACE, broker) == names  # the same ones again
+    assert set(names) <= set(running_actors(NAMESPACE))
+    broker_actor = ray.get_actor(broker_actor_name(broker), namespace=NAMESPACE)
+    for columns in (None, [], ["body", "msg_id"]):
+        req = json.dumps({"topic": big_topic, "queue_id": 0, "start": 3, "end": 250,
+                          "max_bytes": 1 << 16, "columns": columns}).encode()  # fmt: skip
+        want = ray.get(broker_actor.read_arrow_ipc.remote(req), timeout=30)
+        for name in names:
+            reader = ray.get_actor(name, namespace=NAMESPACE)
+            assert ray.get(reader.read_arrow_ipc.remote(req), timeout=30) == want
+    assert replica_actor_names(broker)[-2:] == names  # what shutdown and failover stop
 
 
 def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> None:

@@ -1,0 +1,107 @@
+"""Page readers: processes beside a broker that build Spark's Arrow pages from its files.
+
+A broker builds pages one at a time in its own process, between its produce and pull
+calls. Its page readers (``PAGE_READERS`` actors per replica, named
+``rayq-reader-<replica>-<i>``, pinned to its node) read the same store files through a
+read-only view (store/file_view.py) and answer the same requests
+(``read_arrow_ipc``: a JSON ``ReadArrowRequest``, a page as the broker's
+``columnar.page_bytes``), so a Spark scan uses more than one core and leaves the broker's
+event loop to producers and consumers. The broker starts them on the first
+``page_readers`` call (rayq/spark.py plans its JVM reads with their names); Ray restarts
+one that dies, and it maps the files again.
+
+A reader checks a request as the broker does: its fields at the boundary, then the
+broker's ACL (the same rules file). It knows no topic table: a read of a queue without
+files is empty. Its ranges come from the broker's queue ends (``plan_ranges``), which
+bound what it may read (file_view.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from rayq.store.bulk_reader import RecordPage
+from rayq.store.file_view import StoreFiles
+
+from .config import BrokerConfig
+from .malloc import keep_freed_memory
+from .protocol import PAGE_READERS, ReadArrowRequest, check, check_json, page_reader_actor_name
+from .server import columnar
+from .server.broker_server import acl_service
+
+logger = logging.getLogger(__name__)
+
+
+class _Upto:
+    """``StoreFiles`` as ``columnar.read_columns`` reads a store, bounded by ``end``."""
+
+    def __init__(self, files: StoreFiles, end: int) -> None:
+        self.files, self.end = files, end
+
+    def read_page(self, topic: str, queue_id: int, offset: int, count: int,
+                  max_bytes: int) -> RecordPage:  # fmt: skip
+        return self.files.read_page(topic, queue_id, offset, count, max_bytes, self.end)
+
+
+class PageReaderService:
+    """Pages of one replica's queues from its store files (no Ray)."""
+
+    def __init__(self, config: BrokerConfig, store_dir: str) -> None:
+        self.name = config.replica_name
+        self.files = StoreFiles(store_dir, config.store_config)
+        self.acl = acl_service(config, Path(store_dir))
+
+    def read_arrow(self, req: ReadArrowRequest) -> tuple[Any, int]:
+        """The record batch of one page and the offset the next starts at."""
+        req = check(req, ReadArrowRequest)
+        if self.acl is not None:
+            self.acl.check("read_arrow", req)
+        return columnar.read_columns(_Upto(self.files, req.end), req.topic, req.queue_id,
+                                     req.start, req.end, req.max_bytes, self.name,
+                                     req.columns)  # fmt: skip
+
+    def read_arrow_ipc(self, req: bytes) -> bytes:
+        batch, next_offset = self.read_arrow(check_json(req, ReadArrowRequest))
+        return columnar.page_bytes(batch, next_offset)
+
+    def close(self) -> None:
+        self.files.close()
+
+
+class PageReaderActor:
+    """Ray shell over PageReaderService (one call at a time)."""
+
+    def __init__(self, config: BrokerConfig, store_dir: str) -> None:
+        keep_freed_memory()  # pages reuse freed buffers (malloc.py)
+        self.service = PageReaderService(config, store_dir)
+
+    def read_arrow_ipc(self, req: bytes) -> bytes:
+        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: rayq/jvm RayqReader)."""
+        return self.service.read_arrow_ipc(req)
+
+    def ready(self) -> bool:
+        return True
+
+
+def page_reader_names(replica: str) -> list[str]:
+    return [page_reader_actor_name(replica, i) for i in range(PAGE_READERS)]
+
+
+def spawn_page_readers(config: BrokerConfig, store_dir: str, namespace: str,
+                       node_id: str) -> list[Any]:  # fmt: skip
+    """Start (or get) a replica's page readers on ``node_id``."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cls = ray.remote(PageReaderActor)
+    return [
+        cls.options(
+            name=name, namespace=namespace, get_if_exists=True, lifetime="detached",
+            max_restarts=-1, num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote(config, store_dir)
+        for name in page_reader_names(config.replica_name)
+    ]  # fmt: skip
