@@ -71,6 +71,8 @@ from .protocol import (
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
+    PageReadersReply,
+    PageReadersRequest,
     Park,
     PullManyRequest,
     PullManyResponse,
@@ -687,24 +689,26 @@ class BrokerActor:
 
     @ray.method(concurrency_group="admin")
     async def read_arrow_ipc(self, req: bytes) -> bytes:
-        """``read_arrow`` for the JVM (rayq/jvm, Spark's rayq source; a Ray cross-language
-        call): the request as JSON; the page as bytes: the next offset and the row count
-        (little-endian int64s), then an Arrow IPC stream of the asked columns (none when
-        no columns were asked for: a count)."""
+        """``read_arrow`` for the JVM (a Ray cross-language call; Spark's rayq source asks
+        the page readers, which answer the same: actors/page_reader.py): the request as
+        JSON; the page as bytes: the next offset and the row count (little-endian int64s),
+        then an Arrow IPC stream of the asked columns (none when no columns were asked
+        for: a count)."""
         page = await self._serve(self.server.read_arrow, check_json(req, ReadArrowRequest),
                                  ReadArrowRequest)  # fmt: skip
         return columnar.page_bytes(page.batch, page.next_offset)
 
     @ray.method(concurrency_group="admin")
-    async def page_readers(self) -> list[str]:
-        """The names of this replica's page readers (actors/page_reader.py: the JVM reads
-        Spark's pages from them), started on the first call; once they answer."""
-        from .page_reader import page_reader_names, spawn_page_readers
+    async def page_readers(self, req: PageReadersRequest) -> PageReadersReply:
+        """This replica's page readers (actors/page_reader.py: Spark's JVM reads its pages
+        from them), started on the first call; answered once they run."""
+        from .page_reader import spawn_page_readers
 
+        reply = await self._serve(self.server.page_readers, req, PageReadersRequest)
         readers = spawn_page_readers(self.server.config, str(self.server.root),
                                      self.namespace, self._node_id)  # fmt: skip
         await asyncio.gather(*(r.ready.remote() for r in readers))
-        return page_reader_names(self.server.config.replica_name)
+        return reply
 
     @ray.method(concurrency_group="admin")
     async def send_back(self, req: SendBackRequest) -> SendBackResult:

@@ -87,10 +87,6 @@ class PageReaderActor:
         return True
 
 
-def page_reader_names(replica: str) -> list[str]:
-    return [page_reader_actor_name(replica, i) for i in range(PAGE_READERS)]
-
-
 def spawn_page_readers(config: BrokerConfig, store_dir: str, namespace: str,
                        node_id: str) -> list[Any]:  # fmt: skip
     """Start (or get) a replica's page readers on ``node_id``."""
@@ -103,5 +99,5 @@ def spawn_page_readers(config: BrokerConfig, store_dir: str, namespace: str,
             max_restarts=-1, num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(config, store_dir)
-        for name in page_reader_names(config.replica_name)
+        for name in (page_reader_actor_name(config.replica_name, i) for i in range(PAGE_READERS))
     ]  # fmt: skip

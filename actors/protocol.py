@@ -632,6 +632,16 @@ class BrokerStatusRequest(_Request, frozen=True, kw_only=True):
     pass
 
 
+class PageReadersRequest(_Request, frozen=True, kw_only=True):
+    """Where Spark's JVM reads a broker's pages: ``page_readers``."""
+
+
+class PageReadersReply(msgspec.Struct, frozen=True, kw_only=True):
+    """The actor names of the replica's page readers (actors/page_reader.py), running."""
+
+    names: list[str]
+
+
 class BrokerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """A broker replica's state now (``rayq broker status``, ``Admin.health``): its info,
     how far its flusher has made the commit log durable (-1: the flusher did not

@@ -41,7 +41,7 @@ import ray
 
 from rayq.actors.auth import Credentials, Signer
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import ArrowPage, MessageQueue, ReadArrowRequest, broker_actor_name
+from rayq.actors.protocol import ArrowPage, MessageQueue, PageReadersRequest, ReadArrowRequest
 from rayq.actors.server.columnar import SCHEMA, from_ipc
 from rayq.ranges import OffsetRange
 from rayq.ray_transport import RayTransport
@@ -95,16 +95,9 @@ def serving_replica(namespace: str, broker: str) -> str:
 def page_readers(namespace: str, broker: str) -> list[str]:
     """The actor names of the page readers of the replica serving ``broker`` now
     (actors/page_reader.py; started by the broker on the first ask)."""
-    replica = serving_replica(namespace, broker)
-    try:
-        handle = ray.get_actor(broker_actor_name(replica), namespace=namespace)
-        return list(ray.get(handle.page_readers.remote(), timeout=CALL_TIMEOUT_S))
-    except (ValueError, ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-        raise BrokerUnavailableError(
-            f"broker {broker!r} (replica {replica}) could not start its page readers in "
-            f"namespace {namespace!r}: {type(exc).__name__}: {exc}",
-            broker=broker,
-        ) from exc
+    serving_replica(namespace, broker)  # the transport asks the coordinator afresh
+    client = _unsigned_handle(namespace, broker, refresh=False)
+    return client.page_readers(PageReadersRequest()).result(CALL_TIMEOUT_S).names
 
 
 def _signer(credentials: Credentials | None) -> Signer | None:

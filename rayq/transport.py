@@ -61,6 +61,8 @@ from rayq.actors.protocol import (
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
+    PageReadersReply,
+    PageReadersRequest,
     PullManyRequest,
     PullManyResponse,
     PullRequest,
@@ -228,6 +230,9 @@ class BrokerClient(_Client):
 
     def broker_status(self, req: BrokerStatusRequest) -> Reply[BrokerStatus]:
         return self._invoke("broker_status", req)
+
+    def page_readers(self, req: PageReadersRequest) -> Reply[PageReadersReply]:
+        return self._invoke("page_readers", req)
 
     def schedule_stats(self, req: ScheduleStatsRequest) -> Reply[ScheduleStats]:
         return self._invoke("schedule_stats", req)

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from rayq.actors.config import BrokerConfig, ClientConfig, replica_name
 from rayq.actors.protocol import (
+    PAGE_READERS,
     ArrowPage,
     ArrowPutRequest,
     BatchSendResult,
@@ -63,6 +64,8 @@ from rayq.actors.protocol import (
     OffsetByTimeRequest,
     OffsetReply,
     OffsetsReply,
+    PageReadersReply,
+    PageReadersRequest,
     PullManyRequest,
     PullManyResponse,
     PullRequest,
@@ -91,6 +94,7 @@ from rayq.actors.protocol import (
     TransactionChecksRequest,
     UpdateGroupRequest,
     ViewMessageRequest,
+    page_reader_actor_name,
 )
 from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
 from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
@@ -811,6 +815,11 @@ class BrokerServer:
             return MessagesReply(messages=[])
         found = decode_records(got.buffer, broker_name=self.name)
         return MessagesReply(messages=[m for m in found if m.queue_offset == req.queue_offset])
+
+    def page_readers(self, req: PageReadersRequest) -> PageReadersReply:
+        """The names of this replica's page readers (the actor starts them first)."""
+        return PageReadersReply(names=[page_reader_actor_name(self.config.replica_name, i)
+                                       for i in range(PAGE_READERS)])  # fmt: skip
 
     def broker_status(self, req: BrokerStatusRequest) -> BrokerStatus:
         """This replica's info with a fresh disk measurement, its limits and settings (the

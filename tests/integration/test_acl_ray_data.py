@@ -104,12 +104,20 @@ def test_read_and_write_without_credentials_are_refused(deployment: rayq.Cluster
 
 def test_page_readers_check_the_brokers_acl(deployment: rayq.Cluster) -> None:
     """A broker's page readers (what Spark's JVM reads call, unsigned) apply the broker's
-    rules: with ACL on, an unsigned page request is refused, and they go on serving."""
+    rules: with ACL on, an unsigned page request is refused, and they go on serving. Who
+    may start them is the broker's to say too (``page_readers`` signed, or refused)."""
     import json
 
     from rayq import arrow_io
+    from rayq.actors.auth import Signer
+    from rayq.actors.protocol import PageReadersRequest, broker_actor_name
 
-    name = arrow_io.page_readers(NAMESPACE, deployment.broker_names[0])[0]
+    broker = deployment.broker_names[0]
+    with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
+        arrow_io.page_readers(NAMESPACE, broker)
+    actor = ray.get_actor(broker_actor_name(broker), namespace=NAMESPACE)
+    signed = Signer(APP).sign("page_readers", PageReadersRequest())
+    name = ray.get(actor.page_readers.remote(signed), timeout=60).names[0]
     reader = ray.get_actor(name, namespace=NAMESPACE)
     req = {"topic": SOURCE, "queue_id": 0, "start": 0, "end": 5, "max_bytes": 1 << 20}
     for _ in range(2):

@@ -4,7 +4,7 @@ import io.ray.api.PyActorHandle;
 import io.ray.api.Ray;
 import java.util.Optional;
 
-/** Broker actors by name, as the source and the sink reach them (no coordinator). */
+/** Broker actors and their page readers by name, as the source and the sink reach them. */
 final class Brokers {
   private Brokers() {}
 
@@ -12,7 +12,7 @@ final class Brokers {
   static PyActorHandle find(String actor, String namespace) {
     Optional<PyActorHandle> found = Ray.getActor(actor, namespace);
     if (!found.isPresent()) {
-      throw new IllegalStateException("rayq.errors.BrokerUnavailableError: broker actor "
+      throw new IllegalStateException("rayq.errors.BrokerUnavailableError: actor "
           + actor + " is not running in namespace " + namespace);
     }
     return found.get();

@@ -26,8 +26,9 @@ import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
 /**
- * Reads a task's ranges page by page with the broker method {@code read_arrow_ipc}
- * (actors/broker.py), whose one argument is a {@code ReadArrowRequest} as JSON. A page is a little-endian header (next offset, row count) and, when
+ * Reads a task's ranges page by page with the method {@code read_arrow_ipc} of the actor
+ * the plan names for each (a broker's page reader: actors/page_reader.py), whose one
+ * argument is a {@code ReadArrowRequest} as JSON. A page is a little-endian header (next offset, row count) and, when
  * columns were asked for, an Arrow IPC stream of those columns. The next page is asked
  * for before this one is handed to Spark.
  */
