@@ -64,10 +64,18 @@ class RecordPage(NamedTuple):
 
 
 def read_page(
-    commitlog: CommitLog, cq: ConsumeQueue, queue_offset: int, max_count: int, max_bytes: int
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    queue_offset: int,
+    max_count: int,
+    max_bytes: int,
+    in_place: bool = False,
 ) -> RecordPage:
     """Records of ``cq`` from ``queue_offset``: at most ``max_count`` entries and about
-    ``max_bytes`` of records (the first record always fits)."""
+    ``max_bytes`` of records (the first record always fits). ``in_place``: records that
+    lie in one run of one segment are not copied; the page's buffer is a view of the
+    segment's mapping (for a caller that owns its mappings and drops the page before it
+    unmaps one: store/file_view.py)."""
     lo, hi = cq.min_offset, cq.max_offset
     status, next_offset = offset_status(queue_offset, lo, hi)
     if status is not None:
@@ -85,7 +93,7 @@ def read_page(
         removed = bool(live[:scanned].any())
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.OFFSET_FOUND_NULL
         return RecordPage(status, next_offset, lo, full=full)
-    buffer, starts = _copy_runs(commitlog, commitlog_offsets[picked], sizes[picked])
+    buffer, starts = _copy_runs(commitlog, commitlog_offsets[picked], sizes[picked], in_place)
     good = _checked(buffer, starts, sizes[picked])
     damaged = int(good.size - np.count_nonzero(good))
     if damaged:
@@ -131,15 +139,16 @@ def _scan_length(sizes: np.ndarray, wanted: np.ndarray, max_bytes: int) -> int:
 
 
 def _copy_runs(
-    commitlog: CommitLog, commitlog_offsets: np.ndarray, sizes: np.ndarray
-) -> tuple[bytes, np.ndarray]:
-    """The records as one buffer, one slice per run of back-to-back records in a segment,
-    and where each record starts in it (-1: not on disk)."""
+    commitlog: CommitLog, commitlog_offsets: np.ndarray, sizes: np.ndarray, in_place: bool = False
+) -> tuple[bytes | memoryview, np.ndarray]:
+    """The records as one buffer, one slice per run of back-to-back records in a segment
+    (``in_place`` and one run: a view of the mapping, no copy), and where each record
+    starts in it (-1: not on disk)."""
     ends = commitlog_offsets + sizes
     segment = commitlog_offsets // commitlog.segment_size
     cuts = np.flatnonzero((commitlog_offsets[1:] != ends[:-1]) | (segment[1:] != segment[:-1]))
     bounds = [0, *(cuts + 1).tolist(), len(sizes)]
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     starts = np.full(len(sizes), -1, dtype=np.int64)
     size = 0
     for i, j in pairwise(bounds):
@@ -147,7 +156,8 @@ def _copy_runs(
         seg = commitlog.file.find(first)
         if seg is None or end - seg.start > seg.wrote:
             continue
-        parts.append(seg.mm[first - seg.start : end - seg.start])
+        view = memoryview(seg.mm) if in_place and len(bounds) == 2 else seg.mm
+        parts.append(view[first - seg.start : end - seg.start])
         starts[i:j] = commitlog_offsets[i:j] - first + size
         size += end - first
     return (parts[0] if len(parts) == 1 else b"".join(parts)), starts

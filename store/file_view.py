@@ -14,9 +14,15 @@ and their records were written before it said so). Records are checked as the br
 checks them (size, magic, CRC: bulk_reader.py), so a record being overwritten (a slave
 cutting its log) is left out, never returned torn.
 
+Records are not copied out of the mapping when a page's records lie back to back in one
+segment (the usual case): the page's buffer is a view of it (``read_page(in_place=True)``).
+A view keeps its mapping alive, so a mapping is never closed here, only dropped: it is
+unmapped when the last page over it is gone.
+
 Files deleted by retention: each read lists the directories it uses, so a deleted
-segment's mapping is dropped (its disk space is freed) and offsets below the first
-file left read as removed (``OFFSET_TOO_SMALL``), as the broker answers.
+segment's mapping is dropped (its disk space is freed once no page holds it) and
+offsets below the first file left read as removed (``OFFSET_TOO_SMALL``), as the broker
+answers.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ class _Files:
         starts = {int(n) for n in names if len(n) == NAME_DIGITS and n.isdigit()}
         self.first = min(starts) if starts else None
         for start in [s for s in self.mapped if s not in starts]:
-            self.mapped.pop(start).mm.close()
+            del self.mapped[start]  # unmapped when no page of it is left (refcounts)
 
     def find(self, offset: int) -> _Mapped | None:
         start = offset - offset % self.segment_size
@@ -77,9 +83,7 @@ class _Files:
         return seg
 
     def close(self) -> None:
-        for seg in self.mapped.values():
-            seg.mm.close()
-        self.mapped.clear()
+        self.mapped.clear()  # each unmapped when no page of it is left
 
 
 class _CommitLogView:
@@ -155,7 +159,8 @@ class StoreFiles:
             return RecordPage(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0)
         self.commitlog.file.refresh()
         cq.bound(end, self.commitlog.min_offset)
-        return read_page(self.commitlog, cq, queue_offset, max_count, max_bytes)  # type: ignore[arg-type]
+        return read_page(self.commitlog, cq, queue_offset, max_count, max_bytes,  # type: ignore[arg-type]
+                         in_place=True)  # fmt: skip
 
     def close(self) -> None:
         self.commitlog.file.close()

@@ -104,9 +104,20 @@ def test_damaged_record_is_left_out_as_the_store_leaves_it(
     assert _offsets(page.buffer, page.starts) == [q for q in range(50) if q != 20]
 
 
+def test_pages_are_views_of_the_mapping_when_their_records_are_one_run(
+    store: MessageStore, files: StoreFiles
+) -> None:
+    assert store.put_messages(_msgs(30)).ok
+    page = files.read_page("T", 0, 0, 30, 1 << 20, 30)
+    assert isinstance(page.buffer, memoryview) and page.buffer.readonly  # not copied
+    assert bytes(page.buffer) == store.read_page("T", 0, 0, 30, 1 << 20).buffer
+
+
 def test_what_retention_deleted_reads_as_removed(store: MessageStore, files: StoreFiles) -> None:
     assert store.put_messages(_msgs(1000)).ok
-    assert len(files.read_page("T", 0, 0, 10, 1 << 20, 1000).starts) == 10  # maps segment 0
+    held = files.read_page("T", 0, 0, 10, 1 << 20, 1000)  # maps segment 0, keeps a view
+    assert len(held.starts) == 10
+    before = bytes(held.buffer)
     first = store.commitlog.file.segments[0]
     first_path = first.path
     for _ in range(3):  # as retention_tick does
@@ -117,7 +128,9 @@ def test_what_retention_deleted_reads_as_removed(store: MessageStore, files: Sto
     assert lo > 0 and not first_path.exists()
     page = files.read_page("T", 0, 0, 10, 1 << 20, 1000)
     assert page.status is GetStatus.OFFSET_TOO_SMALL and page.min_offset == lo
-    assert 0 not in files.commitlog.file.mapped  # the deleted file is no longer mapped
+    assert 0 not in files.commitlog.file.mapped  # the deleted file's mapping is dropped
+    assert bytes(held.buffer) == before  # a page still held keeps its mapping readable
+    del held
     want = store.read_page("T", 0, lo, 1000, 1 << 30)
     got = files.read_page("T", 0, lo, 1000, 1 << 30, 1000)
     assert got.buffer == want.buffer and got.next_offset == want.next_offset
