@@ -140,3 +140,28 @@ def test_file_view_does_not_import_ray() -> None:
     code = "import sys, rayq.store.file_view; assert 'ray' not in sys.modules; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+def test_a_page_ends_with_a_long_first_run_and_is_read_in_place(
+    store: MessageStore, files: StoreFiles
+) -> None:
+    """Two writers' batches interleaved in the log (queue 0 and 1): a run of queue 0 is 40
+    records (~12 KiB). A page whose cap that run fills to a quarter ends with it, in
+    place; one whose cap it fills less of joins the runs (a copy); all records either way."""
+    for _ in range(4):
+        assert store.put_messages(_msgs(40)).ok and store.put_messages(_msgs(40, 1)).ok
+    end = store.queues[("T", 0)].max_offset
+    assert end == 160
+    page = files.read_page("T", 0, 0, 1000, 32 * 1024, end)
+    assert isinstance(page.buffer, memoryview)
+    assert _offsets(page.buffer, page.starts) == list(range(40))
+    assert page.next_offset == 40 and page.full
+    joined = files.read_page("T", 0, 0, 1000, 96 * 1024, end)
+    assert isinstance(joined.buffer, bytes) and len(joined.starts) > 40
+    for cap in (32 * 1024, 96 * 1024):
+        seen, offset = [], 0
+        while offset < end:
+            page = files.read_page("T", 0, offset, 1000, cap, end)
+            seen += _offsets(page.buffer, page.starts)
+            offset = page.next_offset
+        assert seen == list(range(end)), cap
