@@ -18,10 +18,10 @@ bound what it may read (file_view.py).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import ray
 
 from rayq.store.bulk_reader import RecordPage
@@ -32,8 +32,6 @@ from .malloc import keep_freed_memory
 from .protocol import PAGE_READERS, ReadArrowRequest, check, check_json, page_reader_actor_name
 from .server import columnar
 from .server.broker_server import acl_service
-
-logger = logging.getLogger(__name__)
 
 
 class _Upto:
@@ -55,7 +53,7 @@ class PageReaderService:
         self.files = StoreFiles(store_dir, config.store_config)
         self.acl = acl_service(config, Path(store_dir))
 
-    def read_arrow(self, req: ReadArrowRequest) -> tuple[Any, int]:
+    def read_arrow(self, req: ReadArrowRequest) -> tuple[pa.RecordBatch, int]:
         """The record batch of one page and the offset the next starts at."""
         req = check(req, ReadArrowRequest)
         if self.acl is not None:
@@ -67,9 +65,6 @@ class PageReaderService:
     def read_arrow_ipc(self, req: bytes) -> bytes:
         batch, next_offset = self.read_arrow(check_json(req, ReadArrowRequest))
         return columnar.page_bytes(batch, next_offset)
-
-    def close(self) -> None:
-        self.files.close()
 
 
 class PageReaderActor:

@@ -95,8 +95,7 @@ def serving_replica(namespace: str, broker: str) -> str:
 def page_readers(namespace: str, broker: str) -> list[str]:
     """The actor names of the page readers of the replica serving ``broker`` now
     (actors/page_reader.py; started by the broker on the first ask)."""
-    serving_replica(namespace, broker)  # the transport asks the coordinator afresh
-    client = _unsigned_handle(namespace, broker, refresh=False)
+    client = _unsigned_handle(namespace, broker, refresh=True)  # the replica asked afresh
     return client.page_readers(PageReadersRequest()).result(CALL_TIMEOUT_S).names
 
 
