@@ -149,14 +149,21 @@ def _scan_length(sizes: np.ndarray, wanted: np.ndarray, max_bytes: int) -> int:
     return max(scanned, first + 1)
 
 
+def _run_breaks(offsets: np.ndarray, sizes: np.ndarray, segment_size: int) -> np.ndarray:
+    """Indexes ``i`` where record ``i + 1`` does not follow record ``i`` back to back in
+    the same segment (where one run of records ends)."""
+    segment = offsets // segment_size
+    return np.flatnonzero(
+        (offsets[1:] != offsets[:-1] + sizes[:-1]) | (segment[1:] != segment[:-1])
+    )
+
+
 def _first_run_end(offsets: np.ndarray, sizes: np.ndarray, segment_size: int,
                    max_bytes: int) -> int:  # fmt: skip
     """How many records the first run (back to back in one segment) holds, if it holds
     at least a quarter of ``max_bytes`` (a page may end there and be read in place);
     else all of them (the page is copied, runs joined)."""
-    ends = offsets + sizes
-    segment = offsets // segment_size
-    breaks = np.flatnonzero((offsets[1:] != ends[:-1]) | (segment[1:] != segment[:-1]))
+    breaks = _run_breaks(offsets, sizes, segment_size)
     if not breaks.size:
         return len(offsets)
     first = int(breaks[0]) + 1
@@ -170,8 +177,7 @@ def _copy_runs(
     (``in_place`` and one run: a view of the mapping, no copy), and where each record
     starts in it (-1: not on disk)."""
     ends = commitlog_offsets + sizes
-    segment = commitlog_offsets // commitlog.segment_size
-    cuts = np.flatnonzero((commitlog_offsets[1:] != ends[:-1]) | (segment[1:] != segment[:-1]))
+    cuts = _run_breaks(commitlog_offsets, sizes, commitlog.segment_size)
     bounds = [0, *(cuts + 1).tolist(), len(sizes)]
     parts: list[bytes | memoryview] = []
     starts = np.full(len(sizes), -1, dtype=np.int64)
