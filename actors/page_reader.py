@@ -14,6 +14,14 @@ A reader checks a request as the broker does: its fields at the boundary, then t
 broker's ACL (the same rules file). It knows no topic table: a read of a queue without
 files is empty. Its ranges come from the broker's queue ends (``plan_ranges``), which
 bound what it may read (file_view.py).
+
+Bodies left in the files: a caller on the reader's own node (``local_node`` is this
+node's id: Spark's executors, rayq/jvm RayqReader) gets the page without its bodies,
+only where each record lies in the commit-log runs the page was cut from
+(``columnar.body_refs_page``), and reads those runs from the files itself. The page
+then never crosses Ray's object store (a page of 1 KiB records is ~1/250 of its
+records' size), and the caller checks each record's CRC over the bytes it read (here,
+only sizes and magics are checked). A page with a compressed body is always sent whole.
 """
 
 from __future__ import annotations
@@ -37,34 +45,60 @@ from .server.broker_server import acl_service
 class _Upto:
     """``StoreFiles`` as ``columnar.read_columns`` reads a store, bounded by ``end``."""
 
-    def __init__(self, files: StoreFiles, end: int) -> None:
-        self.files, self.end = files, end
+    def __init__(self, files: StoreFiles, end: int, check_crc: bool = True) -> None:
+        self.files, self.end, self.check_crc = files, end, check_crc
 
     def read_page(self, topic: str, queue_id: int, offset: int, count: int,
                   max_bytes: int) -> RecordPage:  # fmt: skip
-        return self.files.read_page(topic, queue_id, offset, count, max_bytes, self.end)
+        return self.files.read_page(topic, queue_id, offset, count, max_bytes, self.end,
+                                    self.check_crc)  # fmt: skip
 
 
 class PageReaderService:
     """Pages of one replica's queues from its store files (no Ray)."""
 
-    def __init__(self, config: BrokerConfig, store_dir: str) -> None:
+    def __init__(self, config: BrokerConfig, store_dir: str, node_id: str = "") -> None:
         self.name = config.replica_name
         self.files = StoreFiles(store_dir, config.store_config)
         self.acl = acl_service(config, Path(store_dir))
+        self.node_id = node_id.lower()  # this node's Ray id ("": never answer by reference)
+        self.pages = {"whole": 0, "refs": 0}  # pages answered, by kind (``stats``)
 
     def read_arrow(self, req: ReadArrowRequest) -> tuple[pa.RecordBatch, int]:
         """The record batch of one page and the offset the next starts at."""
-        req = check(req, ReadArrowRequest)
-        if self.acl is not None:
-            self.acl.check("read_arrow", req)
+        req = self._checked(req)
         return columnar.read_columns(_Upto(self.files, req.end), req.topic, req.queue_id,
                                      req.start, req.end, req.max_bytes, self.name,
                                      req.columns)  # fmt: skip
 
     def read_arrow_ipc(self, req: bytes) -> bytes:
-        batch, next_offset = self.read_arrow(check_json(req, ReadArrowRequest))
+        """A page for the JVM (``columnar.page_bytes``), its bodies left in the files for a
+        caller on this node (``columnar.body_refs_page``)."""
+        request = self._checked(check_json(req, ReadArrowRequest))
+        local = self.node_id and request.local_node.lower() == self.node_id
+        if local and request.columns is not None and "body" in request.columns:
+            page = self._refs_page(request)
+            if page is not None:
+                self.pages["refs"] += 1
+                return page
+        self.pages["whole"] += 1
+        batch, next_offset = self.read_arrow(request)
         return columnar.page_bytes(batch, next_offset)
+
+    def _refs_page(self, req: ReadArrowRequest) -> bytes | None:
+        assert req.columns is not None
+        store = _Upto(self.files, req.end, check_crc=False)
+        pages, next_offset = columnar.read_pages(store, req.topic, req.queue_id, req.start,
+                                                 req.end, req.max_bytes, self.name)  # fmt: skip
+        return columnar.body_refs_page(pages, next_offset, req.topic, self.name, req.columns,
+                                       str(self.files.commitlog_dir),
+                                       self.files.config.commitlog_segment_size_bytes)  # fmt: skip
+
+    def _checked(self, req: ReadArrowRequest) -> ReadArrowRequest:
+        req = check(req, ReadArrowRequest)
+        if self.acl is not None:
+            self.acl.check("read_arrow", req)
+        return req
 
 
 class PageReaderActor:
@@ -72,11 +106,17 @@ class PageReaderActor:
 
     def __init__(self, config: BrokerConfig, store_dir: str) -> None:
         keep_freed_memory()  # pages reuse freed buffers (malloc.py)
-        self.service = PageReaderService(config, store_dir)
+        node_id = ray.get_runtime_context().get_node_id()
+        self.service = PageReaderService(config, store_dir, node_id)
 
     def read_arrow_ipc(self, req: bytes) -> bytes:
-        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: rayq/jvm RayqReader)."""
+        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: rayq/jvm RayqReader), bodies
+        left in the files for a caller on this node."""
         return self.service.read_arrow_ipc(req)
+
+    def stats(self) -> dict[str, int]:
+        """Pages answered so far, by kind: ``whole`` and ``refs`` (bodies left in files)."""
+        return dict(self.service.pages)
 
     def ready(self) -> bool:
         return True

@@ -667,7 +667,10 @@ ColumnName = Literal["topic", "broker", "queue_id", "queue_offset", "msg_id", "t
 
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     """Offsets ``[start, end)`` of one queue as Arrow, one page of ~``max_bytes``: all
-    columns, or only ``columns`` (in that order; an empty list: the row count alone)."""
+    columns, or only ``columns`` (in that order; an empty list: the row count alone).
+    ``local_node``: the caller's Ray node id; a page reader on that node may answer the
+    bodies as places in its commit-log files (``columnar.body_refs_page``), which the
+    caller reads itself (the broker always sends them)."""
 
     topic: Text
     queue_id: QueueId
@@ -675,6 +678,7 @@ class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     end: QueueOffset
     max_bytes: Annotated[int, Meta(ge=1, le=1 << 30)]
     columns: Annotated[list[ColumnName], Meta(max_length=12)] | None = None
+    local_node: Annotated[str, Meta(max_length=64, pattern="^[0-9a-fA-F]*$")] = ""
 
 
 class ArrowPutRequest(_Request, frozen=True, kw_only=True):

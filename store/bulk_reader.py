@@ -65,6 +65,8 @@ class RecordPage(NamedTuple):
     starts: np.ndarray = np.empty(0, dtype=np.int64)  # offsets of the checked records in buffer
     damaged: int = 0  # records left out because they failed their check
     full: bool = False  # stopped at ``max_bytes`` (not at the end of the entries read)
+    # where ``buffer`` was cut from: (commit-log offset, length) of each run, in order
+    runs: np.ndarray = np.empty((0, 2), dtype=np.int64)
 
 
 def read_page(
@@ -74,13 +76,16 @@ def read_page(
     max_count: int,
     max_bytes: int,
     in_place: bool = False,
+    check_crc: bool = True,
 ) -> RecordPage:
     """Records of ``cq`` from ``queue_offset``: at most ``max_count`` entries and about
     ``max_bytes`` of records (the first record always fits). ``in_place``: records that
     lie in one run of one segment are not copied; the page's buffer is a view of the
     segment's mapping (for a caller that owns its mappings and drops the page before it
     unmaps one: store/file_view.py), and a page ends with a long first run
-    (``IN_PLACE_SHARE``)."""
+    (``IN_PLACE_SHARE``). ``check_crc=False``: records are checked for size and magic
+    only (for a caller that reads the bytes again from the files and checks their CRCs
+    there: the JVM's body reads, actors/page_reader.py)."""
     lo, hi = cq.min_offset, cq.max_offset
     status, next_offset = offset_status(queue_offset, lo, hi)
     if status is not None:
@@ -104,8 +109,9 @@ def read_page(
         if last < picked.size:  # the page ends with its first run: read in place
             picked = picked[:last]
             next_offset, full = queue_offset + int(picked[-1]) + 1, True
-    buffer, starts = _copy_runs(commitlog, commitlog_offsets[picked], sizes[picked], in_place)
-    good = _checked(buffer, starts, sizes[picked])
+    buffer, starts, runs = _copy_runs(commitlog, commitlog_offsets[picked], sizes[picked],
+                                      in_place)  # fmt: skip
+    good = _checked(buffer, starts, sizes[picked], check_crc)
     damaged = int(good.size - np.count_nonzero(good))
     if damaged:
         first = int(commitlog_offsets[picked][~good][0])
@@ -119,7 +125,7 @@ def read_page(
         )
     starts = starts[good]
     status = GetStatus.FOUND if starts.size else GetStatus.OFFSET_FOUND_NULL
-    return RecordPage(status, next_offset, lo, buffer, starts, damaged, full)
+    return RecordPage(status, next_offset, lo, buffer, starts, damaged, full, runs)
 
 
 def _window(cq: ConsumeQueue, queue_offset: int, max_count: int, max_bytes: int) -> np.ndarray:
@@ -172,14 +178,15 @@ def _first_run_end(offsets: np.ndarray, sizes: np.ndarray, segment_size: int,
 
 def _copy_runs(
     commitlog: CommitLog, commitlog_offsets: np.ndarray, sizes: np.ndarray, in_place: bool = False
-) -> tuple[bytes | memoryview, np.ndarray]:
+) -> tuple[bytes | memoryview, np.ndarray, np.ndarray]:
     """The records as one buffer, one slice per run of back-to-back records in a segment
-    (``in_place`` and one run: a view of the mapping, no copy), and where each record
-    starts in it (-1: not on disk)."""
+    (``in_place`` and one run: a view of the mapping, no copy), where each record
+    starts in it (-1: not on disk), and the runs the buffer joins ((offset, length) rows)."""
     ends = commitlog_offsets + sizes
     cuts = _run_breaks(commitlog_offsets, sizes, commitlog.segment_size)
     bounds = [0, *(cuts + 1).tolist(), len(sizes)]
     parts: list[bytes | memoryview] = []
+    runs: list[tuple[int, int]] = []
     starts = np.full(len(sizes), -1, dtype=np.int64)
     size = 0
     for i, j in pairwise(bounds):
@@ -189,9 +196,11 @@ def _copy_runs(
             continue
         view = memoryview(seg.mm) if in_place and len(bounds) == 2 else seg.mm
         parts.append(view[first - seg.start : end - seg.start])
+        runs.append((first, end - first))
         starts[i:j] = commitlog_offsets[i:j] - first + size
         size += end - first
-    return (parts[0] if len(parts) == 1 else b"".join(parts)), starts
+    buffer = parts[0] if len(parts) == 1 else b"".join(parts)
+    return buffer, starts, np.array(runs, dtype=np.int64).reshape(-1, 2)
 
 
 def rows(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
@@ -208,8 +217,9 @@ def rows(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def _checked(buffer: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Which records are whole and intact: size, magic and CRC (see codec.py)."""
+def _checked(buffer: bytes, starts: np.ndarray, sizes: np.ndarray,
+             check_crc: bool = True) -> np.ndarray:  # fmt: skip
+    """Which records are whole and intact: size, magic and (``check_crc``) CRC (codec.py)."""
     ok = starts >= 0
     if not ok.all():
         starts, sizes = np.where(ok, starts, 0), np.where(ok, sizes, codec.FIXED_SIZE)
@@ -218,7 +228,8 @@ def _checked(buffer: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray
         return np.zeros(len(starts), dtype=bool)
     prefix = rows(raw, starts, PREFIX_DTYPE.itemsize).view(PREFIX_DTYPE).ravel()
     ok &= (prefix["size"] == sizes) & (prefix["magic"] == codec.MAGIC)
-    ok &= prefix["crc"] == record_crcs(buffer, starts, sizes)
+    if check_crc:
+        ok &= prefix["crc"] == record_crcs(buffer, starts, sizes)
     return ok
 
 

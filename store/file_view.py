@@ -144,11 +144,17 @@ class StoreFiles:
         self.commitlog = _CommitLogView(self.root, config.commitlog_segment_size_bytes)
         self.queues: dict[tuple[str, int], _QueueView] = {}
 
+    @property
+    def commitlog_dir(self) -> Path:
+        """Where the commit-log segments are (absolute)."""
+        return self.commitlog.file.directory.absolute()
+
     def read_page(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-                  max_bytes: int, end: int) -> RecordPage:  # fmt: skip
+                  max_bytes: int, end: int, check_crc: bool = True) -> RecordPage:  # fmt: skip
         """Records of ``topic``/``queue_id`` from ``queue_offset`` (before ``end``): at most
         ``max_count`` entries and about ``max_bytes`` of records, as
-        ``MessageStore.read_page``; a queue with no files answers NO_MATCHED_LOGIC_QUEUE."""
+        ``MessageStore.read_page`` (``check_crc``: bulk_reader.read_page); a queue with no
+        files answers NO_MATCHED_LOGIC_QUEUE."""
         cq = self.queues.get((topic, queue_id))
         if cq is None:
             cq = self.queues[(topic, queue_id)] = _QueueView(
@@ -160,7 +166,7 @@ class StoreFiles:
         self.commitlog.file.refresh()
         cq.bound(end, self.commitlog.min_offset)
         return read_page(self.commitlog, cq, queue_offset, max_count, max_bytes,  # type: ignore[arg-type]
-                         in_place=True)  # fmt: skip
+                         in_place=True, check_crc=check_crc)  # fmt: skip
 
     def close(self) -> None:
         self.commitlog.file.close()

@@ -129,6 +129,21 @@ def read_columns(
 
     Raises InvalidOffsetError when ``start`` was already removed by retention.
     """
+    pages, offset = read_pages(store, topic, queue_id, start, end, max_bytes, broker)
+    buffer, starts = _joined(pages)
+    return decode_columns(buffer, starts, topic, broker, columns), offset
+
+
+def read_pages(
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    start: int,
+    end: int,
+    max_bytes: int,
+    broker: str = "",
+) -> tuple[list[RecordPage], int]:
+    """The record pages ``read_columns`` decodes, and the offset to continue from."""
     pages: list[RecordPage] = []
     size, offset = 0, start
     while offset < end and size < max_bytes:
@@ -151,8 +166,7 @@ def read_columns(
         offset = min(page.next_offset, end)
         if page.full:
             break
-    buffer, starts = _joined(pages)
-    return decode_columns(buffer, starts, topic, broker, columns), offset
+    return pages, offset
 
 
 def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
@@ -197,6 +211,50 @@ def page_bytes(batch: pa.RecordBatch, next_offset: int) -> bytes:
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
+
+
+# A page whose bodies stay in the commit log (``body_refs_page``): its schema's metadata.
+REFS_KEY: Final[bytes] = b"rayq.body"
+REFS_VALUE: Final[bytes] = b"refs"
+RECORD_AT: Final[str] = "record_at"
+
+
+def body_refs_page(pages: list[RecordPage], next_offset: int, topic: str, broker: str,
+                   columns: Sequence[str], commitlog_dir: str,
+                   segment_size: int) -> bytes | None:  # fmt: skip
+    """``pages`` as a page for a reader on the broker's node that reads the bodies from the
+    commit-log files itself (rayq/jvm CommitLogBodies), or None when a body is compressed
+    (it must be inflated here: the caller sends the page with its bodies).
+
+    As ``page_bytes``, but the ``body`` column is ``record_at`` (int32): where each record
+    starts in the page's runs of records read back to back, and the schema's metadata
+    names the runs: ``rayq.commitlog`` (the directory), ``rayq.segment_size`` and
+    ``rayq.runs`` (``offset:length`` of each run in the commit log, comma-separated).
+    The records' sizes and magics were checked here; their CRCs are the reader's to
+    check, over the bytes it reads."""
+    buffer, starts = _joined(pages)
+    if not len(starts):
+        return page_bytes(decode_columns(buffer, starts, topic, broker, columns), next_offset)
+    page = _Page(buffer, starts, topic, broker)
+    if ((page.heads["sys_flag"] & COMPRESSED_FLAG) != 0).any():
+        return None
+    fields, arrays = [], []
+    for name in columns:
+        if name == "body":
+            fields.append(pa.field(RECORD_AT, pa.int32(), nullable=False))
+            arrays.append(pa.array(starts.astype(np.int32)))
+        else:
+            fields.append(SCHEMA.field(name))
+            arrays.append(page.column(name))
+    runs = np.concatenate([p.runs for p in pages])
+    meta = {
+        REFS_KEY: REFS_VALUE,
+        b"rayq.commitlog": commitlog_dir.encode(),
+        b"rayq.segment_size": str(segment_size).encode(),
+        b"rayq.runs": ",".join(f"{a}:{n}" for a, n in runs.tolist()).encode(),
+    }
+    batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
+    return page_bytes(batch, next_offset)
 
 
 class _Page:

@@ -4,6 +4,8 @@ Spark retries a task), stream (crash mid-batch re-runs identical ranges), bad in
 from __future__ import annotations
 
 import json
+import operator
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -15,7 +17,9 @@ import ray
 
 import rayq
 from rayq import spark as rqspark
-from rayq.store import StoreConfig
+from rayq.actors.protocol import PAGE_READERS, broker_actor_name, page_reader_actor_name
+from rayq.store import StoreConfig, codec
+from rayq.store.hosts import decode_offset_msg_id
 
 pytestmark = [
     pytest.mark.slow,
@@ -120,6 +124,68 @@ def test_rayq_source_reads_only_the_used_columns_and_matches_python_tasks(
     python = rqspark.read(spark, "pruned")
     assert "MapInArrow" in plan(python) and "rayq topic=" not in plan(python)
     assert sorted(python.collect(), key=lambda r: (r.queue_id, r.queue_offset)) == jvm
+
+
+def test_executors_read_bodies_from_the_commit_log_and_check_them(
+    spark: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given rayq's Spark source, when the executor runs on the page readers' node, then
+    the readers leave the bodies in the commit log and the tasks read them from its files.
+    A record damaged there fails the task's CRC check: the task asks for that page with
+    its bodies, and the read leaves the record out as the Python tasks do."""
+    if shutil.which("javac") is None:
+        pytest.skip("no JDK on this machine: Spark reads use Python tasks (tested elsewhere)")
+    rayq.Admin().create_topic("local", queues=2)
+    sent = send("local", 200)
+    df = rqspark.read(spark, "local").select("queue_id", "queue_offset", "body")
+
+    def pages() -> dict[str, int]:
+        readers = [ray.get_actor(page_reader_actor_name("broker-a", i), namespace=NAMESPACE)
+                   for i in range(PAGE_READERS)]  # fmt: skip
+        stats = ray.get([r.stats.remote() for r in readers])
+        return {kind: sum(s[kind] for s in stats) for kind in ("refs", "whole")}
+
+    def ids(rows: list[Any]) -> list[int]:
+        return sorted(json.loads(bytes(r.body))["i"] for r in rows)
+
+    def python_rows() -> list[Any]:
+        with monkeypatch.context() as m:
+            m.setattr(rqspark, "has_source", lambda _spark: False)
+            return rqspark.read(spark, "local").select("queue_id", "queue_offset", "body").collect()
+
+    key = operator.attrgetter("queue_id", "queue_offset")
+    df.count()  # the readers start on the first read
+    before = pages()
+    jvm = df.collect()
+    after = pages()
+    assert after["refs"] > before["refs"] and after["whole"] == before["whole"]
+    assert ids(jvm) == list(range(200))
+    assert sorted(jvm, key=key) == sorted(python_rows(), key=key)
+
+    broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
+    commitlog = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
+    _host, offset = decode_offset_msg_id(sent[77].offset_msg_id)
+    flip_body_byte(commitlog, offset, SMALL_STORE.commitlog_segment_size_bytes)
+    try:
+        before = pages()
+        jvm = df.collect()
+        assert pages()["whole"] > before["whole"]  # the damaged page, asked for again
+        assert ids(jvm) == [i for i in range(200) if i != 77]
+        assert sorted(jvm, key=key) == sorted(python_rows(), key=key)
+    finally:
+        flip_body_byte(commitlog, offset, SMALL_STORE.commitlog_segment_size_bytes)
+
+
+def flip_body_byte(commitlog_dir: Path, offset: int, segment_size: int) -> None:
+    """Flip the first body byte of the record at commit-log ``offset`` in its segment file
+    (the broker's mapping sees it); flipping it again restores it."""
+    start = offset - offset % segment_size
+    position = offset - start + codec.HEADER_SIZE
+    fd = os.open(commitlog_dir / f"{start:020d}", os.O_RDWR)
+    try:
+        os.pwrite(fd, bytes([os.pread(fd, 1, position)[0] ^ 0x01]), position)
+    finally:
+        os.close(fd)
 
 
 def test_write_round_trip(spark: object) -> None:

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.ray.api.ObjectRef;
 import io.ray.api.PyActorHandle;
+import io.ray.api.Ray;
 import io.ray.api.function.PyActorMethod;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
@@ -16,6 +17,7 @@ import java.util.List;
 import java.util.Map;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamReader;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -28,9 +30,15 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 /**
  * Reads a task's ranges page by page with the method {@code read_arrow_ipc} of the actor
  * the plan names for each (a broker's page reader: actors/page_reader.py), whose one
- * argument is a {@code ReadArrowRequest} as JSON. A page is a little-endian header (next offset, row count) and, when
- * columns were asked for, an Arrow IPC stream of those columns. The next page is asked
- * for before this one is handed to Spark.
+ * argument is a {@code ReadArrowRequest} as JSON. A page is a little-endian header (next
+ * offset, row count) and, when columns were asked for, an Arrow IPC stream of those
+ * columns. The next page is asked for before this one is handed to Spark.
+ *
+ * <p>The requests name this executor's Ray node: a page reader on the same node leaves
+ * the bodies in its commit-log files (the page names the runs of records and where each
+ * record starts), and {@link CommitLogRuns} reads and checks them here. When it cannot
+ * (a file gone, a record that fails its check), the page is asked for again with its
+ * bodies.
  */
 final class RayqReader implements PartitionReader<ColumnarBatch> {
   private static final PyActorMethod<byte[]> READ =
@@ -46,6 +54,8 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   private final Iterator<RayqPartition.Range> ranges;
   private final Map<String, PyActorHandle> brokers = new HashMap<>();
   private final BufferAllocator allocator = new RootAllocator(Long.MAX_VALUE);
+  private final CommitLogRuns files = new CommitLogRuns();
+  private final String node = Ray.getRuntimeContext().getCurrentNodeId().toString();
 
   private RayqPartition.Range range;
   private long offset;
@@ -72,6 +82,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
       }
       byte[] page = pending.get();
       pending = null;
+      long start = offset;
       ByteBuffer head = ByteBuffer.wrap(page, 0, HEADER).order(ByteOrder.LITTLE_ENDIAN);
       long next = head.getLong(0);
       int rows = (int) head.getLong(8);
@@ -82,12 +93,17 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
       }
       offset = next;
       if (offset < range.end) {
-        pending = ask();
+        pending = ask(true);
       }
       if (rows == 0) {
         continue;
       }
       batch = decode(page, rows);
+      if (batch == null) { // bodies that cannot be read here: ask for them (the next
+        offset = start; // page asked for above is dropped)
+        pending = ask(false);
+        continue;
+      }
       return true;
     }
   }
@@ -98,14 +114,15 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
       range = ranges.next();
       offset = range.start;
       if (offset < range.end) {
-        pending = ask();
+        pending = ask(true);
         return true;
       }
     }
     return false;
   }
 
-  private ObjectRef<byte[]> ask() {
+  /** Asks for the page at {@code offset}; {@code local}: bodies may be left in the files. */
+  private ObjectRef<byte[]> ask(boolean local) {
     Map<String, Object> req = new LinkedHashMap<>();
     req.put("topic", topic);
     req.put("queue_id", range.queueId);
@@ -113,6 +130,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
     req.put("end", range.end);
     req.put("max_bytes", pageBytes);
     req.put("columns", columns);
+    req.put("local_node", local ? node : "");
     try {
       return broker(range.actor).task(READ, JSON.writeValueAsBytes(req)).remote();
     } catch (JsonProcessingException e) {
@@ -124,6 +142,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
     return brokers.computeIfAbsent(actor, name -> Brokers.find(name, namespace));
   }
 
+  /** The page as a batch; null when its bodies are in files that cannot be read here. */
   private ColumnarBatch decode(byte[] page, int rows) throws IOException {
     StructField[] fields = required.fields();
     ColumnVector[] vectors = new ColumnVector[fields.length];
@@ -132,11 +151,31 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
           new ByteArrayInputStream(page, HEADER, page.length - HEADER), allocator);
       stream.loadNextBatch();
       VectorSchemaRoot root = stream.getVectorSchemaRoot();
+      Map<String, String> meta = root.getSchema().getCustomMetadata();
+      boolean refs = meta != null && "refs".equals(meta.get("rayq.body"));
       for (int i = 0; i < fields.length; i++) {
-        vectors[i] = new ArrowColumnVector(root.getVector(fields[i].name()));
+        if (refs && fields[i].name().equals("body")) {
+          vectors[i] = bodies(meta, (IntVector) root.getVector("record_at"), rows);
+          if (vectors[i] == null) {
+            release();
+            return null;
+          }
+        } else {
+          vectors[i] = new ArrowColumnVector(root.getVector(fields[i].name()));
+        }
       }
     }
     return new ColumnarBatch(vectors, rows);
+  }
+
+  private ColumnVector bodies(Map<String, String> meta, IntVector recordAt, int rows)
+      throws IOException {
+    int[] at = new int[rows];
+    for (int i = 0; i < rows; i++) {
+      at[i] = recordAt.get(i);
+    }
+    return files.load(meta.get("rayq.commitlog"),
+        Long.parseLong(meta.get("rayq.segment_size")), meta.get("rayq.runs"), at);
   }
 
   private void release() throws IOException {
@@ -155,6 +194,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   @Override
   public void close() throws IOException {
     release();
+    files.close();
     allocator.close();
   }
 }
