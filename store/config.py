@@ -40,6 +40,8 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Storage engine settings (RocketMQ ``MessageStoreConfig`` in snake_case)."""
 
     commitlog_segment_size_bytes: Positive = 1 * GiB
+    # page cache read ahead of the commit log's write position (warm.py); 0: off
+    commitlog_warm_ahead_bytes: NonNegative = 32 * MiB
     cq_entries_per_file: Positive = 300_000
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_ms: Positive = 500

@@ -93,6 +93,7 @@ from .recovery import RecoveryReport, rebuild_scan, validate_tail
 from .replica import append_chunk, read_chunk, whole_records
 from .retention import RetentionPolicy, RetentionReport
 from .scanner import GoodRun
+from .warm import Warmer
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class MessageStore:
                                    self.disk.stale)  # fmt: skip
         self.index = IndexService(self.root / "index", config.index_hash_slots,
                                   config.index_entries_max, self.disk.stale)  # fmt: skip
+        self._warmer: Warmer | None = None  # started by the first append (warm.py)
         self.queues: dict[QueueKey, ConsumeQueue] = {}
         self._queue_offsets: dict[QueueKey, int] = {}
         self._pending_index: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -355,6 +357,7 @@ class MessageStore:
                         store_host=self._store_host_hex)  # fmt: skip
         for b, (starts, crcs) in checked:
             self._write_batch(b, starts, crcs, now, out)
+        self._warm()
         return out
 
     def _check_encoded(
@@ -470,6 +473,7 @@ class MessageStore:
         """A slave's append of its master's bytes at ``offset`` (its written offset)."""
         self._check_open()
         append_chunk(self.commitlog, offset, data)
+        self._warm()
 
     def replica_dispatch(self) -> set[tuple[str, int]]:
         """Dispatch every record the replicated bytes completed (each checked: framing,
@@ -758,7 +762,20 @@ class MessageStore:
         self._close_files()
         _unlock(self._lock_fd)
 
+    def _warm(self) -> None:
+        """Tell the warmer where the commit log's writes are now (warm.py)."""
+        ahead = self.config.commitlog_warm_ahead_bytes
+        seg = self.commitlog.file.last()
+        if not ahead or seg is None:
+            return
+        if self._warmer is None:
+            self._warmer = Warmer(ahead, f"rayq-warmer-{self.broker_name}")
+        self._warmer.wrote(seg.path, seg.wrote, seg.size)
+
     def _close_files(self) -> None:
+        if self._warmer is not None:
+            self._warmer.close()
+            self._warmer = None
         self.commitlog.close()
         for cq in self.queues.values():
             cq.close()
