@@ -108,6 +108,7 @@ from .server.broker_server import BrokerServer
 from .server.dedupe import Verdict
 from .server.parked_pulls import ParkedPulls
 from .server.schedule import SCHEDULE_TICK_MS
+from .server.shared_rows import SharedRows
 
 R = TypeVar("R")
 
@@ -160,6 +161,7 @@ class BrokerActor:
         self._tasks: list[asyncio.Task] = []
         self._closed = False
         self._parked = ParkedPulls()  # the hold service's pulls waiting for appends
+        self._shared_rows = SharedRows()  # put_arrow's rows in slots of this node's executors
         self._delivering: set[asyncio.Future[None]] = set()  # answers sent, not yet acked
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._metrics = BrokerMetrics(config.replica_name)
@@ -447,15 +449,35 @@ class BrokerActor:
         request as JSON (an ``ArrowPutRequest``), the rows as an Arrow IPC stream. They are
         encoded here column-wise (store/arrow_puts.py) and appended as idempotent batches,
         each as ``put`` appends one (a batch appended before is not appended again).
-        Answers ``{"rows": n}`` as JSON."""
+        Answers ``{"rows": n}`` as JSON. With ``rows_file``, the rows are read from that
+        slot of an executor on this node instead (server/shared_rows.py; ``rows`` is
+        empty), all of them before the first await; a slot this process cannot read
+        answers ``{"rows": 0, "resend": true}`` (nothing appended)."""
         started = time.perf_counter()
-        batches = self.server.arrow_batches(check_json(req, ArrowPutRequest), rows)
+        put = check_json(req, ArrowPutRequest)
+        if put.rows_file:
+            if rows:
+                raise InvalidRequestError("put_arrow: rows in a file and in the call",
+                                          request="ArrowPutRequest")  # fmt: skip
+            stream = self._shared_rows.view(put.rows_file, put.rows_length)
+            if stream is None:
+                return b'{"rows": 0, "resend": true}'
+            batches = self.server.arrow_batches(put, stream)  # copied out of the slot
+            del stream
+        else:
+            self._shared_rows.puts["inline"] += 1
+            batches = self.server.arrow_batches(put, rows)
         for i, batch in enumerate(batches):
             self.server.authorize("put", batch)
             if i == 0:
                 await self._earlier_batches(batch)
             await self._append(batch, started, own=True)
         return b'{"rows": %d}' % sum(b.count for b in batches)
+
+    def put_arrow_stats(self) -> dict[str, int]:
+        """``put_arrow`` calls so far, by how their rows came: ``shared`` (a slot on this
+        node) or ``inline`` (through Ray)."""
+        return dict(self._shared_rows.puts)
 
     async def _earlier_batches(self, batch: EncodedBatch) -> None:
         """Wait (up to ``REORDER_WAIT_S``) for the batches of ``batch``'s producer that

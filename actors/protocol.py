@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
+from rayq.actors.server.shared_rows import PATH_PATTERN as ROWS_FILE_PATTERN
 from rayq.actors.server.table_files import (
     AckedRanges,
     SubscriptionGroupConfig,
@@ -684,7 +685,9 @@ class ReadArrowRequest(_Request, frozen=True, kw_only=True):
 class ArrowPutRequest(_Request, frozen=True, kw_only=True):
     """Rows for one queue, as Arrow (Spark's JVM writes: rayq/jvm), appended as the
     idempotent batches of ``producer_id`` from sequence ``first_sequence``
-    (store/arrow_puts.py); ``body`` .. ``properties`` name the columns of a message."""
+    (store/arrow_puts.py); ``body`` .. ``properties`` name the columns of a message.
+    ``rows_file``: the rows are the first ``rows_length`` bytes of this shared-memory
+    file on the broker's node, not the call's second argument (server/shared_rows.py)."""
 
     topic: Text
     queue_id: QueueId
@@ -695,6 +698,8 @@ class ArrowPutRequest(_Request, frozen=True, kw_only=True):
     keys: Text | None = None
     tags: Text | None = None
     properties: Text | None = None
+    rows_file: Annotated[str, Meta(max_length=64, pattern=ROWS_FILE_PATTERN)] = ""
+    rows_length: Annotated[int, Meta(ge=0, le=1 << 31)] = 0
 
 
 class MaxOffsetRequest(_Request, frozen=True, kw_only=True):

@@ -40,7 +40,8 @@ import ray
 from rayq import spark_jar
 from rayq.actors.auth import Credentials
 from rayq.actors.config import ClientConfig
-from rayq.actors.protocol import broker_actor_name
+from rayq.actors.protocol import ClientRequest, broker_actor_name
+from rayq.actors.server.shared_rows import SHARED_DIR
 from rayq.arrow_io import (
     MAX_PUTS_IN_FLIGHT,
     PUT_ATTEMPTS,
@@ -351,9 +352,12 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
     needed = [c for c in (body_col, keys_col, tags_col, properties_col) if c]
 
     if _through_jvm(df.sparkSession, credentials):
-        plan = [[broker_actor_name(broker), qid] for broker, qid in targets]
+        nodes = _broker_nodes(ctx)
+        plan = [[broker_actor_name(broker), qid, nodes.get(broker, "")]
+                for broker, qid in targets]  # fmt: skip
         options = {"namespace": ns, "topic": topic, "group": group, "write_id": write_id,
                    "targets": json.dumps(plan), "put_bytes": str(JVM_PUT_BYTES),
+                   "rows_dir": SHARED_DIR if os.path.isdir(SHARED_DIR) else "",
                    "in_flight": str(MAX_PUTS_IN_FLIGHT), "attempts": str(PUT_ATTEMPTS),
                    **{role: name for role, name in msgspec.structs.asdict(cols).items()
                       if name is not None}}  # fmt: skip
@@ -374,6 +378,14 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
         return sum(r["rows"] for r in out)
 
     return _raising_task_errors(run)
+
+
+def _broker_nodes(ctx: ClientContext) -> dict[str, str]:
+    """The Ray node of each live master (where a JVM task on the same node hands its rows
+    over in shared memory: actors/server/shared_rows.py)."""
+    req = ClientRequest(client_id=ctx.client_id)
+    entries = ctx.coordinator.broker_table(req).result(ctx.timeout_s).brokers
+    return {e.broker_name: e.node_id for e in entries if e.broker_id == 0 and not e.lost}
 
 
 def _sink_write(df: Any, options: dict[str, str]) -> int:

@@ -592,13 +592,15 @@ class BrokerServer:
         return OffsetReply(offset=self.store.max_offset(req.topic, req.queue_id))
 
     def arrow_batches(self, req: ArrowPutRequest, rows: object) -> list[EncodedBatch]:
-        """The rows of a ``put_arrow`` (an Arrow IPC stream from Spark's JVM) as the
-        idempotent batches of ``req.producer_id`` (store/arrow_puts.py), all encoded
-        before any is appended: a bad row (a null body, one over the store's limits, a
+        """The rows of a ``put_arrow`` (an Arrow IPC stream from Spark's JVM: ``bytes``, or
+        a ``memoryview`` of a shared slot) as the idempotent batches of
+        ``req.producer_id`` (store/arrow_puts.py), all encoded before any is appended (and
+        copied out of ``rows``): a bad row (a null body, one over the store's limits, a
         reserved property) raises and leaves nothing appended by this call."""
         cols = Columns(req.body, req.keys, req.tags, req.properties)
+        data = pa.py_buffer(rows) if type(rows) in (bytes, memoryview) else b""
         try:
-            table = pa.ipc.open_stream(rows if type(rows) is bytes else b"").read_all()
+            table = pa.ipc.open_stream(data).read_all()
         except (pa.ArrowInvalid, OSError) as exc:
             raise InvalidRequestError(f"put_arrow: rows are not an Arrow IPC stream: {exc}",
                                       request="ArrowPutRequest") from None  # fmt: skip

@@ -199,6 +199,48 @@ def test_write_round_trip(spark: object) -> None:
     assert got[7].tags == "t1" and got[7].keys == ["k7"]
 
 
+def test_executors_on_the_brokers_node_hand_rows_over_in_shared_memory(spark: object) -> None:
+    """Given rayq's Spark sink and the broker on the executor's node, when a DataFrame is
+    written, then every put's rows come through a shared-memory slot (none through Ray),
+    no slot file is left behind, and each row arrives once. A restarted broker no longer
+    holds the executor's slots: the puts are sent again through Ray, and the next write
+    still delivers each row once."""
+    if shutil.which("javac") is None or not os.path.isdir("/dev/shm"):
+        pytest.skip("no JDK (writes use Python tasks) or no /dev/shm on this machine")
+    rayq.Admin().create_topic("handover", queues=2)
+    broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
+
+    def rows(prefix: str) -> Any:
+        return spark.range(0, 2000, 1, 2).selectExpr(  # type: ignore[attr-defined]
+            f"cast(concat('{prefix}-', id) as binary) as body"
+        )
+
+    def stored() -> list[bytes]:
+        return sorted(bytes(r.body) for r in rqspark.read(spark, "handover").collect())
+
+    before = ray.get(broker.put_arrow_stats.remote())
+    assert rqspark.write(rows("a"), "handover") == 2000
+    after = ray.get(broker.put_arrow_stats.remote())
+    assert after["shared"] >= before["shared"] + 2 and after["inline"] == before["inline"]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("rayq-put-")]
+    assert stored() == sorted(f"a-{i}".encode() for i in range(2000))
+
+    ray.kill(broker, no_restart=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            ray.get(broker.ready.remote(), timeout=5)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    assert rqspark.write(rows("b"), "handover") == 2000
+    assert ray.get(broker.put_arrow_stats.remote())["inline"] >= 1  # the slots it lost
+    assert stored() == sorted([f"a-{i}".encode() for i in range(2000)]
+                              + [f"b-{i}".encode() for i in range(2000)])  # fmt: skip
+
+
 @pytest.mark.parametrize("sink", ["jvm", "python"])
 def test_retried_tasks_do_not_duplicate(
     spark: object, sink: str, monkeypatch: pytest.MonkeyPatch

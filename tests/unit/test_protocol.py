@@ -42,7 +42,8 @@ INTERNAL = {
     "ha_metadata",
     "sync_metadata",
     "broker_config",
-}  # replication: slave -> master, and the coordinator's failover
+    "put_arrow_stats",
+}  # replication: slave -> master, the coordinator's failover; put_arrow_stats: diagnosis
 COORDINATOR_INTERNAL = {"register_broker", "unregister_broker", "ready"}  # brokers, rayq.start
 # Called from the JVM (rayq/jvm, Ray cross-language calls): bytes in and out, the request
 # as the JSON of a protocol Struct (checked by check_json).

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import io.ray.api.ObjectRef;
 import io.ray.api.PyActorHandle;
+import io.ray.api.Ray;
 import io.ray.api.function.PyActorMethod;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -32,6 +33,12 @@ import org.slf4j.LoggerFactory;
  * {@code in_flight} puts are in flight; a put that fails with a retriable rayq error is
  * sent again after a back-off, with the puts behind it, in order (the broker refuses a
  * batch that arrives before an earlier one of its producer).
+ *
+ * <p>A task on its broker's node writes each batch into a shared-memory slot
+ * ({@link SharedSlots}) and names it in the request, instead of sending the bytes
+ * through Ray's object store. When the broker cannot read the slot (it answers {@code
+ * "resend"}: it restarted, say) the puts in flight are sent again with their rows, and
+ * the task's later puts go through Ray.
  */
 final class RayqWriter implements DataWriter<InternalRow> {
   private static final PyActorMethod<byte[]> PUT = PyActorMethod.of("put_arrow", byte[].class);
@@ -53,17 +60,23 @@ final class RayqWriter implements DataWriter<InternalRow> {
     }
   }
 
-  /** A put in flight: its request and rows, kept to send them again. */
+  /** A put in flight: its request and rows (or slot), kept to send them again. */
   private static final class Put {
-    final byte[] request;
-    final byte[] rows;
+    final long first;
+    byte[] request;
+    byte[] rows;
+    SharedSlots.Slot slot;
     ObjectRef<byte[]> reply;
 
-    Put(byte[] request, byte[] rows) {
+    Put(long first, byte[] request, byte[] rows, SharedSlots.Slot slot) {
+      this.first = first;
       this.request = request;
       this.rows = rows;
+      this.slot = slot;
     }
   }
+
+  private static final byte[] NO_ROWS = new byte[0];
 
   private final Map<String, String> options;
   private final String producerId;
@@ -74,6 +87,7 @@ final class RayqWriter implements DataWriter<InternalRow> {
   private final int attempts;
   private final ArrowWriter arrow;
   private final ArrayDeque<Put> puts = new ArrayDeque<>();
+  private String rowsDir; // slots here when the broker is on this node, else ""
   private PyActorHandle broker;
   private long nextSequence;
   private long batchFirst;
@@ -88,6 +102,10 @@ final class RayqWriter implements DataWriter<InternalRow> {
     JsonNode target = targets.get(partitionId % targets.size());
     this.actor = target.get(0).asText();
     this.queueId = target.get(1).asInt();
+    String node = target.size() > 2 ? target.get(2).asText() : "";
+    boolean local = !node.isEmpty()
+        && node.equalsIgnoreCase(Ray.getRuntimeContext().getCurrentNodeId().toString());
+    this.rowsDir = local ? options.getOrDefault("rows_dir", "") : "";
     this.putBytes = Long.parseLong(options.get("put_bytes"));
     this.inFlight = Integer.parseInt(options.get("in_flight"));
     this.attempts = Integer.parseInt(options.get("attempts"));
@@ -125,15 +143,23 @@ final class RayqWriter implements DataWriter<InternalRow> {
   private void send() throws IOException {
     arrow.finish();
     VectorSchemaRoot root = arrow.root();
-    ByteArrayOutputStream out = new ByteArrayOutputStream((int) Math.min(arrowBytes() + 4096,
-        Integer.MAX_VALUE - 16)); // the whole stream: no copy while it grows
-    try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, out)) {
-      writer.start();
-      writer.writeBatch();
-      writer.end();
+    long size = arrowBytes() + 4096;
+    SharedSlots.Slot slot = rowsDir.isEmpty() ? null
+        : SharedSlots.acquire(rowsDir, actor, size);
+    Put put;
+    if (slot != null && intoSlot(root, slot)) {
+      put = new Put(batchFirst, request(batchFirst, slot), NO_ROWS, slot);
+    } else {
+      ByteArrayOutputStream out = new ByteArrayOutputStream((int) Math.min(size,
+          Integer.MAX_VALUE - 16)); // the whole stream: no copy while it grows
+      try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, out)) {
+        writer.start();
+        writer.writeBatch();
+        writer.end();
+      }
+      put = new Put(batchFirst, request(batchFirst, null), out.toByteArray(), null);
     }
     arrow.reset();
-    Put put = new Put(request(batchFirst), out.toByteArray());
     batchFirst = nextSequence;
     batchRows = 0;
     batchBytes = 0;
@@ -144,7 +170,20 @@ final class RayqWriter implements DataWriter<InternalRow> {
     }
   }
 
-  private byte[] request(long first) throws IOException {
+  /** Writes the batch into {@code slot}; false (the slot freed) when it does not fit. */
+  private boolean intoSlot(VectorSchemaRoot root, SharedSlots.Slot slot) {
+    try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, slot.writer())) {
+      writer.start();
+      writer.writeBatch();
+      writer.end();
+      return true;
+    } catch (IOException e) {
+      SharedSlots.release(actor, slot);
+      return false;
+    }
+  }
+
+  private byte[] request(long first, SharedSlots.Slot slot) throws IOException {
     Map<String, Object> req = new LinkedHashMap<>();
     req.put("topic", options.get("topic"));
     req.put("queue_id", queueId);
@@ -155,6 +194,10 @@ final class RayqWriter implements DataWriter<InternalRow> {
       if (options.containsKey(column)) {
         req.put(column, options.get(column));
       }
+    }
+    if (slot != null) {
+      req.put("rows_file", slot.path.toString());
+      req.put("rows_length", slot.length);
     }
     return JSON.writeValueAsBytes(req);
   }
@@ -175,8 +218,19 @@ final class RayqWriter implements DataWriter<InternalRow> {
     for (int attempt = 1; ; attempt++) {
       Put put = puts.peekFirst();
       try {
-        written += JSON.readTree(put.reply.get()).get("rows").asLong();
+        JsonNode reply = JSON.readTree(put.reply.get());
+        if (put.slot != null && reply.path("resend").asBoolean()) {
+          LOG.info("put of {} from sequence {}: {} cannot read its slot; sending the rows "
+              + "through Ray", producerId, put.first, actor);
+          throughRay();
+          attempt--;
+          continue;
+        }
+        written += reply.get("rows").asLong();
         puts.removeFirst();
+        if (put.slot != null) {
+          SharedSlots.release(actor, put.slot);
+        }
         return;
       } catch (RuntimeException e) {
         if (attempt >= attempts || !retriable(e)) {
@@ -184,7 +238,7 @@ final class RayqWriter implements DataWriter<InternalRow> {
         }
         long backoff = Math.min(BACKOFF_MS << (attempt - 1), 5_000L);
         LOG.info("put of {} from sequence {} to {} failed ({}); again in {} ms, with the {} "
-            + "behind it", producerId, firstOf(put), actor, e.getMessage(), backoff,
+            + "behind it", producerId, put.first, actor, e.getMessage(), backoff,
             puts.size() - 1);
         sleep(backoff);
         for (Put again : puts) {
@@ -194,21 +248,33 @@ final class RayqWriter implements DataWriter<InternalRow> {
     }
   }
 
-  private static long firstOf(Put put) {
-    try {
-      return JSON.readTree(put.request).get("first_sequence").asLong();
-    } catch (IOException e) {
-      return -1;
+  /** Every put in flight sent again with its rows, in order; no more slots for this task. */
+  private void throughRay() throws IOException {
+    rowsDir = "";
+    for (Put put : puts) {
+      if (put.slot != null) {
+        put.rows = put.slot.copy();
+        SharedSlots.discard(put.slot);
+        put.slot = null;
+        put.request = request(put.first, null);
+      }
+      launch(put);
     }
   }
 
   private static boolean retriable(Throwable e) {
+    for (String name : RETRIABLE) {
+      if (matches(e, name)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private static boolean matches(Throwable e, String name) {
     for (Throwable t = e; t != null; t = t.getCause()) {
-      String text = t.getClass().getName() + " " + t.getMessage();
-      for (String name : RETRIABLE) {
-        if (text.contains(name)) {
-          return true;
-        }
+      if ((t.getClass().getName() + " " + t.getMessage()).contains(name)) {
+        return true;
       }
     }
     return false;
@@ -236,6 +302,11 @@ final class RayqWriter implements DataWriter<InternalRow> {
 
   @Override
   public void abort() {
+    for (Put put : puts) {
+      if (put.slot != null) {
+        SharedSlots.discard(put.slot); // its broker may still be reading it
+      }
+    }
     puts.clear();
   }
 
