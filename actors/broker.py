@@ -108,6 +108,7 @@ from .server.broker_server import BrokerServer
 from .server.dedupe import Verdict
 from .server.parked_pulls import ParkedPulls
 from .server.schedule import SCHEDULE_TICK_MS
+from .server.shared_rows import IDLE_S as SHARED_IDLE_S
 from .server.shared_rows import SharedRows
 
 R = TypeVar("R")
@@ -186,6 +187,8 @@ class BrokerActor:
                 asyncio.create_task(self._heartbeat_loop(cfg.heartbeat_interval_ms)),
                 asyncio.create_task(self._every(int(REPORT_INTERVAL_S * 1000),
                                                 self._report_metrics)),
+                asyncio.create_task(self._every(int(SHARED_IDLE_S * 250),
+                                                self._shared_rows.drop_idle)),
             ]  # fmt: skip
             if self.server.slave is None:
                 self._tasks += [asyncio.create_task(self._schedule_loop()),

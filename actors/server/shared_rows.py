@@ -15,10 +15,11 @@ Files::
 
 The executor unlinks a slot's file once a put through it was answered: from then on
 the file lives only in the two mappings (the broker keeps each file it mapped, by
-path, until it is idle for ``IDLE_S``), so nothing is left behind when either process
-dies. For a path the broker does not hold and cannot open, ``view`` answers None and
-the put answers ``{"rows": 0, "resend": true}``; the executor then sends those rows
-inline (through Ray), and its later puts too.
+path, until it is idle for ``IDLE_S``; the executor drops its idle slots too), so
+nothing is left behind when either process dies. For a path the broker does not hold
+and cannot open, ``view`` answers None and the put answers ``{"rows": 0, "resend":
+true}``; the executor then sends those rows inline (through Ray), and its later puts
+too.
 
 Only such names in ``SHARED_DIR``, regular files of this process's user, are opened:
 a request cannot make the broker read anything else.
@@ -93,6 +94,10 @@ class SharedRows:
             return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
+
+    def drop_idle(self) -> None:
+        """Drop the mappings idle for ``IDLE_S`` (the broker's timer calls this)."""
+        self._evict(time.monotonic())
 
     def _evict(self, now: float) -> None:
         """Drop mappings idle for ``IDLE_S``, and the oldest past ``MAX_FILES``."""

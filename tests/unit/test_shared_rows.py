@@ -90,8 +90,13 @@ def test_idle_mappings_are_dropped_and_their_unlinked_files_then_refused(
     assert bytes(rows.view(str(third), 3)) == b"3rd"
     new.unlink()
     clock[0] += 1
-    assert bytes(rows.view(str(slot(tmp_path, b"4th")), 3)) == b"4th"  # drops the oldest
+    fourth = slot(tmp_path, b"4th")
+    assert bytes(rows.view(str(fourth), 3)) == b"4th"  # drops the oldest
     assert rows.view(str(new), 3) is None
+    fourth.unlink()
+    clock[0] += shared_rows.IDLE_S + 1
+    rows.drop_idle()  # the broker's timer: without a put coming
+    assert rows.view(str(fourth), 3) is None
 
 
 def test_the_request_names_only_slot_files() -> None:

@@ -1,6 +1,7 @@
 package io.rayq.spark;
 
 import java.io.IOException;
+import java.lang.reflect.Field;
 import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
@@ -13,6 +14,9 @@ import java.util.HashMap;
 import java.util.Iterator;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -22,7 +26,8 @@ import org.slf4j.LoggerFactory;
  * {@code <dir>/rayq-put-<32 hex digits>}, written with zeros when made (so a full
  * tmpfs is an IOException here, never a SIGBUS later) and mapped; it is reused put after
  * put with the same broker, and unlinked once a put through it was answered (the two
- * mappings keep it from then on). Free slots idle for {@code IDLE_NANOS} are dropped.
+ * mappings keep it from then on). Free slots idle for {@code IDLE_NANOS} are dropped
+ * and unmapped by a daemon thread.
  * A tmpfs with less than {@code KEEP_FREE} bytes to spare (Ray's object store may live
  * there too) gets no slots: the rows go through Ray.
  */
@@ -34,6 +39,7 @@ final class SharedSlots {
   private static final int ZEROS = 1 << 20;
   private static final Map<String, ArrayDeque<Slot>> FREE = new HashMap<>(); // by broker
   private static long bytes;
+  private static ScheduledExecutorService sweeper;
 
   /** One slot; {@code length} bytes of a put's rows were written at its start. */
   static final class Slot {
@@ -84,14 +90,11 @@ final class SharedSlots {
 
   /** A free slot of at least {@code size} bytes for {@code broker}; null: none here. */
   static synchronized Slot acquire(String dir, String broker, long size) {
-    long now = System.nanoTime();
+    sweep();
     ArrayDeque<Slot> free = FREE.computeIfAbsent(broker, b -> new ArrayDeque<>());
     for (Iterator<Slot> it = free.iterator(); it.hasNext(); ) {
       Slot slot = it.next();
-      if (now - slot.freedAt > IDLE_NANOS) {
-        it.remove();
-        drop(slot);
-      } else if (slot.buffer.capacity() >= size) {
+      if (slot.buffer.capacity() >= size) {
         it.remove();
         slot.length = 0;
         return slot;
@@ -115,8 +118,17 @@ final class SharedSlots {
             file.write(zeros, at + zeros.position());
           }
         }
+        Slot slot = new Slot(path, file.map(FileChannel.MapMode.READ_WRITE, 0, capacity));
         bytes += capacity;
-        return new Slot(path, file.map(FileChannel.MapMode.READ_WRITE, 0, capacity));
+        if (sweeper == null) {
+          sweeper = Executors.newSingleThreadScheduledExecutor(r -> {
+            Thread t = new Thread(r, "rayq-slot-sweeper");
+            t.setDaemon(true);
+            return t;
+          });
+          sweeper.scheduleWithFixedDelay(SharedSlots::sweep, 10, 10, TimeUnit.SECONDS);
+        }
+        return slot;
       }
     } catch (IOException | RuntimeException e) {
       LOG.info("rayq: no shared-memory slot in {} ({}); rows go through Ray", dir, e.toString());
@@ -140,10 +152,38 @@ final class SharedSlots {
     drop(slot);
   }
 
+  /** Drops the free slots idle for {@code IDLE_NANOS}. */
+  private static synchronized void sweep() {
+    long now = System.nanoTime();
+    for (ArrayDeque<Slot> free : FREE.values()) {
+      for (Iterator<Slot> it = free.iterator(); it.hasNext(); ) {
+        Slot slot = it.next();
+        if (now - slot.freedAt > IDLE_NANOS) {
+          it.remove();
+          drop(slot);
+        }
+      }
+    }
+  }
+
   private static void drop(Slot slot) {
     unlink(slot.path);
     slot.linked = false;
-    bytes -= slot.buffer.capacity(); // unmapped by the garbage collector
+    bytes -= slot.buffer.capacity();
+    unmap(slot.buffer); // nothing refers to a dropped slot's buffer any more
+  }
+
+  /** Unmaps now (sun.misc.Unsafe.invokeCleaner); else the garbage collector does it. */
+  private static void unmap(ByteBuffer buffer) {
+    try {
+      Class<?> unsafeClass = Class.forName("sun.misc.Unsafe");
+      Field field = unsafeClass.getDeclaredField("theUnsafe");
+      field.setAccessible(true);
+      unsafeClass.getMethod("invokeCleaner", ByteBuffer.class)
+          .invoke(field.get(null), buffer);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      LOG.debug("rayq: a slot is left to the garbage collector to unmap: {}", e.toString());
+    }
   }
 
   private static void unlink(Path path) {
