@@ -6,8 +6,9 @@ RayDP session, makes N rows of 1 KiB and of 128 B bodies (cached and counted fir
 neither writer pays for making them; ``--bodies random``, the default, makes them of
 hex digests Parquet cannot compress, ``padded`` of the id padded with x), then writes
 them alternately to a topic (``rayq.spark.write``, idempotent puts) and to Parquet in a
-temp dir, ``--rounds`` times each, and prints the best rate of each and their ratio
-(target: rayq ≥ 0.5×), beside the floor of handing the rows to Python at all.
+temp dir, ``--rounds`` times each (each after a pause of ``SETTLE_S``), and prints the
+best rate of each and their ratio (target: rayq ≥ 0.5×), beside the floor of handing the
+rows to Python at all.
 
 ``--profile S``: then writes rows of the first size once more while py-spy samples the broker,
 its flusher and the Spark Python workers for S seconds (profile_parts.py's summary:
@@ -34,6 +35,10 @@ except ImportError:  # run as a module
 
 BENCH = "spark_write_bench"
 PARTITIONS = 4
+# A pause before each timed write, so the background work the previous one left (the
+# broker's flush and commit-log read-ahead, the kernel's writeback of Parquet's files)
+# is not billed to the next writer.
+SETTLE_S = 1.0
 
 
 def main() -> None:
@@ -149,6 +154,7 @@ def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def _rate(write: Callable[[], int]) -> float:
+    time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     written = write()
     return written / (time.perf_counter() - t0)
