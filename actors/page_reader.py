@@ -15,13 +15,16 @@ broker's ACL (the same rules file). It knows no topic table: a read of a queue w
 files is empty. Its ranges come from the broker's queue ends (``plan_ranges``), which
 bound what it may read (file_view.py).
 
-Bodies left in the files: a caller on the reader's own node (``local_node`` is this
+Records left in the files: a caller on the reader's own node (``local_node`` is this
 node's id: Spark's executors, rayq/jvm RayqReader) gets the page without its bodies,
 only where each record lies in the commit-log runs the page was cut from
-(``columnar.body_refs_page``), and reads those runs from the files itself. The page
-then never crosses Ray's object store (a page of 1 KiB records is ~1/250 of its
-records' size), and the caller checks each record's CRC over the bytes it read (here,
-only sizes and magics are checked). A page with a compressed body is always sent whole.
+(``columnar.refs_page``), and reads those runs from the files itself. The page then
+never crosses Ray's object store (a page of 1 KiB records is ~1/250 of its records'
+size), and the caller checks each record's CRC over the bytes it read (here, only
+sizes and magics are checked). A count (no columns) is answered whole: its page is a
+row count, and checking the CRCs here cost less than the executor reading the records
+(measured: 0.22 against 0.31 s a count of 300 MB). A page with a compressed body the
+caller asks for is always sent whole.
 """
 
 from __future__ import annotations
@@ -72,11 +75,11 @@ class PageReaderService:
                                      req.columns)  # fmt: skip
 
     def read_arrow_ipc(self, req: bytes) -> bytes:
-        """A page for the JVM (``columnar.page_bytes``), its bodies left in the files for a
-        caller on this node (``columnar.body_refs_page``)."""
+        """A page for the JVM (``columnar.page_bytes``), its records left in the files for
+        a caller on this node (``columnar.refs_page``)."""
         request = self._checked(check_json(req, ReadArrowRequest))
         local = self.node_id and request.local_node.lower() == self.node_id
-        if local and request.columns is not None and "body" in request.columns:
+        if local and request.columns:  # a count: the whole page is cheaper (rows only)
             page = self._refs_page(request)
             if page is not None:
                 self.pages["refs"] += 1
@@ -90,9 +93,9 @@ class PageReaderService:
         store = _Upto(self.files, req.end, check_crc=False)
         pages, next_offset = columnar.read_pages(store, req.topic, req.queue_id, req.start,
                                                  req.end, req.max_bytes, self.name)  # fmt: skip
-        return columnar.body_refs_page(pages, next_offset, req.topic, self.name, req.columns,
-                                       str(self.files.commitlog_dir),
-                                       self.files.config.commitlog_segment_size_bytes)  # fmt: skip
+        return columnar.refs_page(pages, next_offset, req.topic, self.name, req.columns,
+                                  str(self.files.commitlog_dir),
+                                  self.files.config.commitlog_segment_size_bytes)  # fmt: skip
 
     def _checked(self, req: ReadArrowRequest) -> ReadArrowRequest:
         req = check(req, ReadArrowRequest)

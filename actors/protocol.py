@@ -669,9 +669,10 @@ ColumnName = Literal["topic", "broker", "queue_id", "queue_offset", "msg_id", "t
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     """Offsets ``[start, end)`` of one queue as Arrow, one page of ~``max_bytes``: all
     columns, or only ``columns`` (in that order; an empty list: the row count alone).
-    ``local_node``: the caller's Ray node id; a page reader on that node may answer the
-    bodies as places in its commit-log files (``columnar.body_refs_page``), which the
-    caller reads itself (the broker always sends them)."""
+    ``local_node``: the caller's Ray node id; a page reader on that node may answer with
+    the records' places in its commit-log files instead of their bodies
+    (``columnar.refs_page``), which the caller reads and checks itself (the broker
+    always sends whole pages)."""
 
     topic: Text
     queue_id: QueueId

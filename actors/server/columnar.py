@@ -213,39 +213,36 @@ def page_bytes(batch: pa.RecordBatch, next_offset: int) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-# A page whose bodies stay in the commit log (``body_refs_page``): its schema's metadata.
-REFS_KEY: Final[bytes] = b"rayq.body"
-REFS_VALUE: Final[bytes] = b"refs"
+# A page whose records stay in the commit log (``refs_page``): its schema's metadata.
+REFS_KEY: Final[bytes] = b"rayq.records"
+REFS_VALUE: Final[bytes] = b"in-files"
 RECORD_AT: Final[str] = "record_at"
 
 
-def body_refs_page(pages: list[RecordPage], next_offset: int, topic: str, broker: str,
-                   columns: Sequence[str], commitlog_dir: str,
-                   segment_size: int) -> bytes | None:  # fmt: skip
-    """``pages`` as a page for a reader on the broker's node that reads the bodies from the
-    commit-log files itself (rayq/jvm CommitLogBodies), or None when a body is compressed
-    (it must be inflated here: the caller sends the page with its bodies).
+def refs_page(pages: list[RecordPage], next_offset: int, topic: str, broker: str,
+              columns: Sequence[str], commitlog_dir: str,
+              segment_size: int) -> bytes | None:  # fmt: skip
+    """``pages`` as a page for a reader on the broker's node that reads the records from
+    the commit-log files itself and checks their CRCs there (rayq/jvm CommitLogRuns), or
+    None when a body it asks for is compressed (it must be inflated here: the caller
+    sends the whole page).
 
-    As ``page_bytes``, but the ``body`` column is ``record_at`` (int32): where each record
-    starts in the page's runs of records read back to back, and the schema's metadata
-    names the runs: ``rayq.commitlog`` (the directory), ``rayq.segment_size`` and
-    ``rayq.runs`` (``offset:length`` of each run in the commit log, comma-separated).
-    The records' sizes and magics were checked here; their CRCs are the reader's to
-    check, over the bytes it reads."""
+    As ``page_bytes``, but without ``body``: the asked columns but that one, then
+    ``record_at`` (int32): where each record starts in the page's runs of records read
+    back to back. The schema's metadata names the runs: ``rayq.commitlog`` (the
+    directory), ``rayq.segment_size`` and ``rayq.runs`` (``offset:length`` of each run
+    in the commit log, comma-separated). The records' sizes and magics were checked
+    here; their CRCs are the reader's to check, over the bytes it reads, before it uses
+    any column (a count too)."""
     buffer, starts = _joined(pages)
     if not len(starts):
         return page_bytes(decode_columns(buffer, starts, topic, broker, columns), next_offset)
     page = _Page(buffer, starts, topic, broker)
-    if ((page.heads["sys_flag"] & COMPRESSED_FLAG) != 0).any():
+    if "body" in columns and ((page.heads["sys_flag"] & COMPRESSED_FLAG) != 0).any():
         return None
-    fields, arrays = [], []
-    for name in columns:
-        if name == "body":
-            fields.append(pa.field(RECORD_AT, pa.int32(), nullable=False))
-            arrays.append(pa.array(starts.astype(np.int32)))
-        else:
-            fields.append(SCHEMA.field(name))
-            arrays.append(page.column(name))
+    names = [c for c in columns if c != "body"]
+    fields = [SCHEMA.field(c) for c in names] + [pa.field(RECORD_AT, pa.int32(), False)]
+    arrays = [page.column(c) for c in names] + [pa.array(starts.astype(np.int32))]
     runs = np.concatenate([p.runs for p in pages])
     meta = {
         REFS_KEY: REFS_VALUE,

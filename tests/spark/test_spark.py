@@ -130,9 +130,10 @@ def test_executors_read_bodies_from_the_commit_log_and_check_them(
     spark: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Given rayq's Spark source, when the executor runs on the page readers' node, then
-    the readers leave the bodies in the commit log and the tasks read them from its files.
-    A record damaged there fails the task's CRC check: the task asks for that page with
-    its bodies, and the read leaves the record out as the Python tasks do."""
+    the readers leave the records in the commit log and the tasks read them from its
+    files. A record damaged there fails the task's CRC check: the task asks for that page
+    whole, and the read leaves the record out as the Python tasks do (a count, which the
+    readers answer whole, too)."""
     if shutil.which("javac") is None:
         pytest.skip("no JDK on this machine: Spark reads use Python tasks (tested elsewhere)")
     rayq.Admin().create_topic("local", queues=2)
@@ -161,6 +162,7 @@ def test_executors_read_bodies_from_the_commit_log_and_check_them(
     assert after["refs"] > before["refs"] and after["whole"] == before["whole"]
     assert ids(jvm) == list(range(200))
     assert sorted(jvm, key=key) == sorted(python_rows(), key=key)
+    assert rqspark.read(spark, "local").count() == 200
 
     broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
     commitlog = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
@@ -172,6 +174,7 @@ def test_executors_read_bodies_from_the_commit_log_and_check_them(
         assert pages()["whole"] > before["whole"]  # the damaged page, asked for again
         assert ids(jvm) == [i for i in range(200) if i != 77]
         assert sorted(jvm, key=key) == sorted(python_rows(), key=key)
+        assert rqspark.read(spark, "local").count() == 199  # counted whole, by the readers
     finally:
         flip_body_byte(commitlog, offset, SMALL_STORE.commitlog_segment_size_bytes)
 

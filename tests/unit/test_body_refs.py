@@ -1,9 +1,9 @@
-"""Pages whose bodies stay in the commit log (page readers answering a caller on their
-node: actors/page_reader.py, ``columnar.body_refs_page``).
+"""Pages whose records stay in the commit log (page readers answering a caller on their
+node: actors/page_reader.py, ``columnar.refs_page``).
 
 ``resolve`` reads such a page as the JVM does (rayq/jvm CommitLogRuns): the runs read
 back to back from the segment files, every named record checked (size, magic, CRC),
-its body cut out. What it reads must be exactly the page with its bodies."""
+its body cut out. What it reads must be exactly the whole page."""
 
 from __future__ import annotations
 
@@ -66,11 +66,10 @@ def _split(page: bytes) -> tuple[int, int, pa.RecordBatch | None]:
     return next_offset, rows, batch
 
 
-def resolve(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A by-reference page read as the JVM reads it (with its bodies)."""
+def resolve(batch: pa.RecordBatch, columns: list[str] = COLUMNS) -> pa.RecordBatch:
+    """A by-reference page read as the JVM reads it: ``columns``, bodies from the files."""
     meta = batch.schema.metadata or {}
-    if meta.get(columnar.REFS_KEY) != columnar.REFS_VALUE:
-        return batch
+    assert meta.get(columnar.REFS_KEY) == columnar.REFS_VALUE
     directory, segment_size = meta[b"rayq.commitlog"].decode(), int(meta[b"rayq.segment_size"])
     data = b""
     for run in meta[b"rayq.runs"].decode().split(","):
@@ -91,9 +90,9 @@ def resolve(batch: pa.RecordBatch) -> pa.RecordBatch:
     for a in at.tolist():
         n = int.from_bytes(data[a + codec.HEADER_SIZE - 4 : a + codec.HEADER_SIZE], "big")
         bodies.append(data[a + codec.HEADER_SIZE : a + codec.HEADER_SIZE + n])
-    names = ["body" if n == columnar.RECORD_AT else n for n in batch.schema.names]
-    arrays = [pa.array(bodies, pa.binary()) if n == "body" else batch.column(n) for n in names]
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    assert batch.schema.names == [c for c in columns if c != "body"] + [columnar.RECORD_AT]
+    arrays = [pa.array(bodies, pa.binary()) if c == "body" else batch.column(c) for c in columns]
+    return pa.RecordBatch.from_arrays(arrays, names=columns)
 
 
 def _kind(batch: pa.RecordBatch | None) -> str:
@@ -130,15 +129,16 @@ def test_other_nodes_counts_and_compressed_bodies_get_the_whole_page(
         InnerMessage(topic="T", queue_id=1, body=bodies[1]),
     ]).ok  # fmt: skip
     assert _kind(_split(reader.read_arrow_ipc(_request(0, 2, "ffff")))[2]) == "whole"
-    assert (
-        _kind(_split(reader.read_arrow_ipc(_request(0, 2, NODE, columns=["tags"])))[2]) == "whole"
-    )
     _, rows, batch = _split(reader.read_arrow_ipc(_request(0, 2, NODE)))
     assert _kind(batch) == "whole" and rows == 2
     assert batch.column("body").to_pylist() == [b"x" * 5000, b"plain"]  # inflated here
     _, rows, batch = _split(reader.read_arrow_ipc(_request(1, 2, NODE)))
     assert _kind(batch) == "refs" and resolve(batch).column("body").to_pylist() == [b"plain"]
-    assert reader.pages == {"refs": 1, "whole": 3}
+    _, rows, batch = _split(reader.read_arrow_ipc(_request(0, 2, NODE, columns=["tags"])))
+    assert _kind(batch) == "refs" and resolve(batch, ["tags"]).num_rows == 2  # no body asked
+    _, rows, batch = _split(reader.read_arrow_ipc(_request(0, 2, NODE, columns=[])))
+    assert _kind(batch) == "whole" and rows == 2  # a count: rows only, checked here
+    assert reader.pages == {"refs": 2, "whole": 3}
 
 
 def test_damage_is_found_where_the_bodies_are_read_and_the_whole_page_leaves_it_out(

@@ -12,7 +12,7 @@ import java.util.zip.CRC32C;
 
 /**
  * A task's reads of a broker's commit-log files, for pages whose bodies were left there
- * (actors/server/columnar.py {@code body_refs_page}): the page's runs of records are read
+ * (actors/server/columnar.py {@code refs_page}): the page's runs of records are read
  * back to back into one buffer (reused page after page), and every record the page names
  * is checked as the broker checks it (size, magic, CRC-32C of bytes [44, size) then
  * [12, 44): store/codec.py) before its body is handed to Spark. A file that is gone, a

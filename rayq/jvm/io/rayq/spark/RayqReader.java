@@ -35,10 +35,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * columns. The next page is asked for before this one is handed to Spark.
  *
  * <p>The requests name this executor's Ray node: a page reader on the same node leaves
- * the bodies in its commit-log files (the page names the runs of records and where each
- * record starts), and {@link CommitLogRuns} reads and checks them here. When it cannot
- * (a file gone, a record that fails its check), the page is asked for again with its
- * bodies.
+ * the records in its commit-log files (the page names the runs of records and where each
+ * record starts), and {@link CommitLogRuns} reads and checks them here, for a count too.
+ * When it cannot (a file gone, a record that fails its check), the page is asked for
+ * again whole.
  */
 final class RayqReader implements PartitionReader<ColumnarBatch> {
   private static final PyActorMethod<byte[]> READ =
@@ -142,33 +142,38 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
     return brokers.computeIfAbsent(actor, name -> Brokers.find(name, namespace));
   }
 
-  /** The page as a batch; null when its bodies are in files that cannot be read here. */
+  /**
+   * The page as a batch; null when its records are in files that cannot be read and
+   * checked here (every record of such a page is checked, whatever the columns).
+   */
   private ColumnarBatch decode(byte[] page, int rows) throws IOException {
     StructField[] fields = required.fields();
     ColumnVector[] vectors = new ColumnVector[fields.length];
-    if (fields.length > 0) {
-      stream = new ArrowStreamReader(
-          new ByteArrayInputStream(page, HEADER, page.length - HEADER), allocator);
-      stream.loadNextBatch();
-      VectorSchemaRoot root = stream.getVectorSchemaRoot();
-      Map<String, String> meta = root.getSchema().getCustomMetadata();
-      boolean refs = meta != null && "refs".equals(meta.get("rayq.body"));
-      for (int i = 0; i < fields.length; i++) {
-        if (refs && fields[i].name().equals("body")) {
-          vectors[i] = bodies(meta, (IntVector) root.getVector("record_at"), rows);
-          if (vectors[i] == null) {
-            release();
-            return null;
-          }
-        } else {
-          vectors[i] = new ArrowColumnVector(root.getVector(fields[i].name()));
-        }
+    if (page.length == HEADER) { // a count from a broker: no columns
+      return new ColumnarBatch(vectors, rows);
+    }
+    stream = new ArrowStreamReader(
+        new ByteArrayInputStream(page, HEADER, page.length - HEADER), allocator);
+    stream.loadNextBatch();
+    VectorSchemaRoot root = stream.getVectorSchemaRoot();
+    Map<String, String> meta = root.getSchema().getCustomMetadata();
+    BodyVector bodies = null;
+    if (meta != null && "in-files".equals(meta.get("rayq.records"))) {
+      bodies = records(meta, (IntVector) root.getVector("record_at"), rows);
+      if (bodies == null) {
+        release();
+        return null;
       }
+    }
+    for (int i = 0; i < fields.length; i++) {
+      boolean inFiles = bodies != null && fields[i].name().equals("body");
+      vectors[i] = inFiles ? bodies : new ArrowColumnVector(root.getVector(fields[i].name()));
     }
     return new ColumnarBatch(vectors, rows);
   }
 
-  private ColumnVector bodies(Map<String, String> meta, IntVector recordAt, int rows)
+  /** The page's records read from the files and checked, as their bodies; null: not here. */
+  private BodyVector records(Map<String, String> meta, IntVector recordAt, int rows)
       throws IOException {
     int[] at = new int[rows];
     for (int i = 0; i < rows; i++) {
