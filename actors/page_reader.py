@@ -113,12 +113,12 @@ class PageReaderActor:
         self.service = PageReaderService(config, store_dir, node_id)
 
     def read_arrow_ipc(self, req: bytes) -> bytes:
-        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: rayq/jvm RayqReader), bodies
+        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: rayq/jvm RayqReader), records
         left in the files for a caller on this node."""
         return self.service.read_arrow_ipc(req)
 
     def stats(self) -> dict[str, int]:
-        """Pages answered so far, by kind: ``whole`` and ``refs`` (bodies left in files)."""
+        """Pages answered so far, by kind: ``whole`` and ``refs`` (records left in files)."""
         return dict(self.service.pages)
 
     def ready(self) -> bool:

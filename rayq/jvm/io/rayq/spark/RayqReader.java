@@ -44,6 +44,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   private static final PyActorMethod<byte[]> READ =
       PyActorMethod.of("read_arrow_ipc", byte[].class);
   private static final int HEADER = 16;
+  private static final int MAX_FAILED_PAGES = 4; // then this task asks for whole pages
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final String namespace;
@@ -62,6 +63,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   private ObjectRef<byte[]> pending;
   private ArrowStreamReader stream;
   private ColumnarBatch batch;
+  private int failedPages;
 
   RayqReader(String namespace, String topic, int pageBytes, StructType required,
       RayqPartition partition) {
@@ -99,8 +101,9 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
         continue;
       }
       batch = decode(page, rows);
-      if (batch == null) { // bodies that cannot be read here: ask for them (the next
-        offset = start; // page asked for above is dropped)
+      if (batch == null) { // records that cannot be read here: the page again, whole (the
+        offset = start; // next page asked for above is dropped)
+        failedPages++;
         pending = ask(false);
         continue;
       }
@@ -121,8 +124,12 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
     return false;
   }
 
-  /** Asks for the page at {@code offset}; {@code local}: bodies may be left in the files. */
+  /**
+   * Asks for the page at {@code offset}; {@code local}: its records may be left in the
+   * files (not after {@code MAX_FAILED_PAGES} such pages this task could not read).
+   */
   private ObjectRef<byte[]> ask(boolean local) {
+    local = local && failedPages < MAX_FAILED_PAGES;
     Map<String, Object> req = new LinkedHashMap<>();
     req.put("topic", topic);
     req.put("queue_id", range.queueId);
