@@ -458,18 +458,11 @@ class BrokerActor:
         answers ``{"rows": 0, "resend": true}`` (nothing appended)."""
         started = time.perf_counter()
         put = check_json(req, ArrowPutRequest)
-        if put.rows_file:
-            if rows:
-                raise InvalidRequestError("put_arrow: rows in a file and in the call",
-                                          request="ArrowPutRequest")  # fmt: skip
-            stream = self._shared_rows.view(put.rows_file, put.rows_length)
-            if stream is None:
-                return b'{"rows": 0, "resend": true}'
-            batches = self.server.arrow_batches(put, stream)  # copied out of the slot
-            del stream
-        else:
-            self._shared_rows.puts["inline"] += 1
-            batches = self.server.arrow_batches(put, rows)
+        stream = self._shared_rows.rows_of(put.rows_file, put.rows_length, rows)
+        if stream is None:
+            return b'{"rows": 0, "resend": true}'
+        batches = self.server.arrow_batches(put, stream)  # copied out of a slot
+        del stream
         for i, batch in enumerate(batches):
             self.server.authorize("put", batch)
             if i == 0:

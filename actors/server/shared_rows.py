@@ -54,6 +54,17 @@ class SharedRows:
         self._files: dict[str, tuple[mmap.mmap, float]] = {}
         self.puts = {"shared": 0, "inline": 0}  # puts served, by how their rows came
 
+    def rows_of(self, rows_file: str, rows_length: int, inline: bytes) -> bytes | memoryview | None:
+        """A put's rows: ``inline`` (the call's argument), or a view of the slot
+        ``rows_file`` names (``view``); None when that slot cannot be read here."""
+        if not rows_file:
+            self.puts["inline"] += 1
+            return inline
+        if inline:
+            raise InvalidRequestError("put_arrow: rows in a file and in the call",
+                                      request="ArrowPutRequest")  # fmt: skip
+        return self.view(rows_file, rows_length)
+
     def view(self, path: str, length: int) -> memoryview | None:
         """The first ``length`` bytes of the slot file ``path`` (no copy: valid until the
         caller answers the put; the sender writes the slot again after that), or None

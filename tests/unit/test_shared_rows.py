@@ -52,6 +52,18 @@ def test_a_slot_is_read_in_place_and_kept_after_the_sender_unlinks_it(
     assert rows.puts == {"shared": 3, "inline": 0}
 
 
+def test_a_puts_rows_come_inline_or_from_the_slot_it_names(
+    tmp_path: Path, rows: SharedRows
+) -> None:
+    path = slot(tmp_path, b"slot rows")
+    assert rows.rows_of("", 0, b"inline rows") == b"inline rows"
+    assert bytes(rows.rows_of(str(path), 9, b"")) == b"slot rows"
+    assert rows.rows_of(str(tmp_path / f"rayq-put-{uuid.uuid4().hex}"), 1, b"") is None
+    with pytest.raises(InvalidRequestError, match="rows in a file and in the call"):
+        rows.rows_of(str(path), 9, b"both")
+    assert rows.puts == {"shared": 1, "inline": 1}
+
+
 def test_files_it_may_not_or_cannot_read_are_refused(tmp_path: Path, rows: SharedRows) -> None:
     outside = tmp_path / "sub"
     outside.mkdir()
