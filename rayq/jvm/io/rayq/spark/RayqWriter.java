@@ -8,6 +8,8 @@ import io.ray.api.Ray;
 import io.ray.api.function.PyActorMethod;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.nio.channels.Channels;
+import java.nio.channels.WritableByteChannel;
 import java.util.ArrayDeque;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -152,11 +154,7 @@ final class RayqWriter implements DataWriter<InternalRow> {
     } else {
       ByteArrayOutputStream out = new ByteArrayOutputStream((int) Math.min(size,
           Integer.MAX_VALUE - 16)); // the whole stream: no copy while it grows
-      try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, out)) {
-        writer.start();
-        writer.writeBatch();
-        writer.end();
-      }
+      writeStream(root, Channels.newChannel(out));
       put = new Put(batchFirst, request(batchFirst, null), out.toByteArray(), null);
     }
     arrow.reset();
@@ -172,14 +170,22 @@ final class RayqWriter implements DataWriter<InternalRow> {
 
   /** Writes the batch into {@code slot}; false (the slot freed) when it does not fit. */
   private boolean intoSlot(VectorSchemaRoot root, SharedSlots.Slot slot) {
-    try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, slot.writer())) {
-      writer.start();
-      writer.writeBatch();
-      writer.end();
+    try {
+      writeStream(root, slot.writer());
       return true;
     } catch (IOException e) {
       SharedSlots.release(actor, slot);
       return false;
+    }
+  }
+
+  /** The batch as one Arrow IPC stream (schema, batch, end) into {@code out}. */
+  private static void writeStream(VectorSchemaRoot root, WritableByteChannel out)
+      throws IOException {
+    try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null, out)) {
+      writer.start();
+      writer.writeBatch();
+      writer.end();
     }
   }
 
