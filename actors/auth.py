@@ -110,8 +110,12 @@ class Signer:
     """Signs a client's requests with its credentials (``ClientContext`` wraps each
     broker and hold client's calls with ``wrap``)."""
 
-    def __init__(self, credentials: Credentials, address: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        credentials: Credentials,
+        address: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._access_key = credentials.access_key
         self._secret = credentials.secret_key
         self.address = local_address() if address is None else address

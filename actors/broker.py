@@ -134,8 +134,9 @@ class BrokerActor:
     that Ray restarted serves and shows in the routes without anyone re-wiring it.
     """
 
-    def __init__(self, config: BrokerConfig, store_dir: str, namespace: str,
-                 epoch: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, config: BrokerConfig, store_dir: str, namespace: str, epoch: int = 0
+    ) -> None:
         from .protocol import (
             COORDINATOR_NAME,
             broker_actor_name,
@@ -149,8 +150,12 @@ class BrokerActor:
         if epoch > self.server.epochs.current and self.server.master is not None:
             # promoted (actors/failover.py): what this store holds now starts the new epoch
             self.server.epochs.begin(epoch, self.server.store.written_offset)
-            logger.warning("broker %s: master in epoch %d from commit-log offset %d",
-                           config.broker_name, epoch, self.server.store.written_offset)  # fmt: skip
+            logger.warning(
+                "broker %s: master in epoch %d from commit-log offset %d",
+                config.broker_name,
+                epoch,
+                self.server.store.written_offset,
+            )
         self.namespace = namespace
         replica = config.replica_name
         self._hold = Peer(hold_actor_name(replica), namespace)
@@ -182,20 +187,27 @@ class BrokerActor:
                 asyncio.create_task(
                     self._every(cfg.persist_offset_interval_ms, self.server.persist)
                 ),
-                asyncio.create_task(self._every(cfg.retention_check_interval_ms,
-                                                self.server.retention_tick)),
+                asyncio.create_task(
+                    self._every(cfg.retention_check_interval_ms, self.server.retention_tick)
+                ),
                 asyncio.create_task(self._heartbeat_loop(cfg.heartbeat_interval_ms)),
-                asyncio.create_task(self._every(int(REPORT_INTERVAL_S * 1000),
-                                                self._report_metrics)),
-                asyncio.create_task(self._every(int(SHARED_IDLE_S * 250),
-                                                self._shared_rows.drop_idle)),
-            ]  # fmt: skip
+                asyncio.create_task(
+                    self._every(int(REPORT_INTERVAL_S * 1000), self._report_metrics)
+                ),
+                asyncio.create_task(
+                    self._every(int(SHARED_IDLE_S * 250), self._shared_rows.drop_idle)
+                ),
+            ]
             if self.server.slave is None:
-                self._tasks += [asyncio.create_task(self._schedule_loop()),
-                                asyncio.create_task(self._transaction_loop())]  # fmt: skip
+                self._tasks += [
+                    asyncio.create_task(self._schedule_loop()),
+                    asyncio.create_task(self._transaction_loop()),
+                ]
             else:
-                self._tasks += [asyncio.create_task(self._replicate_loop()),
-                                asyncio.create_task(self._metadata_loop())]  # fmt: skip
+                self._tasks += [
+                    asyncio.create_task(self._replicate_loop()),
+                    asyncio.create_task(self._metadata_loop()),
+                ]
         return await self._register()
 
     async def _register(self) -> bool:
@@ -205,16 +217,23 @@ class BrokerActor:
         if coordinator is None:
             return False
         try:
-            await asyncio.wait_for(coordinator.register_broker.remote(self.server.info()),
-                                   REGISTER_TIMEOUT_S)  # fmt: skip
+            await asyncio.wait_for(
+                coordinator.register_broker.remote(self.server.info()), REGISTER_TIMEOUT_S
+            )
             return True
         except PEER_LOST_ERRORS as exc:
-            logger.warning("broker %s: coordinator unreachable (%s); registering again later",
-                           self.server.name, type(exc).__name__)  # fmt: skip
+            logger.warning(
+                "broker %s: coordinator unreachable (%s); registering again later",
+                self.server.name,
+                type(exc).__name__,
+            )
             self._coordinator.forget()
         except TimeoutError:
-            logger.warning("broker %s: coordinator did not answer the registration in %.0f s",
-                           self.server.name, REGISTER_TIMEOUT_S)  # fmt: skip
+            logger.warning(
+                "broker %s: coordinator did not answer the registration in %.0f s",
+                self.server.name,
+                REGISTER_TIMEOUT_S,
+            )
         return False
 
     async def _heartbeat_loop(self, interval_ms: int) -> None:
@@ -324,8 +343,9 @@ class BrokerActor:
             raise
         return reply, empty, not empty and self._parked.drop(token)
 
-    def _answer(self, token: str, req: PullRequest | PullManyRequest,
-                got: tuple[Any, bool] | None = None) -> None:  # fmt: skip
+    def _answer(
+        self, token: str, req: PullRequest | PullManyRequest, got: tuple[Any, bool] | None = None
+    ) -> None:
         """Read for the parked pull ``token`` and send what it finds straight to the hold
         service. A pull that still finds nothing (another tag, a delayed message) stays
         parked. If the hold service's caller was waiting for it, the caller's next pull
@@ -378,8 +398,9 @@ class BrokerActor:
                 await asyncio.wait_for(flusher.sync.remote(written), timeout)
                 return SendStatus.SEND_OK
             except PEER_LOST_ERRORS as exc:
-                logger.warning("broker %s: flusher unreachable (%s)", self.server.name,
-                               type(exc).__name__)  # fmt: skip
+                logger.warning(
+                    "broker %s: flusher unreachable (%s)", self.server.name, type(exc).__name__
+                )
                 self._flusher.forget()
             except TimeoutError:
                 pass
@@ -489,8 +510,9 @@ class BrokerActor:
                 return
             await asyncio.sleep(REORDER_POLL_S)
 
-    async def _append(self, batch: EncodedBatch, started: float,
-                      own: bool = False) -> BatchSendResult:  # fmt: skip
+    async def _append(
+        self, batch: EncodedBatch, started: float, own: bool = False
+    ) -> BatchSendResult:
         """Append an authorized batch (``own``: encoded here), wake the pulls parked on
         its queue, answer when it is as safe as the flush and replication modes say."""
         known = batch.topic in self.server.tables.topics
@@ -712,8 +734,9 @@ class BrokerActor:
         JSON; the page as bytes: the next offset and the row count (little-endian int64s),
         then an Arrow IPC stream of the asked columns (none when no columns were asked
         for: a count)."""
-        page = await self._serve(self.server.read_arrow, check_json(req, ReadArrowRequest),
-                                 ReadArrowRequest)  # fmt: skip
+        page = await self._serve(
+            self.server.read_arrow, check_json(req, ReadArrowRequest), ReadArrowRequest
+        )
         return columnar.page_bytes(page.batch, page.next_offset)
 
     @ray.method(concurrency_group="admin")
@@ -723,8 +746,9 @@ class BrokerActor:
         from .page_reader import spawn_page_readers
 
         reply = await self._serve(self.server.page_readers, req, PageReadersRequest)
-        readers = spawn_page_readers(self.server.config, str(self.server.root),
-                                     self.namespace, self._node_id)  # fmt: skip
+        readers = spawn_page_readers(
+            self.server.config, str(self.server.root), self.namespace, self._node_id
+        )
         await asyncio.gather(*(r.ready.remote() for r in readers))
         return reply
 
@@ -792,7 +816,8 @@ class BrokerActor:
                 self._replication_failed(
                     f"slave {name}: its master {self.server.name} is not running (no actor "
                     f"{self._master.name} in namespace {self.namespace}); "
-                    f"retrying every {RETRY_S:.0f} s")  # fmt: skip
+                    f"retrying every {RETRY_S:.0f} s"
+                )
                 await asyncio.sleep(RETRY_S)
                 continue
             slave = self.server.slave
@@ -820,13 +845,15 @@ class BrokerActor:
             except PEER_LOST_ERRORS as exc:
                 self._replication_failed(
                     f"slave {name}: master {self.server.name} unreachable "
-                    f"({type(exc).__name__}); retrying every {RETRY_S:.0f} s")  # fmt: skip
+                    f"({type(exc).__name__}); retrying every {RETRY_S:.0f} s"
+                )
                 self._master.forget()
                 await asyncio.sleep(RETRY_S)
             except Exception as exc:  # refused (fencing), or bytes that fail their checks
                 self._replication_failed(
                     f"slave {name}: replication from {self.server.name} failed: {exc}; "
-                    f"retrying every {REFUSED_RETRY_S:.0f} s")  # fmt: skip
+                    f"retrying every {REFUSED_RETRY_S:.0f} s"
+                )
                 await asyncio.sleep(REFUSED_RETRY_S)
 
     def _replication_failed(self, why: str) -> None:
@@ -843,8 +870,12 @@ class BrokerActor:
             try:
                 await self.sync_metadata()
             except Exception as exc:
-                logger.warning("slave %s: metadata sync failed (%s); next in %.0f s",
-                               self.server.config.replica_name, exc, interval)  # fmt: skip
+                logger.warning(
+                    "slave %s: metadata sync failed (%s); next in %.0f s",
+                    self.server.config.replica_name,
+                    exc,
+                    interval,
+                )
             await asyncio.sleep(interval)
 
     @ray.method(concurrency_group="admin")
@@ -918,8 +949,9 @@ def _now_ms() -> int:
     return SYSTEM_CLOCK.now_ms()
 
 
-def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: str,
-                 epoch: int = 0) -> Any:  # fmt: skip
+def spawn_broker(
+    config: BrokerConfig, store_dir: str, namespace: str, node_id: str, epoch: int = 0
+) -> Any:
     """Start (or get) the named broker actor pinned to ``node_id`` (named after its
     replica: the master under the broker name, a slave under ``<name>#<id>``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -932,7 +964,12 @@ def spawn_broker(config: BrokerConfig, store_dir: str, namespace: str, node_id: 
     groups = {"send": 64, "pull": 256, "admin": 16, "watch": 1024, "ha": 16}
     cls = ray.remote(concurrency_groups=groups)(BrokerActor)
     return cls.options(
-        name=broker_actor_name(config.replica_name), namespace=namespace, get_if_exists=True,
-        lifetime="detached", max_restarts=-1, max_task_retries=0, num_cpus=0,
+        name=broker_actor_name(config.replica_name),
+        namespace=namespace,
+        get_if_exists=True,
+        lifetime="detached",
+        max_restarts=-1,
+        max_task_retries=0,
+        num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config, store_dir, namespace, epoch)  # fmt: skip
+    ).remote(config, store_dir, namespace, epoch)

@@ -100,6 +100,14 @@ class ConsumerActor:
 
 def spawn_consumer(factory: Callable[[], Any], namespace: str, name: str) -> Any:
     """Start a Consumer actor; it lives as long as the process that made it."""
-    return ray.remote(ConsumerActor).options(
-        name=name, namespace=namespace, max_concurrency=10_000, num_cpus=0, max_restarts=0,
-    ).remote(factory)  # fmt: skip
+    return (
+        ray.remote(ConsumerActor)
+        .options(
+            name=name,
+            namespace=namespace,
+            max_concurrency=10_000,
+            num_cpus=0,
+            max_restarts=0,
+        )
+        .remote(factory)
+    )

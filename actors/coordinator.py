@@ -126,12 +126,15 @@ class CoordinatorActor:
             )
             for name, answer in zip(consumers, answers, strict=True):
                 if isinstance(answer, BaseException):  # it re-joins on its member heartbeat
-                    logger.warning("rebuild: consumer actor %s did not re-join (%s)", name,
-                                   answer)  # fmt: skip
+                    logger.warning("rebuild: consumer actor %s did not re-join (%s)", name, answer)
             if brokers or consumers:
-                logger.warning("coordinator (re)started: %d broker(s) and %d push consumer(s) "
-                               "found in namespace %s", len(self.table.brokers),
-                               len(consumers), self.namespace)  # fmt: skip
+                logger.warning(
+                    "coordinator (re)started: %d broker(s) and %d push consumer(s) "
+                    "found in namespace %s",
+                    len(self.table.brokers),
+                    len(consumers),
+                    self.namespace,
+                )
         except Exception:
             logger.exception("coordinator: rebuilding state failed; waiting for heartbeats")
         finally:
@@ -148,8 +151,13 @@ class CoordinatorActor:
             name = entry["name"]
             if entry["namespace"] != self.namespace:
                 continue
-            found = (brokers if name.startswith(BROKER_ACTOR_PREFIX) else
-                     consumers if name.startswith(CONSUMER_ACTOR_PREFIX) else None)  # fmt: skip
+            found = (
+                brokers
+                if name.startswith(BROKER_ACTOR_PREFIX)
+                else consumers
+                if name.startswith(CONSUMER_ACTOR_PREFIX)
+                else None
+            )
             if found is None:
                 continue
             with contextlib.suppress(ValueError):  # gone since it was listed
@@ -181,11 +189,13 @@ class CoordinatorActor:
             self._ensure_placement()
             return new
         if self.table.read_only.pop(info.broker_name, None) is not None:
-            logger.warning("broker %s: its master is back; reads go to it again",
-                           info.broker_name)  # fmt: skip
+            logger.warning("broker %s: its master is back; reads go to it again", info.broker_name)
         old = self.table.brokers.get(info.broker_name)
-        changed = {t for t in set(info.topics) | set(old.topics if old else {})
-                   if (old.topics.get(t) if old else None) != info.topics.get(t)}  # fmt: skip
+        changed = {
+            t
+            for t in set(info.topics) | set(old.topics if old else {})
+            if (old.topics.get(t) if old else None) != info.topics.get(t)
+        }
         new = self.table.register(info, _now_ms())
         self._routes_changed(changed)
         self.lost.pop(info.broker_name, None)
@@ -204,8 +214,11 @@ class CoordinatorActor:
             try:
                 await handle.park.remote()
             except Exception as exc:
-                logger.warning("broker %s died (%s); dropping it until it is back", broker_name,
-                               type(exc).__name__)  # fmt: skip
+                logger.warning(
+                    "broker %s died (%s); dropping it until it is back",
+                    broker_name,
+                    type(exc).__name__,
+                )
                 self._remove_broker(broker_name)
                 shut_down = isinstance(getattr(exc, "cause", None), ClosedError)  # on purpose
                 if self.slaves.get(broker_name) and not shut_down:
@@ -252,12 +265,20 @@ class CoordinatorActor:
         """Bring lost replicas back as slaves when their node is up (failover.py)."""
         while True:
             await asyncio.sleep(PLACEMENT_INTERVAL_S)
-            restartable = {n: info for n, info in self.lost.items()
-                           if not (info.auto_failover and self.slaves.get(n))
-                           and not self._failover_locks.get(n, _FREE).locked()}  # fmt: skip
+            restartable = {
+                n: info
+                for n, info in self.lost.items()
+                if not (info.auto_failover and self.slaves.get(n))
+                and not self._failover_locks.get(n, _FREE).locked()
+            }
             try:
-                await place_replicas(dict(self.table.brokers), self.slaves, self.namespace,
-                                     self._suspects, restartable)  # fmt: skip
+                await place_replicas(
+                    dict(self.table.brokers),
+                    self.slaves,
+                    self.namespace,
+                    self._suspects,
+                    restartable,
+                )
             except Exception:
                 logger.exception("placing replicas failed; trying again")
 
@@ -265,8 +286,9 @@ class CoordinatorActor:
         while True:
             await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
             now = _now_ms()
-            expired = [b for b, seen in self.table.last_seen_ms.items()
-                       if now - seen > BROKER_EXPIRY_MS]  # fmt: skip
+            expired = [
+                b for b, seen in self.table.last_seen_ms.items() if now - seen > BROKER_EXPIRY_MS
+            ]
             for gone in expired:
                 logger.warning("broker %s missed its heartbeats; dropping it", gone)
                 self._remove_broker(gone)
@@ -278,8 +300,9 @@ class CoordinatorActor:
         info = self.table.brokers.get(broker_name)
         self.table.remove(broker_name)
         if lost:
-            self.lost[broker_name] = info or BrokerInfo(broker_name=broker_name, node_id="",
-                                                        store_dir="", topics={})  # fmt: skip
+            self.lost[broker_name] = info or BrokerInfo(
+                broker_name=broker_name, node_id="", store_dir="", topics={}
+            )
             self._read_from_slave(broker_name)
             self._ensure_placement()  # brought back when its node is (failover.py)
         if info is not None:
@@ -294,8 +317,9 @@ class CoordinatorActor:
         old = self.table.read_only.get(broker_name)
         self.table.read_only[broker_name] = best
         if old is None or old.broker_id != best.broker_id:
-            logger.warning("broker %s: master lost; slave %d serves its reads", broker_name,
-                           best.broker_id)  # fmt: skip
+            logger.warning(
+                "broker %s: master lost; slave %d serves its reads", broker_name, best.broker_id
+            )
             self._routes_changed(set(best.topics))
 
     async def read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
@@ -422,8 +446,11 @@ class CoordinatorActor:
         req = check(req, MemberRequest)
         await self._ready(self._groups_ready)
         owned = self.rebalancer.owned(req.group)
-        return MembersReply(members={m: sorted(owned.get(m, frozenset()))
-                                     for m in self.rebalancer.members(req.group)})  # fmt: skip
+        return MembersReply(
+            members={
+                m: sorted(owned.get(m, frozenset())) for m in self.rebalancer.members(req.group)
+            }
+        )
 
     def _forget_member(self, group: str, client_id: str) -> bool:
         self._members.pop((group, client_id), None)
@@ -481,16 +508,22 @@ class CoordinatorActor:
         results = await self._call_members(group, "revoke", plan.generation, revokes)
         for member, qs in revokes.items():
             if isinstance(results[member], BaseException):
-                logger.warning("group %s: %s did not release %d queues (%s); moving them anyway",
-                               group, member, len(qs), results[member])  # fmt: skip
+                logger.warning(
+                    "group %s: %s did not release %d queues (%s); moving them anyway",
+                    group,
+                    member,
+                    len(qs),
+                    results[member],
+                )
             self.rebalancer.released(group, member, qs)
         results = await self._call_members(group, "assign", plan.generation, plan.assign)
         for member, qs in plan.assign.items():
             if not isinstance(results[member], BaseException):
                 self.rebalancer.assigned(group, member, qs)
 
-    async def _call_members(self, group: str, method: str, generation: int,
-                            queues: dict[str, list[MessageQueue]]) -> dict[str, Any]:  # fmt: skip
+    async def _call_members(
+        self, group: str, method: str, generation: int, queues: dict[str, list[MessageQueue]]
+    ) -> dict[str, Any]:
         async def one(member: str, qs: list[MessageQueue]) -> Any:
             handle = self._members.get((group, member))
             if handle is None:
@@ -513,9 +546,14 @@ class CoordinatorActor:
         their queues are unavailable, not gone."""
         topic = check(req, LostBrokersRequest).topic
         await self._ready(self._routes_ready)
-        return NamesReply(names=sorted(b for b, info in self.lost.items()
-                          if (topic is None or topic in info.topics or not info.topics)
-                          and b not in self.table.read_only))  # fmt: skip
+        return NamesReply(
+            names=sorted(
+                b
+                for b, info in self.lost.items()
+                if (topic is None or topic in info.topics or not info.topics)
+                and b not in self.table.read_only
+            )
+        )
 
     # Streaming batches in flight (stream_plans.py), for rayq/streaming.py.
     async def stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:
@@ -551,7 +589,17 @@ def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
     from .protocol import COORDINATOR_NAME
 
     where = NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id else "DEFAULT"
-    return ray.remote(CoordinatorActor).options(
-        name=COORDINATOR_NAME, namespace=namespace, get_if_exists=True, lifetime="detached",
-        max_restarts=-1, num_cpus=0, max_concurrency=1000, scheduling_strategy=where,
-    ).remote(namespace)  # fmt: skip
+    return (
+        ray.remote(CoordinatorActor)
+        .options(
+            name=COORDINATOR_NAME,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
+            max_concurrency=1000,
+            scheduling_strategy=where,
+        )
+        .remote(namespace)
+    )

@@ -88,8 +88,9 @@ async def kill_replica(replica: str, namespace: str) -> None:
         await asyncio.sleep(0.05 if names else 0)
 
 
-async def start_replica(config: BrokerConfig, store_dir: str, namespace: str, node_id: str,
-                        epoch: int = 0) -> Any:  # fmt: skip
+async def start_replica(
+    config: BrokerConfig, store_dir: str, namespace: str, node_id: str, epoch: int = 0
+) -> Any:
     """A replica's three actors on ``node_id`` (flusher and hold first), registered."""
     replica = config.replica_name
     flusher = spawn_flusher(store_dir, config.store_config, replica, namespace, node_id)
@@ -106,8 +107,9 @@ def _with(config: BrokerConfig, **changes: Any) -> BrokerConfig:
     return BrokerConfig.from_dict(values)
 
 
-async def promote(name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo],
-                  namespace: str) -> tuple[int, BrokerInfo] | None:  # fmt: skip
+async def promote(
+    name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo], namespace: str
+) -> tuple[int, BrokerInfo] | None:
     """Make the live slave furthest ahead the master of ``name``: its former broker id
     and new info, or None if there is no live slave (logged)."""
     alive: list[tuple[int, int, Any, BrokerInfo]] = []
@@ -129,14 +131,20 @@ async def promote(name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo],
     config: BrokerConfig = await ask(handle, "broker_config")
     store_dir, node_id = info.store_dir, info.node_id
     epoch = max(epochs) + 1
-    logger.warning("failover of %s: promoting slave %d (log up to %d) to master in epoch %d",
-                   name, broker_id, written, epoch)  # fmt: skip
+    logger.warning(
+        "failover of %s: promoting slave %d (log up to %d) to master in epoch %d",
+        name,
+        broker_id,
+        written,
+        epoch,
+    )
     await kill_replica(name, namespace)
     with contextlib.suppress(Exception):  # closes its store cleanly, then ends
         await asyncio.wait_for(handle.shutdown.remote(), 30)
     await kill_replica(replica_name(name, broker_id), namespace)
-    role = BrokerRole(lost.role) if lost.role != BrokerRole.SLAVE.value else (
-        BrokerRole.ASYNC_MASTER)  # fmt: skip
+    role = (
+        BrokerRole(lost.role) if lost.role != BrokerRole.SLAVE.value else (BrokerRole.ASYNC_MASTER)
+    )
     master_config = _with(config, broker_id=0, broker_role=role)
     broker = await start_replica(master_config, store_dir, namespace, node_id, epoch)
     return broker_id, await ask(broker, "broker_info", 30.0)
@@ -152,15 +160,20 @@ def replica_nodes(nodes: list[dict[str, Any]], *, unique: bool = False) -> dict[
                 if resource.startswith(BROKER_RESOURCE_PREFIX):
                     name = resource[len(BROKER_RESOURCE_PREFIX) :]
                     if unique and name in found:
-                        raise ConfigError(f"two nodes carry resource {resource!r}; broker "
-                                          "names must be unique")  # fmt: skip
+                        raise ConfigError(
+                            f"two nodes carry resource {resource!r}; broker names must be unique"
+                        )
                     found[name] = node["NodeID"]
     return found
 
 
-async def place_replicas(masters: dict[str, BrokerInfo], slaves: dict[str, dict[int, BrokerInfo]],
-                         namespace: str, suspects: set[str],
-                         restartable: dict[str, BrokerInfo]) -> list[str]:  # fmt: skip
+async def place_replicas(
+    masters: dict[str, BrokerInfo],
+    slaves: dict[str, dict[int, BrokerInfo]],
+    namespace: str,
+    suspects: set[str],
+    restartable: dict[str, BrokerInfo],
+) -> list[str]:
     """Start, as slaves, the replicas whose node is up but whose store nobody serves;
     the replicas started. A replica whose actor exists but does not answer is restarted
     only when it did not answer at the previous scan either (``suspects``): one that is
@@ -208,8 +221,13 @@ async def place_replicas(masters: dict[str, BrokerInfo], slaves: dict[str, dict[
             config: BrokerConfig = await ask(handle, "broker_config")
         except Exception:
             continue
-        logger.warning("replica %s of %s is back on node %s: rejoining as slave %d",
-                       replica, name, node_id, broker_id)  # fmt: skip
+        logger.warning(
+            "replica %s of %s is back on node %s: rejoining as slave %d",
+            replica,
+            name,
+            node_id,
+            broker_id,
+        )
         await kill_replica(replica_name(name, broker_id), namespace)
         slave_config = _with(config, broker_id=broker_id, broker_role=BrokerRole.SLAVE)
         await start_replica(slave_config, store_dir, namespace, node_id)
@@ -217,8 +235,9 @@ async def place_replicas(masters: dict[str, BrokerInfo], slaves: dict[str, dict[
     return started
 
 
-async def _restart_master(name: str, lost: BrokerInfo, node_id: str,
-                          slaves: dict[int, BrokerInfo], namespace: str) -> None:  # fmt: skip
+async def _restart_master(
+    name: str, lost: BrokerInfo, node_id: str, slaves: dict[int, BrokerInfo], namespace: str
+) -> None:
     """The lost master's node is back and nobody took its place: start it there again
     (its settings from a slave, or the defaults with its role if it has none)."""
     config = BrokerConfig(broker_name=name, broker_role=BrokerRole(lost.role))
@@ -226,8 +245,11 @@ async def _restart_master(name: str, lost: BrokerInfo, node_id: str,
         handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
         if handle is not None:
             with contextlib.suppress(Exception):
-                config = _with(await ask(handle, "broker_config"), broker_id=0,
-                               broker_role=BrokerRole(lost.role))  # fmt: skip
+                config = _with(
+                    await ask(handle, "broker_config"),
+                    broker_id=0,
+                    broker_role=BrokerRole(lost.role),
+                )
                 break
     logger.warning("master %s: its node is back; starting it again on node %s", name, node_id)
     await kill_replica(name, namespace)

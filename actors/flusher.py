@@ -96,8 +96,9 @@ class FlusherActor:
     loop in its constructor, so a flusher that Ray restarted flushes again at once
     (no one has to re-wire it)."""
 
-    def __init__(self, store_dir: str, config: StoreConfig, broker_name: str,
-                 namespace: str) -> None:  # fmt: skip
+    def __init__(
+        self, store_dir: str, config: StoreConfig, broker_name: str, namespace: str
+    ) -> None:
         self.service = FlushService(store_dir, config)
         self.broker_name = broker_name
         self.broker = Peer(broker_actor_name(broker_name), namespace)
@@ -120,12 +121,18 @@ class FlusherActor:
                 if broker is not None:
                     targets: FlushTargets = await broker.flush_targets.remote()
                     self._report(targets.written)
-                    await self.service.tick(targets.written, targets.dispatched,
-                                            thorough=n % thorough_every == 0,
-                                            logics=n % logics_every == 0)  # fmt: skip
+                    await self.service.tick(
+                        targets.written,
+                        targets.dispatched,
+                        thorough=n % thorough_every == 0,
+                        logics=n % logics_every == 0,
+                    )
             except PEER_LOST_ERRORS as exc:  # restarting or replaced: look it up again
-                logger.info("flusher %s: broker unreachable (%s); retrying next round",
-                            self.broker_name, type(exc).__name__)  # fmt: skip
+                logger.info(
+                    "flusher %s: broker unreachable (%s); retrying next round",
+                    self.broker_name,
+                    type(exc).__name__,
+                )
                 self.broker.forget()
             except Exception:
                 logger.exception("flusher %s: flush round failed", self.broker_name)
@@ -145,14 +152,23 @@ class FlusherActor:
         return True
 
 
-def spawn_flusher(store_dir: str, config: StoreConfig, broker_name: str, namespace: str,
-                  node_id: str) -> Any:  # fmt: skip
+def spawn_flusher(
+    store_dir: str, config: StoreConfig, broker_name: str, namespace: str, node_id: str
+) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from .protocol import flusher_actor_name
 
-    return ray.remote(FlusherActor).options(
-        name=flusher_actor_name(broker_name), namespace=namespace, get_if_exists=True,
-        lifetime="detached", max_restarts=-1, num_cpus=0,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(store_dir, config, broker_name, namespace)  # fmt: skip
+    return (
+        ray.remote(FlusherActor)
+        .options(
+            name=flusher_actor_name(broker_name),
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        )
+        .remote(store_dir, config, broker_name, namespace)
+    )

@@ -51,10 +51,12 @@ class _Upto:
     def __init__(self, files: StoreFiles, end: int, check_crc: bool = True) -> None:
         self.files, self.end, self.check_crc = files, end, check_crc
 
-    def read_page(self, topic: str, queue_id: int, offset: int, count: int,
-                  max_bytes: int) -> RecordPage:  # fmt: skip
-        return self.files.read_page(topic, queue_id, offset, count, max_bytes, self.end,
-                                    self.check_crc)  # fmt: skip
+    def read_page(
+        self, topic: str, queue_id: int, offset: int, count: int, max_bytes: int
+    ) -> RecordPage:
+        return self.files.read_page(
+            topic, queue_id, offset, count, max_bytes, self.end, self.check_crc
+        )
 
 
 class PageReaderService:
@@ -70,9 +72,16 @@ class PageReaderService:
     def read_arrow(self, req: ReadArrowRequest) -> tuple[pa.RecordBatch, int]:
         """The record batch of one page and the offset the next starts at."""
         req = self._checked(req)
-        return columnar.read_columns(_Upto(self.files, req.end), req.topic, req.queue_id,
-                                     req.start, req.end, req.max_bytes, self.name,
-                                     req.columns)  # fmt: skip
+        return columnar.read_columns(
+            _Upto(self.files, req.end),
+            req.topic,
+            req.queue_id,
+            req.start,
+            req.end,
+            req.max_bytes,
+            self.name,
+            req.columns,
+        )
 
     def read_arrow_ipc(self, req: bytes) -> bytes:
         """A page for the JVM (``columnar.page_bytes``), its records left in the files for
@@ -91,11 +100,18 @@ class PageReaderService:
     def _refs_page(self, req: ReadArrowRequest) -> bytes | None:
         assert req.columns is not None
         store = _Upto(self.files, req.end, check_crc=False)
-        pages, next_offset = columnar.read_pages(store, req.topic, req.queue_id, req.start,
-                                                 req.end, req.max_bytes, self.name)  # fmt: skip
-        return columnar.refs_page(pages, next_offset, req.topic, self.name, req.columns,
-                                  str(self.files.commitlog_dir),
-                                  self.files.config.commitlog_segment_size_bytes)  # fmt: skip
+        pages, next_offset = columnar.read_pages(
+            store, req.topic, req.queue_id, req.start, req.end, req.max_bytes, self.name
+        )
+        return columnar.refs_page(
+            pages,
+            next_offset,
+            req.topic,
+            self.name,
+            req.columns,
+            str(self.files.commitlog_dir),
+            self.files.config.commitlog_segment_size_bytes,
+        )
 
     def _checked(self, req: ReadArrowRequest) -> ReadArrowRequest:
         req = check(req, ReadArrowRequest)
@@ -125,17 +141,22 @@ class PageReaderActor:
         return True
 
 
-def spawn_page_readers(config: BrokerConfig, store_dir: str, namespace: str,
-                       node_id: str) -> list[Any]:  # fmt: skip
+def spawn_page_readers(
+    config: BrokerConfig, store_dir: str, namespace: str, node_id: str
+) -> list[Any]:
     """Start (or get) a replica's page readers on ``node_id``."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     cls = ray.remote(PageReaderActor)
     return [
         cls.options(
-            name=name, namespace=namespace, get_if_exists=True, lifetime="detached",
-            max_restarts=-1, num_cpus=0,
+            name=name,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(config, store_dir)
         for name in (page_reader_actor_name(config.replica_name, i) for i in range(PAGE_READERS))
-    ]  # fmt: skip
+    ]

@@ -47,8 +47,11 @@ class Peer:
             except ValueError:
                 self._next_lookup = time.monotonic() + LOOKUP_RETRY_S
                 if not self._warned:
-                    logger.warning("actor %s not found in namespace %s (yet); looking again",
-                                   self.name, self.namespace)  # fmt: skip
+                    logger.warning(
+                        "actor %s not found in namespace %s (yet); looking again",
+                        self.name,
+                        self.namespace,
+                    )
                     self._warned = True
         return self._handle
 

@@ -56,9 +56,12 @@ def page_reader_actor_name(broker_name: str, index: int) -> str:
 
 def replica_actor_names(broker_name: str) -> list[str]:
     """Every actor of one replica: broker, flusher, hold service, page readers."""
-    return [broker_actor_name(broker_name), flusher_actor_name(broker_name),
-            hold_actor_name(broker_name),
-            *(page_reader_actor_name(broker_name, i) for i in range(PAGE_READERS))]  # fmt: skip
+    return [
+        broker_actor_name(broker_name),
+        flusher_actor_name(broker_name),
+        hold_actor_name(broker_name),
+        *(page_reader_actor_name(broker_name, i) for i in range(PAGE_READERS)),
+    ]
 
 
 QueueId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
@@ -222,11 +225,17 @@ class PullManyRequest(_Request, frozen=True, kw_only=True):
     broadcasting: bool = False
 
     def request(self, item: PullItem) -> PullRequest:
-        return PullRequest(group=self.group, topic=item.topic, queue_id=item.queue_id,
-                           queue_offset=item.queue_offset, max_nums=self.max_nums,
-                           expression=item.expression, suspend_ms=self.suspend_ms,
-                           expression_type=item.expression_type,
-                           client_id=self.client_id)  # fmt: skip
+        return PullRequest(
+            group=self.group,
+            topic=item.topic,
+            queue_id=item.queue_id,
+            queue_offset=item.queue_offset,
+            max_nums=self.max_nums,
+            expression=item.expression,
+            suspend_ms=self.suspend_ms,
+            expression_type=item.expression_type,
+            client_id=self.client_id,
+        )
 
 
 # What a pull answered through the hold service carries at most (whole records, at
@@ -289,8 +298,10 @@ def follow_up(req: Any, answer: Any) -> Any | None:
         return None
     if len(results) != len(req.items):
         return None
-    items = [msgspec.structs.replace(i, queue_offset=r.next_offset)
-             for i, r in zip(req.items, results, strict=True)]  # fmt: skip
+    items = [
+        msgspec.structs.replace(i, queue_offset=r.next_offset)
+        for i, r in zip(req.items, results, strict=True)
+    ]
     return msgspec.structs.replace(req, items=items, commits=[])
 
 
@@ -318,13 +329,21 @@ class TopicRoute(msgspec.Struct, frozen=True, kw_only=True):
 
     def read_queues(self) -> list[MessageQueue]:
         """Every queue consumers may read, on the brokers whose permission allows it."""
-        return [MessageQueue(self.topic, d.broker_name, q) for d in self.queues
-                if is_readable(d.perm) for q in range(d.read_queue_nums)]  # fmt: skip
+        return [
+            MessageQueue(self.topic, d.broker_name, q)
+            for d in self.queues
+            if is_readable(d.perm)
+            for q in range(d.read_queue_nums)
+        ]
 
     def write_queues(self) -> list[MessageQueue]:
         """Every queue producers may send to, on the brokers whose permission allows it."""
-        return [MessageQueue(self.topic, d.broker_name, q) for d in self.queues
-                if is_writeable(d.perm) for q in range(d.write_queue_nums)]  # fmt: skip
+        return [
+            MessageQueue(self.topic, d.broker_name, q)
+            for d in self.queues
+            if is_writeable(d.perm)
+            for q in range(d.write_queue_nums)
+        ]
 
 
 class QueueStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -661,9 +680,20 @@ class BrokerStatus(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # The columns of a read page (actors/server/columnar.py SCHEMA).
-ColumnName = Literal["topic", "broker", "queue_id", "queue_offset", "msg_id", "tags", "keys",
-                     "body", "properties", "born_timestamp", "store_timestamp",
-                     "reconsume_times"]  # fmt: skip
+ColumnName = Literal[
+    "topic",
+    "broker",
+    "queue_id",
+    "queue_offset",
+    "msg_id",
+    "tags",
+    "keys",
+    "body",
+    "properties",
+    "born_timestamp",
+    "store_timestamp",
+    "reconsume_times",
+]
 
 
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
@@ -876,7 +906,10 @@ class MemberSpec(msgspec.Struct, frozen=True):
 
     def same_group_settings(self, other: MemberSpec) -> bool:
         return (self.subscriptions, self.model, self.strategy) == (
-            other.subscriptions, other.model, other.strategy)  # fmt: skip
+            other.subscriptions,
+            other.model,
+            other.strategy,
+        )
 
 
 class ClientRequest(_Request, frozen=True, kw_only=True):

@@ -50,8 +50,11 @@ class HoldTable:
     """Callers waiting for an answer the broker sends (``deliver``), by token, and the
     follow-up pulls the broker parked ahead of time, by the exact request (no Ray)."""
 
-    def __init__(self, hold_s: Callable[[Any], float] = lambda request: 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        hold_s: Callable[[Any], float] = lambda request: 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._hold_s = hold_s  # how long the broker parks a request's follow-up
         self._prefix = uuid.uuid4().hex[:12]  # a restarted hold service never reuses one
         self._count = itertools.count()
@@ -190,8 +193,9 @@ class PullHoldActor:
             return await self._call("pull_many", req)
         return await self._held("pull_many", req, lambda r: nothing_new(r.results))
 
-    async def _held(self, method: str, req: PullRequest | PullManyRequest,
-                    empty: Callable[[Any], bool]) -> Any:  # fmt: skip
+    async def _held(
+        self, method: str, req: PullRequest | PullManyRequest, empty: Callable[[Any], bool]
+    ) -> Any:
         """A waiting pull. If the broker parked exactly this pull already (the follow-up
         of the caller's last one), wait for its answer without a broker call. Else one
         broker call that parks the pull there if it finds nothing; then wait for the
@@ -230,8 +234,17 @@ def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
 
     from .protocol import hold_actor_name
 
-    return ray.remote(PullHoldActor).options(
-        name=hold_actor_name(config.replica_name), namespace=namespace, get_if_exists=True,
-        lifetime="detached", max_restarts=-1, num_cpus=0, max_concurrency=10_000,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config, namespace)  # fmt: skip
+    return (
+        ray.remote(PullHoldActor)
+        .options(
+            name=hold_actor_name(config.replica_name),
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
+            max_concurrency=10_000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        )
+        .remote(config, namespace)
+    )

@@ -56,8 +56,9 @@ def run(root: Path, acl: bool, work: list[EncodedBatch]) -> tuple[float, float]:
     config = BrokerConfig(store=StoreConfig(), acl_enable=acl, acl_file=str(acl_file))
     server = BrokerServer(config, str(root / "store"), node_id="bench")
     try:
-        server.create_topic(CreateTopicRequest(topic="B", read_queue_nums=1,
-                                               write_queue_nums=1, perm=6))  # fmt: skip
+        server.create_topic(
+            CreateTopicRequest(topic="B", read_queue_nums=1, write_queue_nums=1, perm=6)
+        )
         signer = Signer(CREDS) if acl else None
         signing = 0.0
         t0 = time.perf_counter()
@@ -86,17 +87,20 @@ def through_ray(batches_n: int, rounds: int) -> None:
         acl_file = Path(tmp) / "plain_acl.toml"
         acl_file.write_text(RULES)
         clusters = {
-            acl: rayq.start(Path(tmp) / ("on" if acl else "off"),
-                            namespace="acl-on" if acl else "acl-off",
-                            config=rayq.BrokerConfig(acl_enable=acl, acl_file=str(acl_file)))
+            acl: rayq.start(
+                Path(tmp) / ("on" if acl else "off"),
+                namespace="acl-on" if acl else "acl-off",
+                config=rayq.BrokerConfig(acl_enable=acl, acl_file=str(acl_file)),
+            )
             for acl in (False, True)
-        }  # fmt: skip
+        }
         try:
             producers = {}
             for acl in (False, True):
                 cfg = rayq.ClientConfig(credentials=CREDS) if acl else rayq.ClientConfig()
-                producers[acl] = rayq.Producer("pb", namespace="acl-on" if acl else "acl-off",
-                                               config=cfg)  # fmt: skip
+                producers[acl] = rayq.Producer(
+                    "pb", namespace="acl-on" if acl else "acl-off", config=cfg
+                )
                 producers[acl].send_batch([rayq.Message("B", BODY)] * PER_BATCH)  # warm up
             best = {False: 0.0, True: 0.0}
             msgs = [rayq.Message("B", BODY)] * PER_BATCH
@@ -114,8 +118,10 @@ def through_ray(batches_n: int, rounds: int) -> None:
             clusters[True].shutdown()
             clusters[False].shutdown()
     print(f"produce through Ray (Producer.send_batch, {PER_BATCH} x 1 KiB), best of {rounds}:")
-    print(f"  ACL off {best[False]:10,.0f} msg/s   ACL on {best[True]:10,.0f} msg/s   ratio "
-          f"{best[True] / best[False]:.2f}x (target >= 0.9x)")  # fmt: skip
+    print(
+        f"  ACL off {best[False]:10,.0f} msg/s   ACL on {best[True]:10,.0f} msg/s   ratio "
+        f"{best[True] / best[False]:.2f}x (target >= 0.9x)"
+    )
 
 
 def main() -> None:
@@ -135,16 +141,19 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="rayq-acl-bench-") as tmp:
                 rate, broker = run(Path(tmp), acl, work)
             best[acl] = max(best[acl], (rate, broker))
-            print(f"round {r + 1}: ACL {'on ' if acl else 'off'} {rate:10,.0f} msg/s "
-                  f"({rate * len(BODY) / 2**20:6.1f} MiB/s), broker side "
-                  f"{broker:10,.0f} msg/s")  # fmt: skip
+            print(
+                f"round {r + 1}: ACL {'on ' if acl else 'off'} {rate:10,.0f} msg/s "
+                f"({rate * len(BODY) / 2**20:6.1f} MiB/s), broker side "
+                f"{broker:10,.0f} msg/s"
+            )
     (off, _), (on, on_broker) = best[False], best[True]
-    print(f"produce, {PER_BATCH} x 1 KiB per batch, {args.batches} batches, best of "
-          f"{args.rounds}:")  # fmt: skip
+    print(f"produce, {PER_BATCH} x 1 KiB per batch, {args.batches} batches, best of {args.rounds}:")
     print(f"  ACL off                          {off:10,.0f} msg/s")
     print(f"  ACL on, client signing included  {on:10,.0f} msg/s  ratio {on / off:.2f}x")
-    print(f"  ACL on, broker side only         {on_broker:10,.0f} msg/s  ratio "
-          f"{on_broker / off:.2f}x (target >= 0.9x)")  # fmt: skip
+    print(
+        f"  ACL on, broker side only         {on_broker:10,.0f} msg/s  ratio "
+        f"{on_broker / off:.2f}x (target >= 0.9x)"
+    )
 
 
 if __name__ == "__main__":

@@ -98,25 +98,44 @@ def send_batch_sizes(quick: bool) -> None:
 
             def rows_path(bodies: list[bytes] = bodies, uniq: list[str] = uniq) -> int:
                 msgs = [
-                    InnerMessage(topic="bench", queue_id=0, body=b, uniq_key=u,
-                                 properties=shared, born_timestamp=1)
+                    InnerMessage(
+                        topic="bench",
+                        queue_id=0,
+                        body=b,
+                        uniq_key=u,
+                        properties=shared,
+                        born_timestamp=1,
+                    )
                     for b, u in zip(bodies, uniq, strict=True)
-                ]  # fmt: skip
+                ]
                 return encode_batch(msgs, **LIMITS).count
 
             def columns_path(bodies: list[bytes] = bodies, uniq: list[str] = uniq) -> int:
                 rows = arrow_rows(pa.array(bodies, pa.binary()))
-                return encode_rows(rows, topic="bench", queue_id=0, properties=shared,
-                                   uniq_keys=pa.array(uniq, pa.string()), born_timestamp=1,
-                                   **LIMITS).count  # fmt: skip
+                return encode_rows(
+                    rows,
+                    topic="bench",
+                    queue_id=0,
+                    properties=shared,
+                    uniq_keys=pa.array(uniq, pa.string()),
+                    born_timestamp=1,
+                    **LIMITS,
+                ).count
 
             us = {}
             for name, fn in (("rows", rows_path), ("columns", columns_path)):
                 reps = max(3, 20_000 // n)
                 best = min(_timed(fn, reps) for _ in range(3 if quick else 5))
                 us[name] = best / n * 1e6
-                record("arrow_encode_bench", "send_batch_encode", us[name], "us/msg", size=size,
-                       batch=n, path=name)  # fmt: skip
+                record(
+                    "arrow_encode_bench",
+                    "send_batch_encode",
+                    us[name],
+                    "us/msg",
+                    size=size,
+                    batch=n,
+                    path=name,
+                )
             print(
                 f"send_batch {n:>6} × {size:>4} B: InnerMessage + encode_batch "
                 f"{us['rows']:5.2f} µs/msg, pa.array + encode_rows {us['columns']:5.2f} µs/msg"

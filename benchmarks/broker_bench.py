@@ -33,8 +33,9 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p / 100 * len(values)))]
 
 
-def produce_batches(producer: rayq.Producer, topic: str, size: int, total: int,
-                    in_flight: int) -> float:  # fmt: skip
+def produce_batches(
+    producer: rayq.Producer, topic: str, size: int, total: int, in_flight: int
+) -> float:
     body = b"x" * size
     batches = total // 100
 
@@ -174,8 +175,10 @@ def run_async_flush(total: int, backlog: int) -> None:
         print(f"sync send latency (1 KiB): p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms")
         record_latency(BENCH, "sync_send_latency", lat, size=1024, batch=1)
         lat = end_to_end(producer, 3000)
-        print(f"end-to-end latency, ~1,000 msgs/s (send -> poll): p50 {pct(lat, 50):.2f} ms, "
-              f"p99 {pct(lat, 99):.2f} ms")  # fmt: skip
+        print(
+            f"end-to-end latency, ~1,000 msgs/s (send -> poll): p50 {pct(lat, 50):.2f} ms, "
+            f"p99 {pct(lat, 99):.2f} ms"
+        )
         record_latency(BENCH, "e2e_latency_poll", lat, size=1024, batch=1, rate=1000)
         rate = send_async_rate(producer, total)
         print(f"send_async single 1 KiB messages: {rate:>10,.0f} msgs/s")

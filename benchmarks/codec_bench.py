@@ -76,9 +76,18 @@ def pulled_buffer(root: Path, ids: UniqIdGenerator) -> bytes:
     """The records of one pull of 100 messages, as a broker returns them."""
     store = MessageStore(root, StoreConfig.for_tests(), store_host="127.0.0.1:10911")
     try:
-        inners = [InnerMessage(topic="bench", queue_id=0, body=bytes([i % 251]) * BODY,
-                               tags="TagA", keys=f"k{i}", uniq_key=ids.next_id(),
-                               properties={"PGROUP": "pg"}) for i in range(BATCH)]  # fmt: skip
+        inners = [
+            InnerMessage(
+                topic="bench",
+                queue_id=0,
+                body=bytes([i % 251]) * BODY,
+                tags="TagA",
+                keys=f"k{i}",
+                uniq_key=ids.next_id(),
+                properties={"PGROUP": "pg"},
+            )
+            for i in range(BATCH)
+        ]
         batch = encode_batch(inners, max_body_bytes=4 << 20, max_properties_bytes=32767)
         store.put_encoded(batch)
         parts, offset = [], 0
@@ -140,8 +149,7 @@ def main() -> None:
         ("decode", decode, BODY),
         ("decode_msg_ids", decode_ids, BODY),
     ):
-        record("codec_bench", metric, statistics.median(rounds), "us/msg", size=size,
-               batch=BATCH)  # fmt: skip
+        record("codec_bench", metric, statistics.median(rounds), "us/msg", size=size, batch=BATCH)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,9 @@ def send(topic: str, n: int) -> None:
     with rayq.Producer(group="bench-pg", namespace=NAMESPACE) as producer:
         for first in range(0, n, SEND_BATCH):
             count = min(SEND_BATCH, n - first)
-            batch = [rayq.Message(topic, body, tags="TagA", keys=[f"k{first + i}"])
-                     for i in range(count)]  # fmt: skip
+            batch = [
+                rayq.Message(topic, body, tags="TagA", keys=[f"k{first + i}"]) for i in range(count)
+            ]
             producer.send_batch(batch)
 
 
@@ -75,8 +76,10 @@ def run(n: int, queues: int, rounds: int, parquet_dir: Path) -> None:
     rayq.Admin(namespace=NAMESPACE).create_topic("bench", queues=queues)
     started = time.perf_counter()
     send("bench", n)
-    print(f"sent {n} messages of {BODY_BYTES} B to {queues} queues in "
-          f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+    print(
+        f"sent {n} messages of {BODY_BYTES} B to {queues} queues in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
     # Parquet in files of about 25,000 rows (25 MB), what a writer would choose; not one
     # file per 4 MiB page, which would slow read_parquet down with tiny files.
     rows_per_file = max(PARQUET_ROWS_PER_FILE, n // 64)
@@ -96,10 +99,20 @@ def run(n: int, queues: int, rounds: int, parquet_dir: Path) -> None:
             rates[name].append(timed(fn, n))
     medians = {name: statistics.median(r) for name, r in rates.items()}
     for name, median in medians.items():
-        print(f"{name:>12}: {median:>10,.0f} msgs/s  {median * BODY_BYTES / 1e6:>6,.0f} MB/s "
-              f"(rounds: {', '.join(f'{r:,.0f}' for r in rates[name])})")  # fmt: skip
-        record(BENCH, name, median, "msgs/s", size=BODY_BYTES, messages=n, queues=queues,
-               rounds=rates[name])  # fmt: skip
+        print(
+            f"{name:>12}: {median:>10,.0f} msgs/s  {median * BODY_BYTES / 1e6:>6,.0f} MB/s "
+            f"(rounds: {', '.join(f'{r:,.0f}' for r in rates[name])})"
+        )
+        record(
+            BENCH,
+            name,
+            median,
+            "msgs/s",
+            size=BODY_BYTES,
+            messages=n,
+            queues=queues,
+            rounds=rates[name],
+        )
     ratio = medians["read_topic"] / medians["read_parquet"]
     print(f"read_topic / read_parquet: {ratio:.2f} (target >= {TARGET_RATIO})")
     record(BENCH, "ratio", ratio, "x", size=BODY_BYTES, messages=n, queues=queues)
@@ -116,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         with tempfile.TemporaryDirectory(prefix="rayq-data-bench-") as tmp:
-            cluster = rayq.start(Path(tmp) / "store", namespace=NAMESPACE,
-                                 config=rayq.BrokerConfig(store=store))  # fmt: skip
+            cluster = rayq.start(
+                Path(tmp) / "store", namespace=NAMESPACE, config=rayq.BrokerConfig(store=store)
+            )
             try:
                 run(args.messages, args.queues, args.rounds, Path(tmp) / "parquet")
             finally:

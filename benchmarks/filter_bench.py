@@ -24,12 +24,20 @@ BODY = b"x" * 1024
 
 
 def fill(server: BrokerServer, count: int) -> None:
-    server.create_topic(CreateTopicRequest(topic="F", read_queue_nums=1, write_queue_nums=1,
-                                           perm=6))  # fmt: skip
+    server.create_topic(
+        CreateTopicRequest(topic="F", read_queue_nums=1, write_queue_nums=1, perm=6)
+    )
     for start in range(0, count, 100):
-        msgs = [InnerMessage(topic="F", queue_id=0, body=BODY, tags="even" if i % 2 else "odd",
-                             properties={"n": str(i), "region": "eu" if i % 2 else "us"})
-                for i in range(start, start + 100)]  # fmt: skip
+        msgs = [
+            InnerMessage(
+                topic="F",
+                queue_id=0,
+                body=BODY,
+                tags="even" if i % 2 else "odd",
+                properties={"n": str(i), "region": "eu" if i % 2 else "us"},
+            )
+            for i in range(start, start + 100)
+        ]
         server.put(encode_batch(msgs, max_body_bytes=1 << 20, max_properties_bytes=4096))
 
 
@@ -37,9 +45,17 @@ def drain(server: BrokerServer, expression: str, kind: str) -> tuple[float, int]
     offset, got, t0 = 0, 0, time.perf_counter()
     end = server.store.max_offset("F", 0)
     while offset < end:
-        resp = server.pull(PullRequest(group="g", topic="F", queue_id=0, queue_offset=offset,
-                                       max_nums=1024, expression=expression,
-                                       expression_type=kind))  # fmt: skip
+        resp = server.pull(
+            PullRequest(
+                group="g",
+                topic="F",
+                queue_id=0,
+                queue_offset=offset,
+                max_nums=1024,
+                expression=expression,
+                expression_type=kind,
+            )
+        )
         got += resp.count
         offset = resp.next_offset
     return end / (time.perf_counter() - t0), got
@@ -68,8 +84,10 @@ def main() -> None:
             drain(server, expression, kind)  # warm the page cache and the caches
             rate, got = drain(server, expression, kind)
             base = base or rate
-            print(f"pull {label:<34} {rate:>10,.0f} msgs scanned/s ({got:,} delivered), "
-                  f"{rate / base:.2f}x unfiltered")  # fmt: skip
+            print(
+                f"pull {label:<34} {rate:>10,.0f} msgs scanned/s ({got:,} delivered), "
+                f"{rate / base:.2f}x unfiltered"
+            )
         server.close()
 
 

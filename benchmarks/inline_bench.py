@@ -64,19 +64,33 @@ def main() -> None:
         eighths, elevenths = chunks(large, 8), chunks(large, -(-len(large) // LIMIT))
         shapes: list[tuple[str, int, Callable[[], object]]] = [
             ("100 x 1 KiB as one ~103 KiB object", 100, lambda: ray.get(sink.put.remote(small))),
-            ("100 x 1 KiB as two calls in flight", 100,
-             lambda: ray.get([sink.put.remote(h) for h in halves])),
-            ("100 x 1 KiB as one call of two ~51 KiB args", 100,
-             lambda: ray.get(sink.put.remote(*halves))),
+            (
+                "100 x 1 KiB as two calls in flight",
+                100,
+                lambda: ray.get([sink.put.remote(h) for h in halves]),
+            ),
+            (
+                "100 x 1 KiB as one call of two ~51 KiB args",
+                100,
+                lambda: ray.get(sink.put.remote(*halves)),
+            ),
             ("1000 x 1 KiB as one ~1 MiB object", 1000, lambda: ray.get(sink.put.remote(large))),
-            ("1000 x 1 KiB as eight calls in flight", 1000,
-             lambda: ray.get([sink.put.remote(p) for p in eighths])),
-            (f"1000 x 1 KiB as one call of {len(elevenths)} args", 1000,
-             lambda: ray.get(sink.put.remote(*elevenths))),
-        ]  # fmt: skip
+            (
+                "1000 x 1 KiB as eight calls in flight",
+                1000,
+                lambda: ray.get([sink.put.remote(p) for p in eighths]),
+            ),
+            (
+                f"1000 x 1 KiB as one call of {len(elevenths)} args",
+                1000,
+                lambda: ray.get(sink.put.remote(*elevenths)),
+            ),
+        ]
         for name, messages, fn in shapes:
-            runs = [rate(fn, messages, args.rounds if messages == 100 else args.rounds // 4)
-                    for _ in range(args.repeat)]  # fmt: skip
+            runs = [
+                rate(fn, messages, args.rounds if messages == 100 else args.rounds // 4)
+                for _ in range(args.repeat)
+            ]
             print(f"{name:<46} {statistics.median(runs):>10,.0f} msgs/s (median of {args.repeat})")
     finally:
         ray.shutdown()

@@ -58,12 +58,13 @@ def throughput(rows: list[Row], anchors: list[Row], out: Path) -> Path | None:
         size, batch = row.get("size"), row.get("batch")
         if size is None or batch is None:
             continue
-        name = {("broker_bench", "produce"): "rayq produce",
-                ("broker_bench", "consume_drain"): "rayq consume",
-                ("push_bench", "consume_pull"): "rayq consume",
-                ("store_bench", "append"): "store append (no Ray)",
-                ("store_bench", "read"): "store read (no Ray)"}.get(
-                    (row["bench"], row["metric"]))  # fmt: skip
+        name = {
+            ("broker_bench", "produce"): "rayq produce",
+            ("broker_bench", "consume_drain"): "rayq consume",
+            ("push_bench", "consume_pull"): "rayq consume",
+            ("store_bench", "append"): "store append (no Ray)",
+            ("store_bench", "read"): "store read (no Ray)",
+        }.get((row["bench"], row["metric"]))
         if name is None or row.get("in_flight", 1) != 1:
             continue
         series[name][(size, batch)] = row["value"]
@@ -75,8 +76,13 @@ def throughput(rows: list[Row], anchors: list[Row], out: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for ax, kind in zip(axes, ("produce", "consume"), strict=True):
-        names = sorted(n for n in series if kind in n or (kind == "produce" and "append" in n)
-                       or (kind == "consume" and "read" in n))  # fmt: skip
+        names = sorted(
+            n
+            for n in series
+            if kind in n
+            or (kind == "produce" and "append" in n)
+            or (kind == "consume" and "read" in n)
+        )
         groups = sorted({k for n in names for k in series[n]})
         if not names or not groups:
             ax.set_visible(False)
@@ -100,8 +106,7 @@ def throughput(rows: list[Row], anchors: list[Row], out: Path) -> Path | None:
 
 def latency_cdf(rows: list[Row], out: Path) -> Path | None:
     """rayq's own latency figures with samples, as CDFs on one chart."""
-    curves = _latest([r for r in rows if r.get("samples_ms")],
-                     lambda r: (r["bench"], r["metric"]))  # fmt: skip
+    curves = _latest([r for r in rows if r.get("samples_ms")], lambda r: (r["bench"], r["metric"]))
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(9, 5.5))
@@ -114,8 +119,10 @@ def latency_cdf(rows: list[Row], out: Path) -> Path | None:
 def anchors_latency(anchors: list[Row], out: Path) -> Path | None:
     """The anchors' latency run: one panel per (size, batch), each adapter's p50, p99 and
     p99.9 at 1,000 msgs/s as points of its CDF (rayq next to the others, same run)."""
-    points = _latest([r for r in anchors if r.get("metric") == "latency" and r.get("p50_ms")],
-                     lambda r: (r["size"], r["batch"], r["adapter"]))  # fmt: skip
+    points = _latest(
+        [r for r in anchors if r.get("metric") == "latency" and r.get("p50_ms")],
+        lambda r: (r["size"], r["batch"], r["adapter"]),
+    )
     cases = sorted({(s, b) for s, b, _ in points})
     if not cases:
         return None
@@ -210,9 +217,16 @@ def main(argv: list[str] | None = None) -> list[Path]:
     anchors = load(args.anchors) if args.anchors else []
     args.out.mkdir(parents=True, exist_ok=True)
     own = [r for r in rows if r["bench"] != "spark_bench"]
-    drawn = [p for p in (throughput(rows, anchors, args.out), latency_cdf(own, args.out),
-                         anchors_latency(anchors, args.out), spark(rows, args.out))
-             if p is not None]  # fmt: skip
+    drawn = [
+        p
+        for p in (
+            throughput(rows, anchors, args.out),
+            latency_cdf(own, args.out),
+            anchors_latency(anchors, args.out),
+            spark(rows, args.out),
+        )
+        if p is not None
+    ]
     for path in drawn:
         print(f"wrote {path}")
     return drawn

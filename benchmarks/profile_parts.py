@@ -101,8 +101,9 @@ def poll_commit_process(address: str, namespace: str, topic: str, seconds: float
     """A consumer process as the anchors run it: poll, commit what it got, again."""
     ray.init(address=address, log_to_driver=False)
     rayq.connect(namespace=namespace)
-    consumer = rayq.PullConsumer("prof-lat", consume_from=rayq.ConsumeFromWhere.LAST_OFFSET,
-                                 auto_commit=False)  # fmt: skip
+    consumer = rayq.PullConsumer(
+        "prof-lat", consume_from=rayq.ConsumeFromWhere.LAST_OFFSET, auto_commit=False
+    )
     consumer.subscribe(topic)
     consumer.start()
     deadline = time.monotonic() + seconds
@@ -143,10 +144,28 @@ def record(pids: dict[str, int], seconds: float, out: Path) -> dict[str, Path]:
     procs = {}
     for role, pid in pids.items():
         path = out / f"{pid}.txt"
-        procs[role] = (subprocess.Popen(
-            [spy, "record", "--format", "raw", "--nonblocking", "-r", str(RATE_HZ),
-             "-d", str(int(seconds)), "-p", str(pid), "-o", str(path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), path)  # fmt: skip
+        procs[role] = (
+            subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                    "-r",
+                    str(RATE_HZ),
+                    "-d",
+                    str(int(seconds)),
+                    "-p",
+                    str(pid),
+                    "-o",
+                    str(path),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+            path,
+        )
     for proc, _ in procs.values():
         proc.wait()
     return {role: path for role, (_, path) in procs.items() if path.exists()}
@@ -161,8 +180,10 @@ def summarize(role: str, path: Path, seconds: float, top: int) -> None:
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        frames = [f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") if "(" in f else f
-                  for f in stack.split(";")]  # fmt: skip
+        frames = [
+            f.split(" (")[0] + " " + f.split("/")[-1].rstrip(")") if "(" in f else f
+            for f in stack.split(";")
+        ]
         if frames[-1].startswith(IDLE_LEAVES):
             continue
         total += n
@@ -205,9 +226,15 @@ def main() -> None:
             extra: dict[str, int] = {}
             if args.workload == "latency":
                 ctx = multiprocessing.get_context("spawn")
-                consumer = ctx.Process(target=poll_commit_process, args=(
-                    ray.get_runtime_context().gcs_address, cluster.namespace, topic,
-                    args.seconds + 8))  # fmt: skip
+                consumer = ctx.Process(
+                    target=poll_commit_process,
+                    args=(
+                        ray.get_runtime_context().gcs_address,
+                        cluster.namespace,
+                        topic,
+                        args.seconds + 8,
+                    ),
+                )
                 consumer.start()
                 time.sleep(5)  # the consumer process connects and subscribes
                 extra["consumer process (poll + commit)"] = consumer.pid or 0

@@ -107,8 +107,7 @@ def drain_rate(topic: str, total: int, consumers: int, batch: int | None) -> flo
     config = rayq.ClientConfig() if batch is None else rayq.ClientConfig(pull_batch_size=batch)
     started = []
     for _ in range(consumers):
-        c = rayq.PushConsumer(group, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-                              config=config)  # fmt: skip
+        c = rayq.PushConsumer(group, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET, config=config)
         c.subscribe(topic)
         c.register_listener(noop)
         started.append(c)
@@ -305,18 +304,28 @@ def drain_figures(total: int) -> float:
     """Prints the drain figures; the push / pull ratio at the default pull_batch_size."""
     fill("push-backlog", total)
     pull = pull_drain_rate("push-backlog", total)
-    print(f"pull consumption, one PullConsumer, 1 KiB, poll_max_messages "
-          f"{rayq.ClientConfig().poll_max_messages}: {pull:>9,.0f} msgs/s")  # fmt: skip
-    record(BENCH, "consume_pull", pull, "msgs/s", size=1024,
-           batch=rayq.ClientConfig().poll_max_messages)  # fmt: skip
+    print(
+        f"pull consumption, one PullConsumer, 1 KiB, poll_max_messages "
+        f"{rayq.ClientConfig().poll_max_messages}: {pull:>9,.0f} msgs/s"
+    )
+    record(
+        BENCH,
+        "consume_pull",
+        pull,
+        "msgs/s",
+        size=1024,
+        batch=rayq.ClientConfig().poll_max_messages,
+    )
     ratios = []
     for batch in (None, 256):
         one = drain_rate("push-backlog", total, 1, batch)
         two = drain_rate("push-backlog", total, 2, batch)
         size = rayq.ClientConfig().pull_batch_size if batch is None else batch
-        print(f"push consumption, no-op listener, 1 KiB, pull_batch_size {size:>3}: "
-              f"{one:>9,.0f} msgs/s with 1 consumer, {two:>9,.0f} msgs/s with 2 on "
-              f"8 queues; 1 consumer / pull consumer = {one / pull:.2f}")  # fmt: skip
+        print(
+            f"push consumption, no-op listener, 1 KiB, pull_batch_size {size:>3}: "
+            f"{one:>9,.0f} msgs/s with 1 consumer, {two:>9,.0f} msgs/s with 2 on "
+            f"8 queues; 1 consumer / pull consumer = {one / pull:.2f}"
+        )
         ratios.append(one / pull)
         record(BENCH, "consume_push", one, "msgs/s", size=1024, batch=size, consumers=1)
         record(BENCH, "consume_push", two, "msgs/s", size=1024, batch=size, consumers=2)
@@ -325,20 +334,32 @@ def drain_figures(total: int) -> float:
 
 def latency_figures(n: int, rate: float) -> float:
     """Prints the latency figures; rayq's p50 / the floor's p50."""
-    floor, send, oneway = (floor_end_to_end(n, rate), end_to_end(n, rate),
-                           end_to_end(n, rate, oneway=True))  # fmt: skip
-    for metric, samples in (("e2e_latency_floor", floor), ("e2e_latency_push", send),
-                            ("e2e_latency_push_oneway", oneway)):  # fmt: skip
+    floor, send, oneway = (
+        floor_end_to_end(n, rate),
+        end_to_end(n, rate),
+        end_to_end(n, rate, oneway=True),
+    )
+    for metric, samples in (
+        ("e2e_latency_floor", floor),
+        ("e2e_latency_push", send),
+        ("e2e_latency_push_oneway", oneway),
+    ):
         record_latency(BENCH, metric, samples, size=0, batch=1, rate=rate)
     f50, f99 = pct(floor, 50), pct(floor, 99)
     p50, p99 = pct(send, 50), pct(send, 99)
     o50, o99 = pct(oneway, 50), pct(oneway, 99)
-    print(f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), bare-actor floor: "
-          f"p50 {f50:.2f} ms, p99 {f99:.2f} ms")  # fmt: skip
-    print(f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), rayq send: "
-          f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; p50 / floor p50 = {p50 / f50:.2f}")  # fmt: skip
-    print(f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), rayq send_oneway: "
-          f"p50 {o50:.2f} ms, p99 {o99:.2f} ms")  # fmt: skip
+    print(
+        f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), bare-actor floor: "
+        f"p50 {f50:.2f} ms, p99 {f99:.2f} ms"
+    )
+    print(
+        f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), rayq send: "
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; p50 / floor p50 = {p50 / f50:.2f}"
+    )
+    print(
+        f"end-to-end latency, ~{rate:,.0f} msgs/s (send -> listener), rayq send_oneway: "
+        f"p50 {o50:.2f} ms, p99 {o99:.2f} ms"
+    )
     return p50 / f50
 
 

@@ -150,13 +150,17 @@ def main() -> None:
         try:
             for stuck in (True, False):
                 got = run(args.messages, stuck)
-                print(f"{'one stuck' if stuck else 'none stuck'}, {args.messages:,} messages: "
-                      f"redelivered {got['redelivered']:,}, in flight {got['in flight']:,}; "
-                      f"offset only would redeliver {got['offset only']:,}")  # fmt: skip
+                print(
+                    f"{'one stuck' if stuck else 'none stuck'}, {args.messages:,} messages: "
+                    f"redelivered {got['redelivered']:,}, in flight {got['in flight']:,}; "
+                    f"offset only would redeliver {got['offset only']:,}"
+                )
                 if stuck:
                     met = got["redelivered"] <= got["in flight"]
-                    print(f"  target (one stuck): redelivered <= in flight: "
-                          f"{'met' if met else 'MISSED'}")  # fmt: skip
+                    print(
+                        f"  target (one stuck): redelivered <= in flight: "
+                        f"{'met' if met else 'MISSED'}"
+                    )
         finally:
             cluster.shutdown()
 

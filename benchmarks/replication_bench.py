@@ -33,14 +33,24 @@ import ray
 import rayq
 from rayq.store import StoreConfig
 
-STORE = StoreConfig(commitlog_segment_size_bytes=256 << 20, disk_warning_ratio=1.0,
-                    disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0)  # fmt: skip
+STORE = StoreConfig(
+    commitlog_segment_size_bytes=256 << 20,
+    disk_warning_ratio=1.0,
+    disk_max_used_space_ratio=1.0,
+    disk_clean_forcibly_ratio=1.0,
+)
 BODY = b"x" * 1024
 BATCH = 100
 
 
-def produce_run(root: Path, role: rayq.BrokerRole, slaves: int, batches: int,
-                chunk: int = 4 << 20, senders: int = 1) -> tuple:  # fmt: skip
+def produce_run(
+    root: Path,
+    role: rayq.BrokerRole,
+    slaves: int,
+    batches: int,
+    chunk: int = 4 << 20,
+    senders: int = 1,
+) -> tuple:
     ns = f"bench-repl-{role.value.lower()}-{slaves}-{chunk}-{senders}"
     ray.init(address="local", num_cpus=2, namespace=ns, log_to_driver=False)
     config = rayq.BrokerConfig(store=STORE, broker_role=role, ha_transfer_batch_bytes=chunk)
@@ -71,8 +81,9 @@ def produce_run(root: Path, role: rayq.BrokerRole, slaves: int, batches: int,
                     statuses.update(r.status for r in producer.send_batch(msgs))
 
             t0 = time.perf_counter()
-            threads = [threading.Thread(target=send, args=(batches // senders,))
-                       for _ in range(senders)]  # fmt: skip
+            threads = [
+                threading.Thread(target=send, args=(batches // senders,)) for _ in range(senders)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -104,13 +115,17 @@ def bench_produce(batches: int) -> None:
             rate, lags, statuses = produce_run(root, role, 1, batches)
             lag_bytes = [b for b, _ in lags]
             lag_ms = [m for _, m in lags]
-            print(f"produce 1 KiB x {BATCH}, {role.value:<12} + slave: {rate:>9,.0f} msgs/s "
-                  f"({rate / base:.2f}x no slave; target >= "
-                  f"{'0.9' if role is rayq.BrokerRole.ASYNC_MASTER else '0.6'}); statuses "
-                  f"{sorted(s.value for s in statuses)}")  # fmt: skip
-            print(f"    replication lag under that load ({len(lags)} samples): bytes p50 "
-                  f"{pct(lag_bytes, 0.5):,.0f} p99 {pct(lag_bytes, 0.99):,.0f}; ms p50 "
-                  f"{pct(lag_ms, 0.5):.1f} p99 {pct(lag_ms, 0.99):.1f}")  # fmt: skip
+            print(
+                f"produce 1 KiB x {BATCH}, {role.value:<12} + slave: {rate:>9,.0f} msgs/s "
+                f"({rate / base:.2f}x no slave; target >= "
+                f"{'0.9' if role is rayq.BrokerRole.ASYNC_MASTER else '0.6'}); statuses "
+                f"{sorted(s.value for s in statuses)}"
+            )
+            print(
+                f"    replication lag under that load ({len(lags)} samples): bytes p50 "
+                f"{pct(lag_bytes, 0.5):,.0f} p99 {pct(lag_bytes, 0.99):,.0f}; ms p50 "
+                f"{pct(lag_ms, 0.5):.1f} p99 {pct(lag_ms, 0.99):.1f}"
+            )
 
 
 def bench_concurrent(batches: int) -> None:
@@ -195,10 +210,12 @@ def bench_failover() -> None:
             sent_after = {b for _, b in after}
             got = [t for t, b in received if b in sent_after]
             first_read = min(got) - lost_at if got else float("nan")
-            print(f"failover (ASYNC_MASTER, master node removed): first acknowledged send on "
-                  f"the promoted master after {first_send:.2f} s (target <= 5 s); consumers "
-                  f"received a message sent after the loss {first_read:.2f} s after it "
-                  f"(target <= 5 s)")  # fmt: skip
+            print(
+                f"failover (ASYNC_MASTER, master node removed): first acknowledged send on "
+                f"the promoted master after {first_send:.2f} s (target <= 5 s); consumers "
+                f"received a message sent after the loss {first_read:.2f} s after it "
+                f"(target <= 5 s)"
+            )
         finally:
             deployment.shutdown()
             ray.shutdown()

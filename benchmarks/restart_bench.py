@@ -87,12 +87,13 @@ class Traffic:
     def _run(self) -> None:
         pad = b"x" * (1024 - struct.calcsize(STAMP))
         while not self.stopped.is_set():
-            msgs = [rayq.Message(self.topic, struct.pack(STAMP, time.time()) + pad)
-                    for _ in range(self.batch)]  # fmt: skip
+            msgs = [
+                rayq.Message(self.topic, struct.pack(STAMP, time.time()) + pad)
+                for _ in range(self.batch)
+            ]
             try:
                 results = self.producer.send_batch(msgs)
-                self.acked.update(r.msg_id for r in results
-                                  if r.status is rayq.SendStatus.SEND_OK)  # fmt: skip
+                self.acked.update(r.msg_id for r in results if r.status is rayq.SendStatus.SEND_OK)
             except rayq.RayqError:
                 self.failed += 1
                 time.sleep(0.05)
@@ -146,8 +147,9 @@ def bench_hold(topic: str) -> tuple[float, str]:
 
     def held_pull_answered() -> bool:
         end = next(s.max_offset for s in admin.topic_stats(topic) if s.queue.queue_id == 0)
-        req = PullRequest(group="bench-probe", topic=topic, queue_id=0, queue_offset=end,
-                          suspend_ms=5_000)  # fmt: skip
+        req = PullRequest(
+            group="bench-probe", topic=topic, queue_id=0, queue_offset=end, suspend_ms=5_000
+        )
         resp = ray.get(hold.pull.remote(req), timeout=10)  # type: ignore[attr-defined]
         return resp.status is PullStatus.FOUND
 
@@ -171,8 +173,10 @@ def bench_coordinator(topic: str, sink: object) -> tuple[float, str]:
     admin = time.monotonic() - t0
     until(push_receives_after(sink, wall0), "coordinator: push")
     push = time.monotonic() - t0
-    detail = (f"new producer sends {send:.2f} s, new admin sees the topic "
-              f"{admin:.2f} s, push consumer receives {push:.2f} s")  # fmt: skip
+    detail = (
+        f"new producer sends {send:.2f} s, new admin sees the topic "
+        f"{admin:.2f} s, push consumer receives {push:.2f} s"
+    )
     return max(send, admin, push), detail
 
 
@@ -229,13 +233,18 @@ def run(settle_s: float) -> None:
         for kind, bench in kinds:
             time.sleep(settle_s)
             took, detail = bench()
-            print(f"restart {kind}: recovered in {took:.2f} s (target <= {TARGET_S:.0f} s)"
-                  f"  [{detail}]", flush=True)  # fmt: skip
+            print(
+                f"restart {kind}: recovered in {took:.2f} s (target <= {TARGET_S:.0f} s)"
+                f"  [{detail}]",
+                flush=True,
+            )
         acked = traffic.stop()
         until(lambda: acked <= ray.get(sink.all_ids.remote(), timeout=30), "drain")  # type: ignore[attr-defined]
         got = ray.get(sink.all_ids.remote(), timeout=30)  # type: ignore[attr-defined]
-        print(f"acknowledged {len(acked)} messages ({traffic.failed} sends failed and were "
-              f"not acknowledged); the push consumer missed {len(acked - got)}")  # fmt: skip
+        print(
+            f"acknowledged {len(acked)} messages ({traffic.failed} sends failed and were "
+            f"not acknowledged); the push consumer missed {len(acked - got)}"
+        )
     finally:
         traffic.stopped.set()
         consumer.shutdown()

@@ -33,8 +33,14 @@ def record(bench: str, metric: str, value: float, unit: str, **params: Any) -> N
     path = os.environ.get(RESULTS_ENV)
     if not path:
         return
-    line = {"bench": bench, "metric": metric, "value": value, "unit": unit, **params,
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S")}  # fmt: skip
+    line = {
+        "bench": bench,
+        "metric": metric,
+        "value": value,
+        "unit": unit,
+        **params,
+        "ts": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
@@ -49,17 +55,30 @@ def record_latency(bench: str, metric: str, samples_ms: list[float], **params: A
     """A latency figure: p50 as its value, p99/p999 and the samples beside it."""
     if not samples_ms:
         return
-    record(bench, metric, percentile(samples_ms, 50), "ms", p99=percentile(samples_ms, 99),
-           p999=percentile(samples_ms, 99.9), samples_ms=[round(s, 3) for s in samples_ms],
-           **params)  # fmt: skip
+    record(
+        bench,
+        metric,
+        percentile(samples_ms, 50),
+        "ms",
+        p99=percentile(samples_ms, 99),
+        p999=percentile(samples_ms, 99.9),
+        samples_ms=[round(s, 3) for s in samples_ms],
+        **params,
+    )
 
 
 @contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
     """A progress bar for ``total`` steps; yields ``advance(n)``."""
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=_console, transient=True,
-                   disable=not _console.is_terminal)  # fmt: skip
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_console,
+        transient=True,
+        disable=not _console.is_terminal,
+    )
     with bar:
         task = bar.add_task(what, total=total)
         yield lambda n=1: bar.advance(task, n)

@@ -53,8 +53,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rayq-spark-write-bench-") as tmp:
         cluster = rayq.start(f"{tmp}/store", config=config)
         try:
-            spark = rqspark.session("rayq-write-bench", num_executors=1, executor_cores=2,
-                                    executor_memory="2g")  # fmt: skip
+            spark = rqspark.session(
+                "rayq-write-bench", num_executors=1, executor_cores=2, executor_memory="2g"
+            )
             for size in args.sizes:
                 run(spark, args.messages, size, args.rounds, f"{tmp}/parquet-{size}", args.bodies)
             if args.profile:
@@ -72,8 +73,10 @@ def _body(size: int, bodies: str) -> object:
 
     if bodies == "padded":
         return F.lpad(F.col("id").cast("string"), size, "x").cast("binary")
-    digests = [F.sha2(F.concat(F.col("id").cast("string"), F.lit(f"#{i}")), 512)
-               for i in range(-(-size // 128))]  # fmt: skip
+    digests = [
+        F.sha2(F.concat(F.col("id").cast("string"), F.lit(f"#{i}")), 512)
+        for i in range(-(-size // 128))
+    ]
     return F.substring(F.concat(*digests), 1, size).cast("binary")
 
 
@@ -97,21 +100,34 @@ def run(spark: object, n: int, size: int, rounds: int, parquet_dir: str, bodies:
         return sum(r["rows"] for r in out)
 
     best: dict[str, float] = {}
-    writers = (("rqspark.write", to_rayq), ("df.write.parquet", to_parquet),
-               ("mapInArrow floor", to_python))  # fmt: skip
+    writers = (
+        ("rqspark.write", to_rayq),
+        ("df.write.parquet", to_parquet),
+        ("mapInArrow floor", to_python),
+    )
     for _ in range(rounds):
         for name, write in writers:
             best[name] = max(best.get(name, 0.0), _rate(write))
     ratio = best["rqspark.write"] / best["df.write.parquet"]
-    print(f"{n:,} rows of {size} B ({bodies}): rqspark.write {best['rqspark.write']:,.0f} msgs/s, "
-          f"df.write.parquet {best['df.write.parquet']:,.0f} msgs/s, ratio {ratio:.2f} "
-          f"(target >= 0.5); Arrow to Python and dropped (mapInArrow floor) "
-          f"{best['mapInArrow floor']:,.0f} msgs/s")  # fmt: skip
+    print(
+        f"{n:,} rows of {size} B ({bodies}): rqspark.write {best['rqspark.write']:,.0f} msgs/s, "
+        f"df.write.parquet {best['df.write.parquet']:,.0f} msgs/s, ratio {ratio:.2f} "
+        f"(target >= 0.5); Arrow to Python and dropped (mapInArrow floor) "
+        f"{best['mapInArrow floor']:,.0f} msgs/s"
+    )
     record(BENCH, "write", best["rqspark.write"], "msgs/s", size=size, rows=n, bodies=bodies)
-    record(BENCH, "write_parquet", best["df.write.parquet"], "msgs/s", size=size, rows=n,
-           bodies=bodies)  # fmt: skip
-    record(BENCH, "map_in_arrow_floor", best["mapInArrow floor"], "msgs/s", size=size, rows=n,
-           bodies=bodies)  # fmt: skip
+    record(
+        BENCH, "write_parquet", best["df.write.parquet"], "msgs/s", size=size, rows=n, bodies=bodies
+    )
+    record(
+        BENCH,
+        "map_in_arrow_floor",
+        best["mapInArrow floor"],
+        "msgs/s",
+        size=size,
+        rows=n,
+        bodies=bodies,
+    )
     record(BENCH, "write_ratio", ratio, "x", size=size, rows=n, target=0.5, bodies=bodies)
     rows.unpersist()
 

@@ -58,12 +58,21 @@ def make_batches(body_size: int, count: int) -> list[list[InnerMessage]]:
     batches = []
     for b in range(count // BATCH):
         ids = gen.next_ids(BATCH)
-        batches.append([
-            InnerMessage(topic="bench", queue_id=b % QUEUES, body=body, tags="TagA",
-                         keys=f"k{b}-{i}", uniq_key=ids[i], born_timestamp=1,
-                         born_host="127.0.0.1:5000")
-            for i in range(BATCH)
-        ])  # fmt: skip
+        batches.append(
+            [
+                InnerMessage(
+                    topic="bench",
+                    queue_id=b % QUEUES,
+                    body=body,
+                    tags="TagA",
+                    keys=f"k{b}-{i}",
+                    uniq_key=ids[i],
+                    born_timestamp=1,
+                    born_host="127.0.0.1:5000",
+                )
+                for i in range(BATCH)
+            ]
+        )
     return batches
 
 
@@ -90,10 +99,13 @@ class FlusherThread:
 
 def encode(batches: list[list[InnerMessage]]) -> list[EncodedBatch]:
     return [
-        encode_batch(b, max_body_bytes=CFG.max_message_size_bytes,
-                     max_properties_bytes=CFG.max_properties_size_bytes)
+        encode_batch(
+            b,
+            max_body_bytes=CFG.max_message_size_bytes,
+            max_properties_bytes=CFG.max_properties_size_bytes,
+        )
         for b in batches
-    ]  # fmt: skip
+    ]
 
 
 def append(store: MessageStore, batches: list[EncodedBatch]) -> float:
@@ -149,14 +161,22 @@ def bench_throughput(root: Path, body_size: int, count: int) -> None:
             store.close()
             advance(1)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
-    print(f"append  {body_size:>5} B, batches of {BATCH} (broker: put_encoded): "
-          f"{statistics.median(rates):>10,.0f} msgs/s  (median of 3: {runs})")  # fmt: skip
-    print(f"encode  {body_size:>5} B (producer: encode_batch):             "
-          f"{encode_rate:>10,.0f} msgs/s")  # fmt: skip
-    print(f"both    {body_size:>5} B in one process (put_messages):         "
-          f"{statistics.median(both):>10,.0f} msgs/s")  # fmt: skip
-    print(f"read    {body_size:>5} B, get_messages x32:                     "
-          f"{read_rate:>10,.0f} msgs/s")  # fmt: skip
+    print(
+        f"append  {body_size:>5} B, batches of {BATCH} (broker: put_encoded): "
+        f"{statistics.median(rates):>10,.0f} msgs/s  (median of 3: {runs})"
+    )
+    print(
+        f"encode  {body_size:>5} B (producer: encode_batch):             "
+        f"{encode_rate:>10,.0f} msgs/s"
+    )
+    print(
+        f"both    {body_size:>5} B in one process (put_messages):         "
+        f"{statistics.median(both):>10,.0f} msgs/s"
+    )
+    print(
+        f"read    {body_size:>5} B, get_messages x32:                     "
+        f"{read_rate:>10,.0f} msgs/s"
+    )
     for metric, value in (
         ("append", statistics.median(rates)),
         ("encode", encode_rate),
@@ -210,10 +230,12 @@ def bench_recovery(root: Path, target_bytes: int) -> None:
             damaged=damaged,
             size_bytes=size,
         )
-        print(f"recovery (no checkpoint/queues/index), {what}: {size / 2**30:.2f} GiB, "
-              f"{rep.records_validated:,} records: {seconds:.2f} s "
-              f"({seconds / (size / 2**30):.2f} s/GiB); set aside {rep.spans_set_aside}, "
-              f"truncated at {rep.truncated_at}")  # fmt: skip
+        print(
+            f"recovery (no checkpoint/queues/index), {what}: {size / 2**30:.2f} GiB, "
+            f"{rep.records_validated:,} records: {seconds:.2f} s "
+            f"({seconds / (size / 2**30):.2f} s/GiB); set aside {rep.spans_set_aside}, "
+            f"truncated at {rep.truncated_at}"
+        )
 
 
 def bench_memory(root: Path, counts: list[int]) -> None:

@@ -71,13 +71,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rayq-tx-bench-") as tmp:
         cfg = rayq.BrokerConfig(store=StoreConfig())
         with FakeCluster(Path(tmp) / "fake", config=cfg) as fake:
-            fake.server().create_topic(CreateTopicRequest(topic=TOPIC, read_queue_nums=1,
-                                                          write_queue_nums=1, perm=6))  # fmt: skip
+            fake.server().create_topic(
+                CreateTopicRequest(topic=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)
+            )
 
             def make_fake(tx: bool) -> Any:
                 if tx:
-                    return rayq.TransactionProducer("txb", Commit(), config=poll,
-                                                    transport=FakeTransport(fake))  # fmt: skip
+                    return rayq.TransactionProducer(
+                        "txb", Commit(), config=poll, transport=FakeTransport(fake)
+                    )
                 return rayq.Producer("pb", transport=FakeTransport(fake))
 
             fake_plain, fake_tx = rounds(make_fake, args.messages, args.rounds, "in-process")
@@ -94,10 +96,14 @@ def main() -> None:
         finally:
             cluster.shutdown()
     print(f"sync sends of 1 KiB, {args.messages} per round, best of {args.rounds}:")
-    print(f"  ray deployment  plain {ray_plain:8,.0f} msg/s  transactional {ray_tx:8,.0f} msg/s"
-          f"  ratio {ray_tx / ray_plain:.2f}x")  # fmt: skip
-    print(f"  in-process      plain {fake_plain:8,.0f} msg/s  transactional {fake_tx:8,.0f} "
-          f"msg/s  ratio {fake_tx / fake_plain:.2f}x")  # fmt: skip
+    print(
+        f"  ray deployment  plain {ray_plain:8,.0f} msg/s  transactional {ray_tx:8,.0f} msg/s"
+        f"  ratio {ray_tx / ray_plain:.2f}x"
+    )
+    print(
+        f"  in-process      plain {fake_plain:8,.0f} msg/s  transactional {fake_tx:8,.0f} "
+        f"msg/s  ratio {fake_tx / fake_plain:.2f}x"
+    )
 
 
 if __name__ == "__main__":

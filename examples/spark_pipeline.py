@@ -32,12 +32,19 @@ def produce_clicks(stop: threading.Event, rate: int) -> int:
         while not stop.is_set():
             started = time.monotonic()
             batch = [
-                rayq.Message("clicks", json.dumps({
-                    "page": random.choice(PAGES), "user": f"u{random.randrange(50)}",
-                    "ts": time.time_ns() // 1_000_000,
-                }).encode(), tags="click")
+                rayq.Message(
+                    "clicks",
+                    json.dumps(
+                        {
+                            "page": random.choice(PAGES),
+                            "user": f"u{random.randrange(50)}",
+                            "ts": time.time_ns() // 1_000_000,
+                        }
+                    ).encode(),
+                    tags="click",
+                )
                 for _ in range(max(1, rate // 10))
-            ]  # fmt: skip
+            ]
             producer.send_batch(batch)
             sent += len(batch)
             stop.wait(max(0.0, 0.1 - (time.monotonic() - started)))
@@ -59,8 +66,9 @@ def count_pages(spark: object, totals: dict[tuple[str, str], int]):
         for row in counts:
             key = (row.window.start.isoformat(), row.page)
             totals[key] = totals.get(key, 0) + row["count"]
-            updated.append((json.dumps({"window": key[0], "page": key[1],
-                                        "count": totals[key]}), key[1]))  # fmt: skip
+            updated.append(
+                (json.dumps({"window": key[0], "page": key[1], "count": totals[key]}), key[1])
+            )
         if updated:
             out = spark.createDataFrame(updated, "body string, page string")  # type: ignore[attr-defined]
             rqspark.write(out, "page_counts", body_col="body", keys_col="page")
@@ -88,12 +96,14 @@ def run(seconds: float, rate: int) -> None:
     admin.create_topic("clicks", queues=4)
     admin.create_topic("page_counts", queues=2)
     t0 = time.monotonic()
-    spark = rqspark.session("rayq-spark-demo", num_executors=1, executor_cores=2,
-                            executor_memory="1g")  # fmt: skip
+    spark = rqspark.session(
+        "rayq-spark-demo", num_executors=1, executor_cores=2, executor_memory="1g"
+    )
     print(f"Spark session up in {time.monotonic() - t0:.1f} s")
 
-    reader = rayq.PullConsumer("page-count-readers",
-                               consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    reader = rayq.PullConsumer(
+        "page-count-readers", consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET
+    )
     reader.subscribe("page_counts")
     reader.start()
     latest: dict[tuple[str, str], int] = {}
@@ -103,8 +113,14 @@ def run(seconds: float, rate: int) -> None:
     producer = threading.Thread(target=lambda: sent.append(produce_clicks(stop, rate)))
     producer.start()
     totals: dict[tuple[str, str], int] = {}
-    query = rqspark.stream(spark, "clicks", "page-counter", count_pages(spark, totals),
-                           trigger_interval=1.0, starting="earliest")  # fmt: skip
+    query = rqspark.stream(
+        spark,
+        "clicks",
+        "page-counter",
+        count_pages(spark, totals),
+        trigger_interval=1.0,
+        starting="earliest",
+    )
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline or producer.is_alive():
@@ -132,8 +148,10 @@ def run(seconds: float, rate: int) -> None:
     if query.exception() is not None:
         raise query.exception()  # type: ignore[misc]
     counted = sum(latest.values())
-    print(f"sent {sent[0]} clicks; the sink's final counts add up to {counted} "
-          f"over {len({w for w, _ in latest})} windows")  # fmt: skip
+    print(
+        f"sent {sent[0]} clicks; the sink's final counts add up to {counted} "
+        f"over {len({w for w, _ in latest})} windows"
+    )
 
 
 if __name__ == "__main__":

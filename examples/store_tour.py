@@ -34,11 +34,15 @@ def write(store: MessageStore, count: int, ids: UniqIdGenerator) -> list[str]:
         queue = (start // 100) % QUEUES
         batch = [
             InnerMessage(
-                topic=TOPIC, queue_id=queue, body=f'{{"order": {i}, "qty": {i % 7}}}'.encode(),
-                tags="paid" if i % 3 else "refund", keys=f"order-{i}", uniq_key=ids.next_id(),
+                topic=TOPIC,
+                queue_id=queue,
+                body=f'{{"order": {i}, "qty": {i % 7}}}'.encode(),
+                tags="paid" if i % 3 else "refund",
+                keys=f"order-{i}",
+                uniq_key=ids.next_id(),
             )
             for i in range(start, min(start + 100, count))
-        ]  # fmt: skip
+        ]
         result = store.put_messages(batch)
         assert result.ok, result.error
         sent += result.msg_ids

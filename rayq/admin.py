@@ -92,8 +92,13 @@ RETRY_QUEUE_NUMS_MAX = 1024
 class Admin:
     """Manage topics and consumer groups of the rayq deployment in ``namespace``."""
 
-    def __init__(self, *, namespace: str | None = None, config: ClientConfig | None = None,
-                 transport: Transport | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        config: ClientConfig | None = None,
+        transport: Transport | None = None,
+    ) -> None:
         if config is not None and not isinstance(config, ClientConfig):
             raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
@@ -108,8 +113,13 @@ class Admin:
         validate_topic(topic)
         _check_queues(queues)
         _check_perm(perm)
-        req = CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues,
-                                 perm=perm, client_id=self.client_id)  # fmt: skip
+        req = CreateTopicRequest(
+            topic=topic,
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=perm,
+            client_id=self.client_id,
+        )
         self._gather({b: lambda c: c.create_topic(req) for b in self._live_brokers()})
         self._ctx.route(topic, refresh=True)
 
@@ -122,11 +132,16 @@ class Admin:
         if perm is not None:
             _check_perm(perm)
         route = self._route(topic)
-        reqs = {d.broker_name: CreateTopicRequest(
-            topic=topic, read_queue_nums=d.read_queue_nums if queues is None else queues,
-            write_queue_nums=d.write_queue_nums if queues is None else queues,
-            perm=d.perm if perm is None else perm, client_id=self.client_id,
-        ) for d in route.queues}  # fmt: skip
+        reqs = {
+            d.broker_name: CreateTopicRequest(
+                topic=topic,
+                read_queue_nums=d.read_queue_nums if queues is None else queues,
+                write_queue_nums=d.write_queue_nums if queues is None else queues,
+                perm=d.perm if perm is None else perm,
+                client_id=self.client_id,
+            )
+            for d in route.queues
+        }
         self._gather({b: lambda c, r=r: c.create_topic(r) for b, r in reqs.items()})
         self._ctx.route(topic, refresh=True)
 
@@ -151,8 +166,9 @@ class Admin:
         route = self._route(topic)
         req = TopicRequest(topic=topic, client_id=self.client_id)
         stats = self._gather({d.broker_name: lambda c: c.topic_stats(req) for d in route.queues})
-        return sorted((s for per_broker in stats.values() for s in per_broker.queues),
-                      key=lambda s: s.queue)  # fmt: skip
+        return sorted(
+            (s for per_broker in stats.values() for s in per_broker.queues), key=lambda s: s.queue
+        )
 
     def route(self, topic: str) -> TopicRoute:
         """Which brokers serve ``topic``, with their queue counts and permissions."""
@@ -177,11 +193,14 @@ class Admin:
         """Create (or overwrite) subscription group ``group`` on every live broker."""
         validate_group(group)
         cfg = SubscriptionGroupConfig(group_name=group)
-        return self._put_group(cfg, consume_enable=consume_enable,
-                               consume_broadcast_enable=consume_broadcast_enable,
-                               retry_max_times=retry_max_times,
-                               consume_message_orderly=consume_message_orderly,
-                               retry_queue_nums=retry_queue_nums)  # fmt: skip
+        return self._put_group(
+            cfg,
+            consume_enable=consume_enable,
+            consume_broadcast_enable=consume_broadcast_enable,
+            retry_max_times=retry_max_times,
+            consume_message_orderly=consume_message_orderly,
+            retry_queue_nums=retry_queue_nums,
+        )
 
     def update_group(self, group: str, **changes: Any) -> SubscriptionGroupConfig:
         """Change fields of an existing group's config (e.g. ``consume_enable=False`` stops
@@ -192,12 +211,12 @@ class Admin:
         """Delete ``group``'s config (and with ``clean_offsets`` its committed offsets) from
         every live broker; raises GroupNotFoundError if no broker had it."""
         validate_group(group)
-        req = DeleteGroupRequest(group=group, clean_offsets=clean_offsets,
-                                 client_id=self.client_id)  # fmt: skip
+        req = DeleteGroupRequest(group=group, clean_offsets=clean_offsets, client_id=self.client_id)
         existed = self._gather({b: lambda c: c.delete_group(req) for b in self._live_brokers()})
         if not any(d.existed for d in existed.values()):
-            raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",
-                                     group=group)  # fmt: skip
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist on any broker", group=group
+            )
 
     def groups(self) -> list[str]:
         """Every subscription group some live broker knows, sorted."""
@@ -214,26 +233,34 @@ class Admin:
                 return self._ctx.broker(broker).get_group(req).result(ADMIN_CALL_TIMEOUT_S).config
             except GroupNotFoundError:
                 continue
-        raise GroupNotFoundError(f"consumer group {group!r} does not exist on any broker",
-                                 group=group)  # fmt: skip
+        raise GroupNotFoundError(
+            f"consumer group {group!r} does not exist on any broker", group=group
+        )
 
     def _put_group(self, cfg: SubscriptionGroupConfig, **changes: Any) -> SubscriptionGroupConfig:
         unknown = sorted(set(changes) - _GROUP_FIELDS)
         if unknown:
-            raise ConfigError(f"unknown subscription group settings {unknown}; known: "
-                              f"{sorted(_GROUP_FIELDS)}")  # fmt: skip
+            raise ConfigError(
+                f"unknown subscription group settings {unknown}; known: {sorted(_GROUP_FIELDS)}"
+            )
         for name, value in changes.items():
             if name == "retry_max_times":
                 if value.__class__ is not int or not 0 <= value <= RETRY_MAX_TIMES_MAX:
-                    raise ConfigError(f"retry_max_times must be an int in "
-                                      f"0..{RETRY_MAX_TIMES_MAX}, got {value!r}",
-                                      value=repr(value), limit=RETRY_MAX_TIMES_MAX)  # fmt: skip
+                    raise ConfigError(
+                        f"retry_max_times must be an int in "
+                        f"0..{RETRY_MAX_TIMES_MAX}, got {value!r}",
+                        value=repr(value),
+                        limit=RETRY_MAX_TIMES_MAX,
+                    )
             elif name == "retry_queue_nums":
                 if value.__class__ is not int or not 0 <= value <= RETRY_QUEUE_NUMS_MAX:
-                    raise ConfigError(f"retry_queue_nums must be an int in "
-                                      f"0..{RETRY_QUEUE_NUMS_MAX} (0: failed messages are "
-                                      f"dropped), got {value!r}", value=repr(value),
-                                      limit=RETRY_QUEUE_NUMS_MAX)  # fmt: skip
+                    raise ConfigError(
+                        f"retry_queue_nums must be an int in "
+                        f"0..{RETRY_QUEUE_NUMS_MAX} (0: failed messages are "
+                        f"dropped), got {value!r}",
+                        value=repr(value),
+                        limit=RETRY_QUEUE_NUMS_MAX,
+                    )
             elif not isinstance(value, bool):
                 raise ConfigError(f"{name} must be a bool, got {value!r}", value=repr(value))
         cfg = msgspec.structs.replace(cfg, **changes)
@@ -245,19 +272,34 @@ class Admin:
         """Committed offset, max offset and lag of every queue ``group`` has committed on."""
         validate_group(group)
         pairs = [(d.broker_name, t) for t, route in self._routes().items() for d in route.queues]
-        offsets = self._gather({p: lambda c, t=p[1]: c.query_offsets(QueryOffsetsRequest(
-            group=group, topic=t, client_id=self.client_id)) for p in pairs})  # fmt: skip
+        offsets = self._gather(
+            {
+                p: lambda c, t=p[1]: c.query_offsets(
+                    QueryOffsetsRequest(group=group, topic=t, client_id=self.client_id)
+                )
+                for p in pairs
+            }
+        )
         committed = {p: o.offsets for p, o in offsets.items() if o.offsets}
-        stats = self._gather({p: lambda c, t=p[1]: c.topic_stats(TopicRequest(
-            topic=t, client_id=self.client_id)) for p in committed})  # fmt: skip
+        stats = self._gather(
+            {
+                p: lambda c, t=p[1]: c.topic_stats(TopicRequest(topic=t, client_id=self.client_id))
+                for p in committed
+            }
+        )
         out = []
         for pair, per_queue in committed.items():
             max_offsets = {s.queue.queue_id: s.max_offset for s in stats[pair].queues}
             for qid, offset in sorted(per_queue.items()):
                 hi = max_offsets.get(qid, 0)
-                out.append(QueueProgress(queue=MessageQueue(pair[1], pair[0], qid),
-                                         committed_offset=offset, max_offset=hi,
-                                         lag=max(hi - offset, 0)))  # fmt: skip
+                out.append(
+                    QueueProgress(
+                        queue=MessageQueue(pair[1], pair[0], qid),
+                        committed_offset=offset,
+                        max_offset=hi,
+                        lag=max(hi - offset, 0),
+                    )
+                )
         return sorted(out, key=lambda p: p.queue)
 
     def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
@@ -271,11 +313,15 @@ class Admin:
         validate_topic(topic)
         _check_int("timestamp_ms", timestamp_ms, 0, 2**63 - 1)
         route = self._route(topic)
-        req = ResetOffsetsRequest(group=group, topic=topic, timestamp_ms=timestamp_ms,
-                                  client_id=self.client_id)  # fmt: skip
+        req = ResetOffsetsRequest(
+            group=group, topic=topic, timestamp_ms=timestamp_ms, client_id=self.client_id
+        )
         reset = self._gather({d.broker_name: lambda c: c.reset_offsets(req) for d in route.queues})
-        return {MessageQueue(topic, b, q): o for b, per_queue in sorted(reset.items())
-                for q, o in sorted(per_queue.offsets.items())}  # fmt: skip
+        return {
+            MessageQueue(topic, b, q): o
+            for b, per_queue in sorted(reset.items())
+            for q, o in sorted(per_queue.offsets.items())
+        }
 
     def offsets_at(self, topic: str, timestamp_ms: int) -> dict[MessageQueue, int]:
         """What ``reset_offset(group, topic, timestamp_ms)`` would set, changing nothing:
@@ -299,8 +345,9 @@ class Admin:
         return {MessageQueue(topic, b, q): r.offset for (b, q), r in sorted(found.items())}
 
     # ----------------------------------------------------------- messages
-    def query_message(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
-                      end_ms: int | None = None) -> list[MessageExt]:  # fmt: skip
+    def query_message(
+        self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None
+    ) -> list[MessageExt]:
         """Messages of ``topic`` whose key (or unique id) is ``key``, stored between
         ``begin_ms`` and ``end_ms`` (default: now), newest first, at most ``max_num``."""
         validate_topic(topic)
@@ -311,12 +358,19 @@ class Admin:
         if end_ms is not None:
             _check_int("end_ms", end_ms, begin_ms, 2**63 - 1)
         route = self._route(topic)
-        req = QueryMessageRequest(topic=topic, key=key, max_num=max_num, begin_ms=begin_ms,
-                                  end_ms=end_ms, client_id=self.client_id)  # fmt: skip
+        req = QueryMessageRequest(
+            topic=topic,
+            key=key,
+            max_num=max_num,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            client_id=self.client_id,
+        )
         found = self._gather({d.broker_name: lambda c: c.query_message(req) for d in route.queues})
         merged = [m for reply in found.values() for m in reply.messages]
-        merged.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.commitlog_offset),
-                    reverse=True)  # fmt: skip
+        merged.sort(
+            key=lambda m: (m.store_timestamp, m.broker_name, m.commitlog_offset), reverse=True
+        )
         return merged[:max_num]
 
     def view_message(self, msg_id: str) -> MessageExt:
@@ -464,22 +518,27 @@ class Admin:
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise InvalidOffsetError(f"{name} must be an int in {lo}..{hi}, got {value!r}",
-                                 value=repr(value), limit=hi)  # fmt: skip
+        raise InvalidOffsetError(
+            f"{name} must be an int in {lo}..{hi}, got {value!r}", value=repr(value), limit=hi
+        )
 
 
 def _check_queues(queues: object) -> None:
     if not isinstance(queues, int) or isinstance(queues, bool) or not 1 <= queues <= QUEUES_MAX:
-        raise ConfigError(f"queues must be an int in 1..{QUEUES_MAX}, got {queues!r}",
-                          value=repr(queues), limit=QUEUES_MAX)  # fmt: skip
+        raise ConfigError(
+            f"queues must be an int in 1..{QUEUES_MAX}, got {queues!r}",
+            value=repr(queues),
+            limit=QUEUES_MAX,
+        )
 
 
 def _check_perm(perm: object) -> None:
     if not isinstance(perm, int) or isinstance(perm, bool) or not 0 <= perm <= PERM_ALL:
         raise ConfigError(
             f"perm must be an int in 0..{PERM_ALL} (4 read | 2 write | 1 inherit), got {perm!r}",
-            value=repr(perm), limit=PERM_ALL,
-        )  # fmt: skip
+            value=repr(perm),
+            limit=PERM_ALL,
+        )
 
 
 __all__ = ["Admin"]

@@ -72,8 +72,13 @@ def ensure_ray(address: str | None, namespace: str) -> None:
         return
     with _lock:
         if not ray.is_initialized():
-            ray.init(address=address, namespace=namespace, log_to_driver=False,
-                     logging_level=logging.WARNING, configure_logging=False)  # fmt: skip
+            ray.init(
+                address=address,
+                namespace=namespace,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+            )
 
 
 def broker_handle(
@@ -120,16 +125,18 @@ def _unsigned_handle(namespace: str, broker: str, refresh: bool) -> BrokerClient
     except BrokerUnavailableError:
         raise BrokerUnavailableError(
             f"broker {broker!r} is not running in namespace {namespace!r}: its queues "
-            "cannot be read or written now", broker=broker,
-        ) from None  # fmt: skip
+            "cannot be read or written now",
+            broker=broker,
+        ) from None
 
 
 def _get(reply: Reply[T], broker: str) -> T:
     try:
         return reply.result(CALL_TIMEOUT_S)
     except BrokerUnavailableError as err:
-        raise BrokerUnavailableError(f"broker {broker!r} is unavailable: {err}",
-                                     broker=broker) from None  # fmt: skip
+        raise BrokerUnavailableError(
+            f"broker {broker!r} is unavailable: {err}", broker=broker
+        ) from None
 
 
 # ------------------------------------------------------------------ read
@@ -149,8 +156,11 @@ def read_range(
     offset = r.start
 
     def ask(start: int) -> Reply[ArrowPage]:
-        return handle.read_arrow(ReadArrowRequest(topic=topic, queue_id=r.queue_id, start=start,
-                                                  end=r.end, max_bytes=page_bytes))  # fmt: skip
+        return handle.read_arrow(
+            ReadArrowRequest(
+                topic=topic, queue_id=r.queue_id, start=start, end=r.end, max_bytes=page_bytes
+            )
+        )
 
     ref = ask(offset)
     while True:
@@ -159,8 +169,9 @@ def read_range(
         if nxt <= offset:
             raise BrokerUnavailableError(
                 f"{topic}/{r.queue_id} on broker {r.broker!r} stopped at offset {offset} before "
-                f"the planned end {r.end}", broker=r.broker,
-            )  # fmt: skip
+                f"the planned end {r.end}",
+                broker=r.broker,
+            )
         offset = nxt
         if offset < r.end:  # ask for the next page while this one is handed out
             ref = ask(offset)
@@ -170,11 +181,17 @@ def read_range(
 
 
 # ----------------------------------------------------------------- write
-def _puts(batches: Iterable[pa.RecordBatch], queue: MessageQueue, producer_id: str,
-          cols: Columns, group: str) -> Iterator[Put]:  # fmt: skip
+def _puts(
+    batches: Iterable[pa.RecordBatch],
+    queue: MessageQueue,
+    producer_id: str,
+    cols: Columns,
+    group: str,
+) -> Iterator[Put]:
     """The rows as idempotent puts of at most ``PUT_BYTES`` of records (arrow_puts.py)."""
-    for batch in encoded_puts(batches, queue.topic, queue.queue_id, producer_id, cols, group,
-                              PUT_BYTES):  # fmt: skip
+    for batch in encoded_puts(
+        batches, queue.topic, queue.queue_id, producer_id, cols, group, PUT_BYTES
+    ):
         yield Put(queue, batch=batch, fixed="idempotent writes never move to another queue")
 
 

@@ -39,9 +39,13 @@ T = TypeVar("T")
 class ClientContext:
     """Routes and the transport for one client, in one namespace."""
 
-    def __init__(self, config: ClientConfig | None = None, namespace: str | None = None,
-                 transport: Transport | None = None,
-                 client_id: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        namespace: str | None = None,
+        transport: Transport | None = None,
+        client_id: str | None = None,
+    ) -> None:
         if config is not None and not isinstance(config, ClientConfig):
             raise ConfigError(f"config must be a rayq.ClientConfig, got {type(config).__name__}")
         self.config = config or ClientConfig()
@@ -85,8 +89,11 @@ class ClientContext:
         would auto-create on every live broker (the broker refuses if it may not)."""
         route = self.route(topic, refresh=refresh)
         if route is None:
-            return [MessageQueue(topic, b, q) for b in self.brokers()
-                    for q in range(DEFAULT_QUEUES_FOR_NEW_TOPIC)]  # fmt: skip
+            return [
+                MessageQueue(topic, b, q)
+                for b in self.brokers()
+                for q in range(DEFAULT_QUEUES_FOR_NEW_TOPIC)
+            ]
         return route.write_queues()
 
     def read_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
@@ -113,8 +120,11 @@ class ClientContext:
         self.transport.forget(broker_name)
         self._routes.clear()
 
-    def broker_calls(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
-                     timeout_s: float = CALL_TIMEOUT_S) -> dict[K, T]:  # fmt: skip
+    def broker_calls(
+        self,
+        calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
+        timeout_s: float = CALL_TIMEOUT_S,
+    ) -> dict[K, T]:
         """Call several brokers at once: ``calls`` maps a key whose first item (or the key
         itself, a str) is a broker name to what to ask that broker. All calls are in
         flight together; BrokerUnavailableError names the broker that did not answer
@@ -135,9 +145,13 @@ class ClientContext:
                 raise _unavailable(name, exc) from None
         return out
 
-    async def broker_calls_async(self, calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
-                                 timeout_s: float = CALL_TIMEOUT_S, *,
-                                 return_exceptions: bool = False) -> dict[K, Any]:  # fmt: skip
+    async def broker_calls_async(
+        self,
+        calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
+        timeout_s: float = CALL_TIMEOUT_S,
+        *,
+        return_exceptions: bool = False,
+    ) -> dict[K, Any]:
         """``broker_calls`` for async code (the push consumer's service); with
         ``return_exceptions`` a broker's error is its answer instead of being raised."""
         import asyncio
@@ -152,8 +166,11 @@ class ClientContext:
             if isinstance(value, BrokerUnavailableError):
                 self.forget(name)
             if isinstance(value, BaseException) and not return_exceptions:
-                raise _unavailable(name, value) if isinstance(
-                    value, BrokerUnavailableError) else value  # fmt: skip
+                raise (
+                    _unavailable(name, value)
+                    if isinstance(value, BrokerUnavailableError)
+                    else value
+                )
         return dict(zip(keys, got, strict=True))
 
 

@@ -49,8 +49,14 @@ START_TIMEOUT_S = 120.0
 class Cluster:
     """A running deployment started by :func:`start` (``shutdown()`` stops it)."""
 
-    def __init__(self, namespace: str, broker_names: list[str], store_dir: Path,
-                 owns_ray: bool, replicas: list[str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        namespace: str,
+        broker_names: list[str],
+        store_dir: Path,
+        owns_ray: bool,
+        replicas: list[str] | None = None,
+    ) -> None:
         self.namespace = namespace
         self.broker_names = broker_names
         self.replicas = replicas or list(broker_names)  # masters' and slaves' actor names
@@ -95,10 +101,18 @@ def _stop(actor_name: str, namespace: str) -> None:
 def running_actors(namespace: str) -> list[str]:
     """The rayq server actors (coordinator, brokers, flushers, hold services) that run
     in ``namespace``."""
-    prefixes = (COORDINATOR_NAME, broker_actor_name(""), flusher_actor_name(""),
-                hold_actor_name(""), PAGE_READER_ACTOR_PREFIX)  # fmt: skip
-    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                  if a["namespace"] == namespace and a["name"].startswith(prefixes))  # fmt: skip
+    prefixes = (
+        COORDINATOR_NAME,
+        broker_actor_name(""),
+        flusher_actor_name(""),
+        hold_actor_name(""),
+        PAGE_READER_ACTOR_PREFIX,
+    )
+    return sorted(
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and a["name"].startswith(prefixes)
+    )
 
 
 def default_store_dir() -> Path:
@@ -121,10 +135,16 @@ def _head_node_id() -> str | None:
     return None
 
 
-def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
-          config: BrokerConfig | None = None, namespace: str = NAMESPACE,
-          address: str | None = None, placement: str = "local",
-          slaves: int = 0) -> Cluster:  # fmt: skip
+def start(
+    store_dir: str | os.PathLike[str] | None = None,
+    brokers: int = 1,
+    *,
+    config: BrokerConfig | None = None,
+    namespace: str = NAMESPACE,
+    address: str | None = None,
+    placement: str = "local",
+    slaves: int = 0,
+) -> Cluster:
     """Start a coordinator and brokers; returns the Cluster.
 
     ``placement="local"``: ``brokers`` brokers on this node, each a master (its role from
@@ -144,14 +164,20 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
     if not isinstance(slaves, int) or isinstance(slaves, bool) or not 0 <= slaves <= 8:
         raise ConfigError(f"slaves must be an int in 0..8, got {slaves!r}")
     if config is not None and not config.broker_role.is_master:
-        raise ConfigError("rayq.start: config is the masters' (ASYNC_MASTER or SYNC_MASTER); "
-                          "slaves are started with slaves=<n> or a rayq_broker:<name>#<id> "
-                          "resource")  # fmt: skip
+        raise ConfigError(
+            "rayq.start: config is the masters' (ASYNC_MASTER or SYNC_MASTER); "
+            "slaves are started with slaves=<n> or a rayq_broker:<name>#<id> "
+            "resource"
+        )
     owns_ray = not ray.is_initialized()
     if owns_ray:
         with _quiet_ray_start():
-            ray.init(address=address or "local", namespace=namespace, log_to_driver=False,
-                     logging_level=logging.WARNING)  # fmt: skip
+            ray.init(
+                address=address or "local",
+                namespace=namespace,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
     running = running_actors(namespace)
     if running:
         if owns_ray:
@@ -160,23 +186,34 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
             f"a rayq deployment already runs in Ray namespace {namespace!r} (actors "
             f"{', '.join(running)}); use rayq.connect(namespace={namespace!r}) to use it, "
             "start in another namespace, or shut it down first (Cluster.shutdown() or "
-            "`rayq stop`)", namespace=namespace,
-        )  # fmt: skip
+            "`rayq stop`)",
+            namespace=namespace,
+        )
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
-    _started(spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote(),
-             "the coordinator")  # fmt: skip
+    _started(
+        spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote(), "the coordinator"
+    )
     if placement == "resource":
         pinned = broker_nodes()
         if not pinned:
-            raise ConfigError(f"placement='resource': no live node has a "
-                              f"'{BROKER_RESOURCE_PREFIX}<name>' resource")  # fmt: skip
+            raise ConfigError(
+                f"placement='resource': no live node has a "
+                f"'{BROKER_RESOURCE_PREFIX}<name>' resource"
+            )
         plan = resource_plan(pinned, base.listen_port)
     else:
-        plan = [(base.broker_name if brokers == 1 else f"{base.broker_name}-{i}", broker_id,
-                 base.listen_port + i, node_id)
-                for i in range(brokers) for broker_id in range(slaves + 1)]  # fmt: skip
+        plan = [
+            (
+                base.broker_name if brokers == 1 else f"{base.broker_name}-{i}",
+                broker_id,
+                base.listen_port + i,
+                node_id,
+            )
+            for i in range(brokers)
+            for broker_id in range(slaves + 1)
+        ]
     names, replicas = [], []
     for name, broker_id, port, node_id in plan:  # masters first: their slaves find them
         role = base.broker_role if broker_id == 0 else BrokerRole.SLAVE
@@ -194,16 +231,23 @@ def start(store_dir: str | os.PathLike[str] | None = None, brokers: int = 1, *,
         # Each finds the others by name; the broker last, so it finds its peers at once.
         flusher = spawn_flusher(store, cfg.store_config, replica, namespace, node_id)
         hold = spawn_hold(cfg, namespace, node_id)
-        _started([flusher.ready.remote(), hold.ready.remote()],
-                 f"the flusher and hold service of {replica}")  # fmt: skip
+        _started(
+            [flusher.ready.remote(), hold.ready.remote()],
+            f"the flusher and hold service of {replica}",
+        )
         broker = spawn_broker(cfg, store, namespace, node_id)
         _started(broker.start_services.remote(), f"broker {replica}")  # registered on return
         replicas.append(replica)
         if broker_id == 0:
             names.append(name)
     _current_namespace = namespace
-    logger.info("rayq started: %d broker(s) %s (replicas %s), stores under %s", len(names),
-                names, replicas, root)  # fmt: skip
+    logger.info(
+        "rayq started: %d broker(s) %s (replicas %s), stores under %s",
+        len(names),
+        names,
+        replicas,
+        root,
+    )
     return Cluster(
         namespace, names, root, owns_ray, [*names, *[r for r in replicas if r not in names]]
     )
@@ -216,17 +260,23 @@ def resource_plan(pinned: dict[str, str], port: int) -> list[tuple[str, int, int
     for replica, node_id in pinned.items():
         name, sep, raw_id = replica.partition(REPLICA_SEPARATOR)
         if sep and not (raw_id.isdigit() and int(raw_id) > 0):
-            raise ConfigError(f"resource {BROKER_RESOURCE_PREFIX}{replica}: a slave's broker "
-                              "id must be an int > 0, as in broker-a#1")  # fmt: skip
+            raise ConfigError(
+                f"resource {BROKER_RESOURCE_PREFIX}{replica}: a slave's broker "
+                "id must be an int > 0, as in broker-a#1"
+            )
         plan.append((name, int(raw_id) if sep else 0, node_id))
     masters = {name for name, broker_id, _ in plan if broker_id == 0}
     orphans = sorted({name for name, broker_id, _ in plan if broker_id and name not in masters})
     if orphans:
-        raise ConfigError(f"slaves of {orphans} have no master: no live node carries "
-                          f"{BROKER_RESOURCE_PREFIX}<name> for them")  # fmt: skip
+        raise ConfigError(
+            f"slaves of {orphans} have no master: no live node carries "
+            f"{BROKER_RESOURCE_PREFIX}<name> for them"
+        )
     ports = {name: port + i for i, name in enumerate(sorted(masters))}
-    return [(name, broker_id, ports[name], node_id)
-            for name, broker_id, node_id in sorted(plan, key=lambda p: (p[1], p[0]))]  # fmt: skip
+    return [
+        (name, broker_id, ports[name], node_id)
+        for name, broker_id, node_id in sorted(plan, key=lambda p: (p[1], p[0]))
+    ]
 
 
 def _started(refs: Any, what: str) -> None:

@@ -73,8 +73,9 @@ class ListenerRunner:
             try:
                 result = self._call(batch)
             except Exception:
-                logger.exception("listener raised on %d messages; they will be consumed again",
-                                 len(batch))  # fmt: skip
+                logger.exception(
+                    "listener raised on %d messages; they will be consumed again", len(batch)
+                )
                 failed.extend(batch)
                 continue
             if result is ConsumeStatus.CONSUME_SUCCESS:
@@ -88,8 +89,9 @@ class ListenerRunner:
                 failed.extend(batch[max(result[1] + 1, 0) :])
                 continue
             if result is not ConsumeStatus.RECONSUME_LATER:
-                logger.warning("listener returned %r, not a ConsumeStatus; treated as "
-                               "RECONSUME_LATER", result)  # fmt: skip
+                logger.warning(
+                    "listener returned %r, not a ConsumeStatus; treated as RECONSUME_LATER", result
+                )
             failed.extend(batch)
         return failed
 
@@ -108,7 +110,10 @@ class ListenerRunner:
             logger.exception("orderly listener raised; suspending the queue a moment")
             return suspend
         if not isinstance(result, ConsumeOrderlyStatus):
-            logger.warning("orderly listener returned %r, not a ConsumeOrderlyStatus; treated "
-                           "as SUSPEND_CURRENT_QUEUE_A_MOMENT", result)  # fmt: skip
+            logger.warning(
+                "orderly listener returned %r, not a ConsumeOrderlyStatus; treated "
+                "as SUSPEND_CURRENT_QUEUE_A_MOMENT",
+                result,
+            )
             return suspend
         return result

@@ -125,14 +125,17 @@ class OrderlyConsumption:
             if pause_s:
                 await asyncio.sleep(pause_s)
 
-    async def _settle_orderly(self, pq: ProcessQueue, msgs: list[MessageExt],
-                              status: ConsumeOrderlyStatus) -> float:  # fmt: skip
+    async def _settle_orderly(
+        self, pq: ProcessQueue, msgs: list[MessageExt], status: ConsumeOrderlyStatus
+    ) -> float:
         """What the listener's ``status`` does to the batch ``msgs`` (see the module doc);
         how long the queue pauses then."""
         s = ConsumeOrderlyStatus
         if self.auto_commit and status in (s.COMMIT, s.ROLLBACK):
-            logger.warning("orderly listener returned %s, which needs auto_commit=False; "
-                           "taken as SUCCESS", status.name)  # fmt: skip
+            logger.warning(
+                "orderly listener returned %s, which needs auto_commit=False; taken as SUCCESS",
+                status.name,
+            )
             status = s.SUCCESS
         if status is s.SUCCESS and not self.auto_commit:
             return 0.0  # acknowledged; committed by a later COMMIT
@@ -174,8 +177,9 @@ class OrderlyConsumption:
             try:
                 got = await self.ctx.broker(broker).lock_queues(self._lock_request(qs))
             except Exception as exc:
-                logger.warning("consumer %s: locking queues on %s failed: %s", self.client_id,
-                               broker, exc)  # fmt: skip
+                logger.warning(
+                    "consumer %s: locking queues on %s failed: %s", self.client_id, broker, exc
+                )
                 continue
             held = {(g.topic, g.queue_id) for g in got.locked}
             out.update(q for q in qs if (q.topic, q.queue_id) in held)
@@ -187,8 +191,11 @@ class OrderlyConsumption:
                 await self.ctx.broker(broker).unlock_queues(self._lock_request(qs))
 
     def _lock_request(self, qs: list[MessageQueue]) -> LockQueuesRequest:
-        return LockQueuesRequest(group=self.group, client_id=self.client_id,
-                                 queues=[QueueRef(q.topic, q.queue_id) for q in qs])  # fmt: skip
+        return LockQueuesRequest(
+            group=self.group,
+            client_id=self.client_id,
+            queues=[QueueRef(q.topic, q.queue_id) for q in qs],
+        )
 
     async def renew_locks(self) -> None:
         """Renew the locks of the owned queues; lock and take on the queues assigned but
@@ -211,9 +218,13 @@ class OrderlyConsumption:
         held = await self._lock_held(mqs)
         left = [mq for mq in mqs if mq not in held]
         if left:
-            logger.warning("consumer %s: %d assigned queues are locked by another consumer; "
-                           "taking them on once their locks are free: %s", self.client_id,
-                           len(left), left)  # fmt: skip
+            logger.warning(
+                "consumer %s: %d assigned queues are locked by another consumer; "
+                "taking them on once their locks are free: %s",
+                self.client_id,
+                len(left),
+                left,
+            )
             if self._lock_waiter is None or self._lock_waiter.done():
                 self._lock_waiter = asyncio.create_task(self._wait_for_locks())
         return [mq for mq in mqs if mq in held]

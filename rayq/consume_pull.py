@@ -112,9 +112,11 @@ class PullRounds:
         if not pq.pulling or now < pq.retry_at:
             return 0
         cfg = self.config
-        return pq.room(cfg.pull_threshold_for_queue,
-                       cfg.pull_threshold_size_for_queue_mib * 1024 * 1024,
-                       None if self.orderly else cfg.consume_concurrently_max_span)  # fmt: skip
+        return pq.room(
+            cfg.pull_threshold_for_queue,
+            cfg.pull_threshold_size_for_queue_mib * 1024 * 1024,
+            None if self.orderly else cfg.consume_concurrently_max_span,
+        )
 
     async def _pull_broker(self, broker: str) -> None:
         """The pull loop of ``broker``: one round at a time (see the module doc); ends
@@ -128,8 +130,9 @@ class PullRounds:
                     freed.clear()
                     rnd = self._send_pull(broker)
                 if rnd is None:
-                    if not any(mq.broker_name == broker and pq.pulling
-                               for mq, pq in self.queues.items()):  # fmt: skip
+                    if not any(
+                        mq.broker_name == broker and pq.pulling for mq, pq in self.queues.items()
+                    ):
                         return
                     with contextlib.suppress(TimeoutError):  # flow control: until room frees
                         await asyncio.wait_for(
@@ -145,8 +148,9 @@ class PullRounds:
                 rnd.reply.cancel()
             raise
 
-    def _took(self, broker: str, queues: list[tuple[MessageQueue, ProcessQueue]],
-              resps: list[Any]) -> _Round | None:  # fmt: skip
+    def _took(
+        self, broker: str, queues: list[tuple[MessageQueue, ProcessQueue]], resps: list[Any]
+    ) -> _Round | None:
         """A round's answers: move each queue on, send the next round, and hand what came
         to the listener (before sending if it is small, after if it is worth overlapping)."""
         found = []
@@ -186,16 +190,26 @@ class PullRounds:
         room = min(room, ROUND_MAX_BYTES // (record_bytes * len(ready)))
         commits = self._commits(ready)
         req = PullManyRequest(
-            group=self.group, client_id=self.client_id,
+            group=self.group,
+            client_id=self.client_id,
             max_nums=max(cfg.pull_batch_size, room) if direct else cfg.pull_batch_size,
             suspend_ms=0 if direct else cfg.broker_suspend_max_ms,
-            items=[PullItem(mq.topic, mq.queue_id, pq.pull_from(),
-                            self.filters[mq.topic].expression,
-                            filter_type(self.filters[mq.topic])) for mq, pq in ready],
-            commits=[QueueCommit(mq.topic, mq.queue_id, off, acked)
-                     for mq, (off, acked) in commits],
-            generation=self.generation, broadcasting=self.broadcasting,
-        )  # fmt: skip
+            items=[
+                PullItem(
+                    mq.topic,
+                    mq.queue_id,
+                    pq.pull_from(),
+                    self.filters[mq.topic].expression,
+                    filter_type(self.filters[mq.topic]),
+                )
+                for mq, pq in ready
+            ],
+            commits=[
+                QueueCommit(mq.topic, mq.queue_id, off, acked) for mq, (off, acked) in commits
+            ],
+            generation=self.generation,
+            broadcasting=self.broadcasting,
+        )
         source = self.read_from.get(broker) or broker  # a slave the broker suggested
         target = self.ctx.broker(source) if direct else self.ctx.hold(broker)
         return _Round(target.pull_many(req), ready, [] if direct else waiting, commits)
@@ -220,9 +234,13 @@ class PullRounds:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.warning("consumer %s: pull from %s failed (%s); again in %.1f s",
-                           self.client_id, broker, exc,
-                           cfg.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
+            logger.warning(
+                "consumer %s: pull from %s failed (%s); again in %.1f s",
+                self.client_id,
+                broker,
+                exc,
+                cfg.pull_time_delay_when_exception_ms / 1000,
+            )
             self.ctx.forget(self.read_from.pop(broker, "") or broker)
             await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
             return None
@@ -258,8 +276,11 @@ class PullRounds:
                     return None
                 wake = [pq.retry_at - now for pq in rnd.waiting if pq.retry_at > now]
                 room = asyncio.ensure_future(freed.wait())
-                done, _ = await asyncio.wait({answer, room}, timeout=min(wake, default=None),
-                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                done, _ = await asyncio.wait(
+                    {answer, room},
+                    timeout=min(wake, default=None),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 room.cancel()
                 if answer in done:
                     return answer.result()
@@ -270,9 +291,13 @@ class PullRounds:
         """A queue's answer: its next offset now; True if it brought messages (decoded
         by ``_dispatch``, after or before the next round is sent)."""
         if not isinstance(resp, PullResponse):
-            logger.warning("consumer %s: pull of %s failed (%s); again in %.1f s",
-                           self.client_id, mq, resp,
-                           self.config.pull_time_delay_when_exception_ms / 1000)  # fmt: skip
+            logger.warning(
+                "consumer %s: pull of %s failed (%s); again in %.1f s",
+                self.client_id,
+                mq,
+                resp,
+                self.config.pull_time_delay_when_exception_ms / 1000,
+            )
             pq.retry_at = time.monotonic() + self.config.pull_time_delay_when_exception_ms / 1000
             pq.backlog = pq.found = False
             return False
@@ -291,9 +316,14 @@ class PullRounds:
         """Drop ``pq`` and let ``_offset_moved`` commit the corrected offset and remove it."""
         logger.warning(
             "consumer %s: %s offset %d is outside %d..%d; dropping the queue and committing "
-            "%d, where the next rebalance starts it again", self.client_id, mq, pq.next_pull,
-            resp.min_offset, resp.max_offset, resp.next_offset,
-        )  # fmt: skip
+            "%d, where the next rebalance starts it again",
+            self.client_id,
+            mq,
+            pq.next_pull,
+            resp.min_offset,
+            resp.max_offset,
+            resp.next_offset,
+        )
         pq.drop()  # its consume work stops, and what it holds is never committed
         pq.pulling = False
         pq.msgs.clear()
@@ -306,8 +336,9 @@ class PullRounds:
         try:
             await self.offsets.persist([mq], self.generation)
         except Exception:  # the queue starts again at its last committed offset
-            logger.exception("consumer %s: committing the corrected offset of %s failed",
-                             self.client_id, mq)  # fmt: skip
+            logger.exception(
+                "consumer %s: committing the corrected offset of %s failed", self.client_id, mq
+            )
         if self.queues.get(mq) is not pq:
             return  # revoked (or assigned anew) meanwhile
         del self.queues[mq]

@@ -76,12 +76,25 @@ SEND_BACK_RETRY_S = 5.0  # RocketMQ re-consumes locally after a failed send-back
 
 
 class ConsumeService(PullRounds, OrderlyConsumption):
-    def __init__(self, *, group: str, client_id: str, subscriptions: dict[str, Any],
-                 listener: Callable[..., Any], orderly: bool, model: MessageModel,
-                 consume_from: ConsumeFromWhere, consume_timestamp_ms: int,
-                 max_reconsume_times: int, strategy: AllocateStrategy,
-                 allocation: list[MessageQueue], config: ClientConfig, namespace: str,
-                 transport: Transport | None = None, auto_commit: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        group: str,
+        client_id: str,
+        subscriptions: dict[str, Any],
+        listener: Callable[..., Any],
+        orderly: bool,
+        model: MessageModel,
+        consume_from: ConsumeFromWhere,
+        consume_timestamp_ms: int,
+        max_reconsume_times: int,
+        strategy: AllocateStrategy,
+        allocation: list[MessageQueue],
+        config: ClientConfig,
+        namespace: str,
+        transport: Transport | None = None,
+        auto_commit: bool = True,
+    ) -> None:
         self.group = group
         self.client_id = client_id
         self.orderly = orderly
@@ -102,8 +115,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.spec = MemberSpec(
             subscriptions=tuple(sorted((t, f.expression) for t, f in self.filters.items())),
             model=model,
-            strategy=strategy, allocation=tuple(allocation),
-        )  # fmt: skip
+            strategy=strategy,
+            allocation=tuple(allocation),
+        )
         # (topic,): consumed, failed; listener call times (the actor reports them)
         self.tally = Tally()
         self.runner = ListenerRunner(
@@ -139,8 +153,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
         if self.broadcasting:
             await self._check_broadcast_allowed()
-            self.offsets = LocalOffsetStore(self.config.offset_store_dir,
-                                            self.config.instance_name, self.group)  # fmt: skip
+            self.offsets = LocalOffsetStore(
+                self.config.offset_store_dir, self.config.instance_name, self.group
+            )
         else:
             self.offsets = RemoteOffsetStore(self.ctx, self.group)
             await self._ensure_retry_topic()
@@ -153,8 +168,11 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         """Join again if the coordinator forgot this member (it was restarted)."""
         req = MemberRequest(group=self.group, client_id=self.client_id)
         if not self.closed and not (await self.ctx.coordinator.member_alive(req)).existed:
-            logger.warning("consumer %s: the coordinator forgot group %s; joining again",
-                           self.client_id, self.group)  # fmt: skip
+            logger.warning(
+                "consumer %s: the coordinator forgot group %s; joining again",
+                self.client_id,
+                self.group,
+            )
             await self.join()
 
     async def _check_broadcast_allowed(self) -> None:
@@ -216,8 +234,12 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                 self.tasks[mq] = [asyncio.create_task(self._orderly_loop(mq, pq))]
         for broker in sorted({mq.broker_name for mq in new}):
             self._restart_pulls(broker)
-        logger.info("consumer %s now owns %d queues (generation %d)", self.client_id,
-                    len(self.queues), self.generation)  # fmt: skip
+        logger.info(
+            "consumer %s now owns %d queues (generation %d)",
+            self.client_id,
+            len(self.queues),
+            self.generation,
+        )
 
     async def revoke(self, generation: int, queues: list[MessageQueue]) -> None:
         """Give ``queues`` up: stop pulling, let in-flight work finish, commit, unlock."""
@@ -257,11 +279,16 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         fresh = [mq for mq in mqs if mq not in found]
         retry = [mq for mq in fresh if mq.topic == self.retry_topic]
         other = [mq for mq in fresh if mq.topic != self.retry_topic]
-        found.update(await asyncio.to_thread(fresh_start_offsets, self.ctx, retry,
-                                             ConsumeFromWhere.FIRST_OFFSET, 0))  # fmt: skip
-        found.update(await asyncio.to_thread(fresh_start_offsets, self.ctx, other,
-                                             self.consume_from,
-                                             self.consume_timestamp_ms))  # fmt: skip
+        found.update(
+            await asyncio.to_thread(
+                fresh_start_offsets, self.ctx, retry, ConsumeFromWhere.FIRST_OFFSET, 0
+            )
+        )
+        found.update(
+            await asyncio.to_thread(
+                fresh_start_offsets, self.ctx, other, self.consume_from, self.consume_timestamp_ms
+            )
+        )
         return found
 
     # --------------------------------------------------------- dispatch
@@ -306,8 +333,14 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         running = asyncio.wrap_future(self.pool.submit(self.runner.run_concurrently, msgs))
         self._spawn(self._consumed(mq, pq, msgs, batch, running))
 
-    async def _consumed(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
-                        batch: int, running: asyncio.Future) -> None:  # fmt: skip
+    async def _consumed(
+        self,
+        mq: MessageQueue,
+        pq: ProcessQueue,
+        msgs: list[MessageExt],
+        batch: int,
+        running: asyncio.Future,
+    ) -> None:
         """After the listener: drop what succeeded (or was sent back) from ``pq`` and
         move its commit offset; what could not be sent back is consumed again here."""
         try:
@@ -323,8 +356,11 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         if failed and not self.broadcasting:
             kept = await self._send_back(failed)
         elif failed:
-            logger.warning("consumer %s: %d broadcast messages failed and are dropped",
-                           self.client_id, len(failed))  # fmt: skip
+            logger.warning(
+                "consumer %s: %d broadcast messages failed and are dropped",
+                self.client_id,
+                len(failed),
+            )
         if kept:
             keep = {m.queue_offset for m in kept}
             pq.remove(m.queue_offset for m in msgs if m.queue_offset not in keep)
@@ -343,16 +379,22 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         kept: list[MessageExt] = []
         for broker, batch in by_broker(msgs).items():
             req = SendBackRequest(
-                group=self.group, max_reconsume_times=self.max_reconsume_times,
+                group=self.group,
+                max_reconsume_times=self.max_reconsume_times,
                 client_id=self.client_id,
                 items=[SendBackItem(m.commitlog_offset, -1 if dlq else 0) for m in batch],
-            )  # fmt: skip
+            )
             try:
                 await self.ctx.broker(broker).send_back(req)
             except Exception as exc:
-                logger.warning("consumer %s: send-back of %d messages to %s failed (%s); "
-                               "consuming them again here", self.client_id, len(batch),
-                               broker, exc)  # fmt: skip
+                logger.warning(
+                    "consumer %s: send-back of %d messages to %s failed (%s); "
+                    "consuming them again here",
+                    self.client_id,
+                    len(batch),
+                    broker,
+                    exc,
+                )
                 kept.extend(batch)
         return kept
 
@@ -363,9 +405,13 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for mq, pq in list(self.queues.items()):
             stuck = pq.expired(self.config.consume_timeout_ms / 1000)
             if stuck and not await self._send_back(stuck):
-                logger.warning("consumer %s: %d messages of %s took longer than %d ms; sent "
-                               "back", self.client_id, len(stuck), mq,
-                               self.config.consume_timeout_ms)  # fmt: skip
+                logger.warning(
+                    "consumer %s: %d messages of %s took longer than %d ms; sent back",
+                    self.client_id,
+                    len(stuck),
+                    mq,
+                    self.config.consume_timeout_ms,
+                )
                 pq.remove(m.queue_offset for m in stuck)
 
     # ------------------------------------------------------------ offsets
@@ -399,6 +445,11 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def stats(self) -> dict[str, Any]:
-        return {"client_id": self.client_id, "consumed": self.consumed,
-                "queues": sorted(self.queues), "generation": self.generation,
-                "history": list(self.history), "owned_since": dict(self._owned_since)}  # fmt: skip
+        return {
+            "client_id": self.client_id,
+            "consumed": self.consumed,
+            "queues": sorted(self.queues),
+            "generation": self.generation,
+            "history": list(self.history),
+            "owned_since": dict(self._owned_since),
+        }

@@ -148,10 +148,18 @@ class TopicDatasink(Datasink):
     """Writes rows to a topic: ``ds.write_datasink(TopicDatasink("results"))``; with ACL
     on, ``config=ClientConfig(credentials=...)`` signs the puts."""
 
-    def __init__(self, topic: str, body_col: str = "body", keys_col: str | None = None,
-                 tags_col: str | None = None, properties_col: str | None = None, *,
-                 group: str = "rayq-data-writer", namespace: str | None = None,
-                 config: ClientConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        topic: str,
+        body_col: str = "body",
+        keys_col: str | None = None,
+        tags_col: str | None = None,
+        properties_col: str | None = None,
+        *,
+        group: str = "rayq-data-writer",
+        namespace: str | None = None,
+        config: ClientConfig | None = None,
+    ) -> None:
         self.topic = validate_topic(topic)
         self.group = validate_group(group)
         self.cols = Columns(body_col, keys_col, tags_col, properties_col)
@@ -161,8 +169,9 @@ class TopicDatasink(Datasink):
         queues = sorted(ctx.write_queues(topic, refresh=True))
         if not queues:
             raise InvalidMessageError(f"topic {topic!r} has no writeable queue")
-        self.targets = sorted(((q.broker_name, q.queue_id) for q in queues),
-                              key=lambda t: (t[1], t[0]))  # fmt: skip
+        self.targets = sorted(
+            ((q.broker_name, q.queue_id) for q in queues), key=lambda t: (t[1], t[0])
+        )
         self.write_id = uuid.uuid4().hex[:12]
         self.rows_written = 0
 
@@ -177,9 +186,17 @@ class TopicDatasink(Datasink):
         broker, qid = self.targets[idx % len(self.targets)]
         tables = [_checked(BlockAccessor.for_block(b).to_arrow(), self.cols) for b in blocks]
         batches = (b for t in tables for b in t.to_batches())  # all checked before a put
-        return write_batches(batches, self.topic, broker, qid, f"data-{self.write_id}-{idx}",
-                             self.cols, self.namespace, self.group,
-                             credentials=self.credentials)  # fmt: skip
+        return write_batches(
+            batches,
+            self.topic,
+            broker,
+            qid,
+            f"data-{self.write_id}-{idx}",
+            self.cols,
+            self.namespace,
+            self.group,
+            credentials=self.credentials,
+        )
 
     def on_write_complete(self, write_result: Any) -> None:
         self.rows_written = sum(write_result.write_returns)

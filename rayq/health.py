@@ -164,15 +164,19 @@ def _heartbeat(
     age_ms = max(now_ms - entry.last_heartbeat_ms, 0)
     value = f"{age_ms / 1000:.1f} s ago"
     return _graded(
-        "heartbeat", value, age_ms / interval_ms,
-        limits.heartbeats_missed_fail, limits.heartbeats_missed_warn,
+        "heartbeat",
+        value,
+        age_ms / interval_ms,
+        limits.heartbeats_missed_fail,
+        limits.heartbeats_missed_warn,
         f"more than {{limit}} intervals of {interval_ms} ms without a heartbeat",
         f"every {interval_ms} ms",
-    )  # fmt: skip
+    )
 
 
-def _graded(name: str, value: str, amount: float, fail: float, warn: float, over: str,
-            ok: str) -> HealthCheck:  # fmt: skip
+def _graded(
+    name: str, value: str, amount: float, fail: float, warn: float, over: str, ok: str
+) -> HealthCheck:
     """FAIL with ``amount`` past ``fail``, WARN past ``warn``, else OK; ``over`` says which
     limit was passed (its ``{limit}``), ``ok`` what holds."""
     for level, limit in ((HealthLevel.FAIL, fail), (HealthLevel.WARN, warn)):
@@ -209,9 +213,15 @@ def _flush_lag(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
             status.flusher_error or "the flusher did not say",
         )
     lag = max(status.info.written_offset - status.flushed_offset, 0)
-    return _graded("flush_lag", f"{lag} B", lag, limits.flush_lag_fail_bytes,
-                   limits.flush_lag_warn_bytes, "more than {limit} B not yet on disk",
-                   "the flusher keeps up")  # fmt: skip
+    return _graded(
+        "flush_lag",
+        f"{lag} B",
+        lag,
+        limits.flush_lag_fail_bytes,
+        limits.flush_lag_warn_bytes,
+        "more than {limit} B not yet on disk",
+        "the flusher keeps up",
+    )
 
 
 def _replication(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
@@ -227,9 +237,15 @@ def _replication(status: BrokerStatus, limits: HealthLimits) -> HealthCheck:
     gone = [r.broker_id for r in info.replicas if not r.connected]
     if gone and lag_ms <= limits.replication_lag_fail_ms:
         return check("replication_lag", value, HealthLevel.WARN, f"slave(s) {gone} not connected")
-    return _graded("replication_lag", value, lag_ms, limits.replication_lag_fail_ms,
-                   limits.replication_lag_warn_ms, "a slave is more than {limit} ms behind",
-                   "slaves keep up")  # fmt: skip
+    return _graded(
+        "replication_lag",
+        value,
+        lag_ms,
+        limits.replication_lag_fail_ms,
+        limits.replication_lag_warn_ms,
+        "a slave is more than {limit} ms behind",
+        "slaves keep up",
+    )
 
 
 __all__ = ["ActorHealth", "HealthCheck", "HealthLevel", "HealthLimits", "worst"]

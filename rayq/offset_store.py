@@ -78,11 +78,19 @@ class RemoteOffsetStore:
 
     def _query(self, mqs: list[MessageQueue]) -> dict[MessageQueue, State]:
         pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
-        found = self._ctx.broker_calls({
-            p: (lambda b, t=p[1]: b.query_offsets(QueryOffsetsRequest(
-                group=self.group, topic=t, client_id=self._ctx.client_id)))
-            for p in pairs
-        }, CALL_TIMEOUT_S)  # fmt: skip
+        found = self._ctx.broker_calls(
+            {
+                p: (
+                    lambda b, t=p[1]: b.query_offsets(
+                        QueryOffsetsRequest(
+                            group=self.group, topic=t, client_id=self._ctx.client_id
+                        )
+                    )
+                )
+                for p in pairs
+            },
+            CALL_TIMEOUT_S,
+        )
         out: dict[MessageQueue, State] = {}
         for mq in mqs:
             reply = found[(mq.broker_name, mq.topic)]
@@ -111,22 +119,37 @@ class RemoteOffsetStore:
                 todo.setdefault((mq.broker_name, mq.topic), {})[mq.queue_id] = state
         if not todo:
             return
-        results = await self._ctx.broker_calls_async({
-            (b, t): lambda c, t=t, states=states: c.commit_offsets(CommitOffsetsRequest(
-                group=self.group, topic=t, offsets={q: s[0] for q, s in states.items()},
-                generation=generation, client_id=self._ctx.client_id,
-                acked={q: s[1] for q, s in states.items() if s[1]}))
-            for (b, t), states in todo.items()
-        }, return_exceptions=True)  # fmt: skip
+        results = await self._ctx.broker_calls_async(
+            {
+                (b, t): lambda c, t=t, states=states: c.commit_offsets(
+                    CommitOffsetsRequest(
+                        group=self.group,
+                        topic=t,
+                        offsets={q: s[0] for q, s in states.items()},
+                        generation=generation,
+                        client_id=self._ctx.client_id,
+                        acked={q: s[1] for q, s in states.items() if s[1]},
+                    )
+                )
+                for (b, t), states in todo.items()
+            },
+            return_exceptions=True,
+        )
         for ((broker, topic), states), result in zip(todo.items(), results.values(), strict=True):
             if isinstance(result, BaseException):
-                logger.warning("group %s: committing %s on %s failed: %s", self.group, topic,
-                               broker, result)  # fmt: skip
+                logger.warning(
+                    "group %s: committing %s on %s failed: %s", self.group, topic, broker, result
+                )
                 continue
             for qid, state in states.items():
                 if qid in result.stale:
-                    logger.warning("group %s: commit of %s:%s:%d refused (a newer owner "
-                                   "committed)", self.group, topic, broker, qid)  # fmt: skip
+                    logger.warning(
+                        "group %s: commit of %s:%s:%d refused (a newer owner committed)",
+                        self.group,
+                        topic,
+                        broker,
+                        qid,
+                    )
                 self._committed[MessageQueue(topic, broker, qid)] = state
 
     def forget(self, mq: MessageQueue) -> None:
@@ -140,16 +163,18 @@ def offsets_path(directory: str, instance_name: str, group: str) -> Path:
     validate_instance_name(instance_name)
     validate_group(group)
     if "\0" in directory:
-        raise ConfigError(f"offset_store_dir={directory!r} contains a NUL character",
-                          value=directory)  # fmt: skip
+        raise ConfigError(
+            f"offset_store_dir={directory!r} contains a NUL character", value=directory
+        )
     root = Path(directory or os.path.expanduser("~/.rayq_offsets")).resolve()
     path = (root / instance_name / group / "offsets.json").resolve()
     if not path.is_relative_to(root):
         raise ConfigError(
             f"the offsets file of instance {instance_name!r}, group {group!r} would be {path}, "
             f"outside offset_store_dir {root}; use a plain instance name such as 'worker-1'",
-            value=str(path), limit=str(root),
-        )  # fmt: skip
+            value=str(path),
+            limit=str(root),
+        )
     return path
 
 

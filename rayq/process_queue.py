@@ -205,8 +205,13 @@ class ProcessQueue:
     def expired(self, timeout_s: float) -> list[MessageExt]:
         """Messages still held whose consumption began over ``timeout_s`` ago."""
         limit = time.monotonic() - timeout_s
-        return [m for began, msgs in self.running.values() if began < limit
-                for m in msgs if m.queue_offset in self.msgs]  # fmt: skip
+        return [
+            m
+            for began, msgs in self.running.values()
+            if began < limit
+            for m in msgs
+            if m.queue_offset in self.msgs
+        ]
 
     # ------------------------------------------------------------- orderly
     def take(self, n: int, more: bool = False) -> list[MessageExt]:
@@ -223,8 +228,11 @@ class ProcessQueue:
     def give_back(self, msgs: Iterable[MessageExt]) -> None:
         """Put these taken messages back in front, to be consumed again (the others
         taken stay taken)."""
-        back = {m.queue_offset: self.taken.pop(m.queue_offset) for m in msgs
-                if m.queue_offset in self.taken}  # fmt: skip
+        back = {
+            m.queue_offset: self.taken.pop(m.queue_offset)
+            for m in msgs
+            if m.queue_offset in self.taken
+        }
         self.msgs = {**back, **self.msgs}
         self._version += 1
 

@@ -155,8 +155,9 @@ class Producer:
         with self._lock:
             self._check_open()
             if self._ctx is None:
-                self._ctx = ClientContext(self.config, self.namespace, self._transport,
-                                          self.client_id)  # fmt: skip
+                self._ctx = ClientContext(
+                    self.config, self.namespace, self._transport, self.client_id
+                )
             return self._ctx
 
     def _live_context(self) -> ClientContext:

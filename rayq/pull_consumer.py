@@ -206,8 +206,9 @@ class PullConsumer:
             known = set(self._ctx.read_queues(topic, refresh=True))
             missing = sorted(mq for mq in wanted if mq.topic == topic and mq not in known)
             if missing:
-                raise InvalidOffsetError(f"no readable queue {missing[0]} in topic {topic!r}; "
-                                         f"it has {sorted(known)}")  # fmt: skip
+                raise InvalidOffsetError(
+                    f"no readable queue {missing[0]} in topic {topic!r}; it has {sorted(known)}"
+                )
         self._manual = bool(wanted)
         if self._auto_commit and self._started:
             self._commit_quietly()
@@ -311,12 +312,17 @@ class PullConsumer:
                     continue
                 logger.warning("pull of %s got no answer in %.0f s; sending it again", mq, stale_s)
                 self._cancel(s)
-            req = PullRequest(group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                              queue_offset=s.offset, max_nums=self._config.poll_max_messages,
-                              expression=s.tag_filter.expression,
-                              expression_type=filter_type(s.tag_filter),
-                              suspend_ms=0 if s.backlog else self._config.broker_suspend_max_ms,
-                              client_id=self.client_id)  # fmt: skip
+            req = PullRequest(
+                group=self.group,
+                topic=mq.topic,
+                queue_id=mq.queue_id,
+                queue_offset=s.offset,
+                max_nums=self._config.poll_max_messages,
+                expression=s.tag_filter.expression,
+                expression_type=filter_type(s.tag_filter),
+                suspend_ms=0 if s.backlog else self._config.broker_suspend_max_ms,
+                client_id=self.client_id,
+            )
             try:  # behind: one hop to the broker (or the slave it suggested); caught up:
                 # wait at the hold service
                 if s.backlog:
@@ -356,8 +362,14 @@ class PullConsumer:
         s.backlog = resp.status is PullStatus.FOUND and resp.records_left
         s.read_from = resp.suggest_replica if s.backlog else ""
         if resp.status is PullStatus.OFFSET_ILLEGAL:
-            logger.warning("%s: offset %d is outside %d..%d; moving to %d", mq, s.offset,
-                           resp.min_offset, resp.max_offset, resp.next_offset)  # fmt: skip
+            logger.warning(
+                "%s: offset %d is outside %d..%d; moving to %d",
+                mq,
+                s.offset,
+                resp.min_offset,
+                resp.max_offset,
+                resp.next_offset,
+            )
         s.offset = resp.next_offset
         if resp.status is not PullStatus.FOUND:
             return []
@@ -367,8 +379,13 @@ class PullConsumer:
         return [m for m in msgs if s.tag_filter.matches_tags(m.tags)]
 
     def _pull_failed(self, mq: MessageQueue, s: _QueueState, exc: BaseException) -> None:
-        logger.warning("pull of %s failed (%s: %s); trying again in %.0f s", mq,
-                       type(exc).__name__, exc, PULL_RETRY_DELAY_S)  # fmt: skip
+        logger.warning(
+            "pull of %s failed (%s: %s); trying again in %.0f s",
+            mq,
+            type(exc).__name__,
+            exc,
+            PULL_RETRY_DELAY_S,
+        )
         if isinstance(exc, BrokerUnavailableError):
             self._ctx.forget(s.read_from or mq.broker_name)
         s.read_from = ""  # the master again
@@ -428,8 +445,13 @@ class PullConsumer:
         return self._offsets.read([mq]).get(mq, -1)
 
     # ---------------------------------------------------------- send-back
-    def send_back(self, msgs: list[MessageExt], *, delay_level: int = 0,
-                  max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES) -> list[str]:  # fmt: skip
+    def send_back(
+        self,
+        msgs: list[MessageExt],
+        *,
+        delay_level: int = 0,
+        max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES,
+    ) -> list[str]:
         """Hand failed messages back to their brokers (one call per broker): each copy goes
         to ``%RETRY%<group>`` after delay level ``3 + reconsume_times`` (or ``delay_level``
         if positive), or to ``%DLQ%<group>`` past ``max_reconsume_times`` or with a
@@ -438,17 +460,29 @@ class PullConsumer:
         self._check_open()
         if not isinstance(msgs, list | tuple) or not all(isinstance(m, MessageExt) for m in msgs):
             raise ClientError("send_back takes a list of the MessageExt that poll() returned")
-        for name, value in (("delay_level", delay_level),
-                            ("max_reconsume_times", max_reconsume_times)):  # fmt: skip
+        for name, value in (
+            ("delay_level", delay_level),
+            ("max_reconsume_times", max_reconsume_times),
+        ):
             if value.__class__ is not int:
                 raise ClientError(f"{name} must be an int, got {value!r}")
         by_broker: dict[str, list[int]] = {}
         for i, m in enumerate(msgs):
             by_broker.setdefault(m.broker_name, []).append(i)
-        got = self._ctx.broker_calls({b: lambda c, idx=idx: c.send_back(SendBackRequest(
-            group=self.group, max_reconsume_times=max_reconsume_times, client_id=self.client_id,
-            items=[SendBackItem(msgs[i].commitlog_offset, delay_level) for i in idx]))
-            for b, idx in by_broker.items()}, OFFSET_CALL_TIMEOUT_S)  # fmt: skip
+        got = self._ctx.broker_calls(
+            {
+                b: lambda c, idx=idx: c.send_back(
+                    SendBackRequest(
+                        group=self.group,
+                        max_reconsume_times=max_reconsume_times,
+                        client_id=self.client_id,
+                        items=[SendBackItem(msgs[i].commitlog_offset, delay_level) for i in idx],
+                    )
+                )
+                for b, idx in by_broker.items()
+            },
+            OFFSET_CALL_TIMEOUT_S,
+        )
         topics = [""] * len(msgs)
         for b, idx in by_broker.items():
             for i, topic in zip(idx, got[b].topics, strict=True):
@@ -462,8 +496,11 @@ class PullConsumer:
         self._commit()
 
     def _commit(self) -> None:
-        moved = {mq: s.offset for mq, s in self._queues.items()
-                 if s.offset >= 0 and s.offset != s.committed}  # fmt: skip
+        moved = {
+            mq: s.offset
+            for mq, s in self._queues.items()
+            if s.offset >= 0 and s.offset != s.committed
+        }
         self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
         done, error = self._offsets.commit(moved)
         for mq in done:
@@ -575,8 +612,9 @@ class PullConsumer:
         for mq, offset in committed.items():
             self._queues[mq].offset = self._queues[mq].committed = offset
         fresh = [mq for mq in mqs if mq not in committed]
-        starts = fresh_start_offsets(self._ctx, fresh, self._consume_from,
-                                     self._consume_timestamp_ms)  # fmt: skip
+        starts = fresh_start_offsets(
+            self._ctx, fresh, self._consume_from, self._consume_timestamp_ms
+        )
         for mq, offset in starts.items():
             self._queues[mq].offset = offset
 
@@ -586,10 +624,17 @@ class PullConsumer:
 
 # --------------------------------------------------------------- validation
 def _check_timeout(timeout: object) -> float:
-    if (not isinstance(timeout, int | float) or isinstance(timeout, bool)
-            or not math.isfinite(timeout) or timeout < 0):  # fmt: skip
-        raise ConfigError(f"timeout must be a number of seconds >= 0, got {timeout!r}",
-                          value=repr(timeout), limit=0)  # fmt: skip
+    if (
+        not isinstance(timeout, int | float)
+        or isinstance(timeout, bool)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise ConfigError(
+            f"timeout must be a number of seconds >= 0, got {timeout!r}",
+            value=repr(timeout),
+            limit=0,
+        )
     return float(timeout)
 
 

@@ -71,8 +71,10 @@ class PullOffsets:
         try:
             local.save()
         except OSError as exc:
-            error = BrokenError(f"writing the offsets file {local.file.path} failed: {exc}",
-                                path=str(local.file.path))  # fmt: skip
+            error = BrokenError(
+                f"writing the offsets file {local.file.path} failed: {exc}",
+                path=str(local.file.path),
+            )
             return [], error
         return list(offsets), None
 

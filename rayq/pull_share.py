@@ -38,8 +38,9 @@ QueueListener = Callable[[str, list[MessageQueue], list[MessageQueue]], None]
 class MessageQueueListener(Protocol):
     """Told when a pull consumer's queues of a subscribed topic change."""
 
-    def message_queue_changed(self, topic: str, all_queues: list[MessageQueue],
-                              assigned: list[MessageQueue]) -> None:  # fmt: skip
+    def message_queue_changed(
+        self, topic: str, all_queues: list[MessageQueue], assigned: list[MessageQueue]
+    ) -> None:
         """``all_queues``: the topic's readable queues; ``assigned``: this consumer's now."""
 
 
@@ -55,11 +56,14 @@ def check_share_options(model: object, strategy: object, queues: object) -> list
     if not all(isinstance(q, MessageQueue) for q in wanted):
         raise ConfigError("allocate_queues must be a list of rayq.MessageQueue")
     if (strategy is AllocateStrategy.CONFIG) != bool(wanted):
-        raise ConfigError("allocate_queues goes with allocate_strategy=AllocateStrategy.CONFIG, "
-                          "and only with it")  # fmt: skip
+        raise ConfigError(
+            "allocate_queues goes with allocate_strategy=AllocateStrategy.CONFIG, and only with it"
+        )
     if wanted and model is MessageModel.BROADCASTING:
-        raise ConfigError("a broadcasting consumer reads every queue: allocate_queues and "
-                          "AllocateStrategy.CONFIG go with MessageModel.CLUSTERING")  # fmt: skip
+        raise ConfigError(
+            "a broadcasting consumer reads every queue: allocate_queues and "
+            "AllocateStrategy.CONFIG go with MessageModel.CLUSTERING"
+        )
     return wanted
 
 
@@ -78,8 +82,12 @@ def as_listener(listener: object) -> QueueListener | None:
     )
 
 
-def tell(listener: QueueListener | None, topic: str, all_queues: list[MessageQueue],
-         assigned: list[MessageQueue]) -> None:  # fmt: skip
+def tell(
+    listener: QueueListener | None,
+    topic: str,
+    all_queues: list[MessageQueue],
+    assigned: list[MessageQueue],
+) -> None:
     """Call ``listener``; what it raises is logged, never raised."""
     if listener is None:
         return

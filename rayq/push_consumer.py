@@ -81,16 +81,21 @@ class PushConsumer:
         )
         if max_reconsume_times is DEFAULT_RECONSUME_TIMES:
             max_reconsume_times = -1  # RocketMQ's default (see _DefaultReconsumeTimes)
-        _check(max_reconsume_times.__class__ is int
-               and -1 <= max_reconsume_times <= MAX_RECONSUME_TIMES_MAX,
-               f"max_reconsume_times must be an int in 0..{MAX_RECONSUME_TIMES_MAX}, or -1 "
-               f"for RocketMQ's default, got {max_reconsume_times!r}")  # fmt: skip
+        _check(
+            max_reconsume_times.__class__ is int
+            and -1 <= max_reconsume_times <= MAX_RECONSUME_TIMES_MAX,
+            f"max_reconsume_times must be an int in 0..{MAX_RECONSUME_TIMES_MAX}, or -1 "
+            f"for RocketMQ's default, got {max_reconsume_times!r}",
+        )
         queues = list(allocate_queues or [])
-        _check(all(isinstance(q, MessageQueue) for q in queues),
-               "allocate_queues must be a list of rayq MessageQueue")  # fmt: skip
-        _check((allocate_strategy is AllocateStrategy.CONFIG) == bool(queues),
-               "allocate_queues goes with allocate_strategy=AllocateStrategy.CONFIG, and only "
-               "with it")  # fmt: skip
+        _check(
+            all(isinstance(q, MessageQueue) for q in queues),
+            "allocate_queues must be a list of rayq MessageQueue",
+        )
+        _check(
+            (allocate_strategy is AllocateStrategy.CONFIG) == bool(queues),
+            "allocate_queues goes with allocate_strategy=AllocateStrategy.CONFIG, and only with it",
+        )
         self.group = group
         self.model = model
         self._consume_from = consume_from
@@ -126,8 +131,9 @@ class PushConsumer:
         self._check_setup()
         self._subscriptions.pop(topic, None)
 
-    def register_listener(self, fn: Callable[..., Any], orderly: bool = False, *,
-                          auto_commit: bool = True) -> None:  # fmt: skip
+    def register_listener(
+        self, fn: Callable[..., Any], orderly: bool = False, *, auto_commit: bool = True
+    ) -> None:
         """``fn(list[MessageExt]) -> ConsumeStatus`` (or ``-> ConsumeOrderlyStatus`` with
         ``orderly=True``); it must be picklable: it runs in the Consumer actor. An orderly
         listener with ``auto_commit=False`` commits by returning COMMIT (SUCCESS only
@@ -137,9 +143,11 @@ class PushConsumer:
         _check(callable(fn), f"the listener must be callable, got {type(fn).__name__}")
         _check(isinstance(orderly, bool), f"orderly must be a bool, got {orderly!r}")
         _check(isinstance(auto_commit, bool), f"auto_commit must be a bool, got {auto_commit!r}")
-        _check(orderly or auto_commit,
-               "auto_commit=False is for orderly listeners (orderly=True): a concurrent "
-               "listener's messages are committed as they are consumed")  # fmt: skip
+        _check(
+            orderly or auto_commit,
+            "auto_commit=False is for orderly listeners (orderly=True): a concurrent "
+            "listener's messages are committed as they are consumed",
+        )
         try:
             cloudpickle.dumps(fn)
         except Exception as exc:
@@ -159,13 +167,22 @@ class PushConsumer:
         if self._listener is None:
             raise ClientError("register a listener before start()")
         factory = partial(
-            ConsumeService, group=self.group, client_id=self.client_id,
-            subscriptions=dict(self._subscriptions), listener=self._listener,
-            orderly=self._orderly, auto_commit=self._auto_commit, model=self.model,
-            consume_from=self._consume_from, consume_timestamp_ms=self._consume_timestamp_ms,
-            max_reconsume_times=self._max_reconsume_times, strategy=self._strategy,
-            allocation=self._allocation, config=self._ctx.config, namespace=self._ctx.namespace,
-        )  # fmt: skip
+            ConsumeService,
+            group=self.group,
+            client_id=self.client_id,
+            subscriptions=dict(self._subscriptions),
+            listener=self._listener,
+            orderly=self._orderly,
+            auto_commit=self._auto_commit,
+            model=self.model,
+            consume_from=self._consume_from,
+            consume_timestamp_ms=self._consume_timestamp_ms,
+            max_reconsume_times=self._max_reconsume_times,
+            strategy=self._strategy,
+            allocation=self._allocation,
+            config=self._ctx.config,
+            namespace=self._ctx.namespace,
+        )
         actor = spawn_consumer(factory, self._ctx.namespace, consumer_actor_name(self.client_id))
         try:
             RayReply(actor.start.remote()).result(START_TIMEOUT_S)

@@ -47,8 +47,9 @@ def _filtered(fd: int) -> Iterator[None]:
         return
     os.dup2(write, fd)
     os.close(write)
-    threading.Thread(target=_copy, args=(read, real), name=f"rayq-quiet-fd{fd}",
-                     daemon=True).start()  # fmt: skip
+    threading.Thread(
+        target=_copy, args=(read, real), name=f"rayq-quiet-fd{fd}", daemon=True
+    ).start()
     try:
         yield
     finally:

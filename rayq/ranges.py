@@ -62,8 +62,9 @@ class OffsetRange(msgspec.Struct, frozen=True, order=True):
         return self.end - self.start
 
 
-def queue_bounds(ctx: ClientContext, topic: str,
-                 skip_unavailable: bool = False) -> dict[QueueKey, tuple[int, int]]:  # fmt: skip
+def queue_bounds(
+    ctx: ClientContext, topic: str, skip_unavailable: bool = False
+) -> dict[QueueKey, tuple[int, int]]:
     """(min, max) offset of every readable queue of ``topic``, from its broker.
 
     Raises BrokerUnavailableError when a broker holding ``topic`` died or went silent
@@ -74,8 +75,9 @@ def queue_bounds(ctx: ClientContext, topic: str,
         raise BrokerUnavailableError(
             f"topic {topic!r}: the queues on broker(s) {lost} are unavailable (the broker died "
             "or its node is gone) until it is back; skip_unavailable=True reads the others",
-            broker=lost[0], topic=topic,
-        )  # fmt: skip
+            broker=lost[0],
+            topic=topic,
+        )
     if lost:
         logger.warning("topic %r: skipping the queues of unavailable broker(s) %s", topic, lost)
     brokers = sorted({q.broker_name for q in ctx.read_queues(topic, refresh=True)})
@@ -84,16 +86,25 @@ def queue_bounds(ctx: ClientContext, topic: str,
     return {(b, q): tuple(v) for b, qs in found.items() for q, v in qs.bounds.items()}  # type: ignore[misc]
 
 
-def committed_offsets(ctx: ClientContext, topic: str, group: str,
-                      brokers: set[str]) -> dict[QueueKey, int]:  # fmt: skip
+def committed_offsets(
+    ctx: ClientContext, topic: str, group: str, brokers: set[str]
+) -> dict[QueueKey, int]:
     req = QueryOffsetsRequest(group=group, topic=topic, client_id=ctx.client_id)
-    found = ctx.broker_calls({b: lambda c: c.query_offsets(req) for b in sorted(brokers)},
-                             CALL_TIMEOUT_S)  # fmt: skip
+    found = ctx.broker_calls(
+        {b: lambda c: c.query_offsets(req) for b in sorted(brokers)}, CALL_TIMEOUT_S
+    )
     return {(b, q): o for b, qs in found.items() for q, o in qs.offsets.items()}
 
 
-def resolve(ctx: ClientContext, topic: str, spec: object, bounds: dict[QueueKey, tuple[int, int]],
-            *, default: str, what: str) -> dict[QueueKey, int]:  # fmt: skip
+def resolve(
+    ctx: ClientContext,
+    topic: str,
+    spec: object,
+    bounds: dict[QueueKey, tuple[int, int]],
+    *,
+    default: str,
+    what: str,
+) -> dict[QueueKey, int]:
     """The offset ``spec`` names for every queue in ``bounds`` (clamped to the queue)."""
     lo = {k: v[0] for k, v in bounds.items()}
     hi = {k: v[1] for k, v in bounds.items()}
@@ -104,13 +115,19 @@ def resolve(ctx: ClientContext, topic: str, spec: object, bounds: dict[QueueKey,
     if isinstance(spec, str) and spec.startswith("committed:"):
         group = validate_group(spec.split(":", 1)[1])
         got = committed_offsets(ctx, topic, group, {b for b, _ in bounds})
-        return {k: _clamp(got.get(k, -1), lo[k], hi[k]) if got.get(k, -1) >= 0 else lo[k]
-                for k in bounds}  # fmt: skip
+        return {
+            k: _clamp(got.get(k, -1), lo[k], hi[k]) if got.get(k, -1) >= 0 else lo[k]
+            for k in bounds
+        }
     if isinstance(spec, int) and not isinstance(spec, bool):
         if spec < 0:
             raise InvalidOffsetError(f"{what}: a timestamp must be epoch ms >= 0, got {spec}")
-        asks = {k: lambda c, q=k[1]: c.offset_by_time(OffsetByTimeRequest(
-            topic=topic, queue_id=q, timestamp_ms=spec)) for k in bounds}  # fmt: skip
+        asks = {
+            k: lambda c, q=k[1]: c.offset_by_time(
+                OffsetByTimeRequest(topic=topic, queue_id=q, timestamp_ms=spec)
+            )
+            for k in bounds
+        }
         got = ctx.broker_calls(asks, CALL_TIMEOUT_S)
         return {k: _clamp(got[k].offset, lo[k], hi[k]) for k in bounds}
     if isinstance(spec, Mapping):
@@ -118,8 +135,9 @@ def resolve(ctx: ClientContext, topic: str, spec: object, bounds: dict[QueueKey,
         for queue, offset in spec.items():
             key = _queue_key(queue, bounds, topic, what)
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-                raise InvalidOffsetError(f"{what}: offset of {queue!r} must be an int >= 0, "
-                                         f"got {offset!r}")  # fmt: skip
+                raise InvalidOffsetError(
+                    f"{what}: offset of {queue!r} must be an int >= 0, got {offset!r}"
+                )
             base[key] = _clamp(offset, lo[key], hi[key])
         return base
     raise InvalidOffsetError(
@@ -197,15 +215,21 @@ def check_max(name: str, value: object) -> int:
     return value
 
 
-def plan_ranges(ctx: ClientContext, topic: str, starting: object = "earliest",
-                ending: object = "latest",
-                max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
-                skip_unavailable: bool = False) -> list[OffsetRange]:  # fmt: skip
+def plan_ranges(
+    ctx: ClientContext,
+    topic: str,
+    starting: object = "earliest",
+    ending: object = "latest",
+    max_messages_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION,
+    skip_unavailable: bool = False,
+) -> list[OffsetRange]:
     """The pieces a batch read of ``topic`` covers (see the module docstring)."""
     check_max("max_messages_per_partition", max_messages_per_partition)
     bounds = queue_bounds(ctx, topic, skip_unavailable)
     starts = resolve(ctx, topic, starting, bounds, default="earliest", what="starting")
     ends = resolve(ctx, topic, ending, bounds, default="latest", what="ending")
-    ranges = [OffsetRange(b, q, starts[(b, q)], max(starts[(b, q)], ends[(b, q)]))
-              for b, q in sorted(bounds)]  # fmt: skip
+    ranges = [
+        OffsetRange(b, q, starts[(b, q)], max(starts[(b, q)], ends[(b, q)]))
+        for b, q in sorted(bounds)
+    ]
     return split(ranges, max_messages_per_partition)

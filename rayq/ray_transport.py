@@ -162,8 +162,7 @@ class RayTransport:
         except RayqError:  # the coordinator is restarting: the broker itself, as before
             pass
         if replica != broker_name:
-            logger.warning("broker %s: its master is lost; reading from %s", broker_name,
-                           replica)  # fmt: skip
+            logger.warning("broker %s: its master is lost; reading from %s", broker_name, replica)
             self._replicas[broker_name] = (replica, time.monotonic() + SLAVE_READ_RECHECK_S)
         else:
             self._replicas[broker_name] = (replica, float("inf"))

@@ -70,8 +70,10 @@ def check_sql_brokers(ctx: Any, topic: str, f: TagFilter | SqlFilter) -> None:
         raise InvalidFilterError(
             f"cannot subscribe to {topic!r} with SQL92 filter {f.expression!r}: broker(s) "
             f"{off} do not evaluate SQL92 filters (BrokerConfig.enable_property_filter is "
-            "off); turn it on, or subscribe by tag", topic=topic, brokers=off,
-        )  # fmt: skip
+            "off); turn it on, or subscribe by tag",
+            topic=topic,
+            brokers=off,
+        )
 
 
 __all__ = ["MessageSelector", "check_sql_brokers", "filter_type", "to_filter"]

@@ -65,14 +65,31 @@ logger = logging.getLogger(__name__)
 # Java 17 hides JDK internals Spark and Arrow use; without these, Arrow transfers
 # (mapInArrow, ray.data.from_spark) fail with InaccessibleObjectException.
 JAVA17_OPTIONS = " ".join(
-    [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
-        "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
-        "java.math", "java.text", "java.util", "java.util.concurrent",
-        "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs", "sun.security.action",
-        "sun.util.calendar")]
-    + ["--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
-       "-Dio.netty.tryReflectionSetAccessible=true"]
-)  # fmt: skip
+    [
+        f"--add-opens=java.base/{p}=ALL-UNNAMED"
+        for p in (
+            "java.lang",
+            "java.lang.invoke",
+            "java.lang.reflect",
+            "java.io",
+            "java.net",
+            "java.nio",
+            "java.math",
+            "java.text",
+            "java.util",
+            "java.util.concurrent",
+            "java.util.concurrent.atomic",
+            "sun.nio.ch",
+            "sun.nio.cs",
+            "sun.security.action",
+            "sun.util.calendar",
+        )
+    ]
+    + [
+        "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+        "-Dio.netty.tryReflectionSetAccessible=true",
+    ]
+)
 JAVA_OPTION_KEYS = (
     "spark.ray.raydp_app_master.extraJavaOptions",
     "spark.driver.extraJavaOptions",
@@ -114,10 +131,12 @@ def session(
     for name, n in (("num_executors", num_executors), ("executor_cores", executor_cores)):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"{name} must be an int >= 1, got {n!r}")
-    conf = {"spark.sql.execution.arrow.pyspark.enabled": "true",
-            "spark.sql.session.timeZone": "UTC",
-            "spark.ui.showConsoleProgress": "false",  # no progress bars over the output
-            **(configs or {})}  # fmt: skip
+    conf = {
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",  # no progress bars over the output
+        **(configs or {}),
+    }
     for key in JAVA_OPTION_KEYS:
         conf[key] = f"{conf[key]} {JAVA17_OPTIONS}" if conf.get(key) else JAVA17_OPTIONS
     source = spark_jar.jar()  # rayq's Spark source and sink (None: no JDK to build them)
@@ -158,17 +177,22 @@ def spark_schema() -> Any:
     from pyspark.sql import types as T
 
     s = T.StringType()
-    return T.StructType([
-        T.StructField("topic", s), T.StructField("broker", s),
-        T.StructField("queue_id", T.IntegerType()), T.StructField("queue_offset", T.LongType()),
-        T.StructField("msg_id", s), T.StructField("tags", s),
-        T.StructField("keys", T.ArrayType(s)),
-        T.StructField("body", T.BinaryType(), nullable=False),  # write skips its null check
-        T.StructField("properties", T.MapType(s, s)),
-        T.StructField("born_timestamp", T.TimestampType()),
-        T.StructField("store_timestamp", T.TimestampType()),
-        T.StructField("reconsume_times", T.IntegerType()),
-    ])  # fmt: skip
+    return T.StructType(
+        [
+            T.StructField("topic", s),
+            T.StructField("broker", s),
+            T.StructField("queue_id", T.IntegerType()),
+            T.StructField("queue_offset", T.LongType()),
+            T.StructField("msg_id", s),
+            T.StructField("tags", s),
+            T.StructField("keys", T.ArrayType(s)),
+            T.StructField("body", T.BinaryType(), nullable=False),  # write skips its null check
+            T.StructField("properties", T.MapType(s, s)),
+            T.StructField("born_timestamp", T.TimestampType()),
+            T.StructField("store_timestamp", T.TimestampType()),
+            T.StructField("reconsume_times", T.IntegerType()),
+        ]
+    )
 
 
 def _arrow_schema_of(schema: Any) -> pa.Schema:
@@ -250,27 +274,41 @@ def _through_jvm(spark: Any, credentials: Credentials | None) -> bool:
     return credentials is None and has_source(spark)
 
 
-def _source_df(spark: Any, topic: str, tasks: list[list[OffsetRange]], namespace: str,
-               page_bytes: int) -> Any:  # fmt: skip
+def _source_df(
+    spark: Any, topic: str, tasks: list[list[OffsetRange]], namespace: str, page_bytes: int
+) -> Any:
     """The tasks' messages through rayq's Spark source (rayq/jvm): Spark prunes the columns
     a query does not use, and the executors' JVMs call the brokers (no Python tasks)."""
     # by actor name: the page readers of the replica serving each broker's reads now (a
     # slave while its master is lost, as the Python tasks' reads do), task i reading
     # from reader i of each (actors/page_reader.py)
     readers = {b: page_readers(namespace, b) for b in {r.broker for task in tasks for r in task}}
-    plan = [[[readers[r.broker][i % len(readers[r.broker])], r.queue_id, r.start, r.end]
-             for r in task] for i, task in enumerate(tasks)]  # fmt: skip
-    options = {"namespace": namespace, "topic": topic, "page_bytes": str(page_bytes),
-               "tasks": json.dumps(plan)}  # fmt: skip
+    plan = [
+        [[readers[r.broker][i % len(readers[r.broker])], r.queue_id, r.start, r.end] for r in task]
+        for i, task in enumerate(tasks)
+    ]
+    options = {
+        "namespace": namespace,
+        "topic": topic,
+        "page_bytes": str(page_bytes),
+        "tasks": json.dumps(plan),
+    }
     return (
         spark.read.format(spark_jar.SOURCE_CLASS).schema(spark_schema()).options(**options).load()
     )
 
 
-def read(spark: Any, topic: str, starting: object = "earliest", ending: object = "latest", *,
-         max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
-         skip_unavailable: bool = False, namespace: str | None = None,
-         config: ClientConfig | None = None) -> Any:  # fmt: skip
+def read(
+    spark: Any,
+    topic: str,
+    starting: object = "earliest",
+    ending: object = "latest",
+    *,
+    max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
+    skip_unavailable: bool = False,
+    namespace: str | None = None,
+    config: ClientConfig | None = None,
+) -> Any:
     """The messages of ``topic`` between ``starting`` and ``ending`` as a DataFrame
     (columns: topic, broker, queue_id, queue_offset, msg_id, tags, keys, body,
     properties, born_timestamp, store_timestamp, reconsume_times). Offset specs are
@@ -281,18 +319,30 @@ def read(spark: Any, topic: str, starting: object = "earliest", ending: object =
     every task's reads."""
     validate_topic(topic)
     ctx = ClientContext(config, namespace)
-    ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition,
-                         skip_unavailable)  # fmt: skip
-    return ranges_df(spark, topic, ranges, ctx.namespace, credentials=ctx.config.credentials,
-                     max_messages_per_partition=max_messages_per_partition)  # fmt: skip
+    ranges = plan_ranges(ctx, topic, starting, ending, max_messages_per_partition, skip_unavailable)
+    return ranges_df(
+        spark,
+        topic,
+        ranges,
+        ctx.namespace,
+        credentials=ctx.config.credentials,
+        max_messages_per_partition=max_messages_per_partition,
+    )
 
 
-def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any],
-           trigger_interval: float = 1.0, max_messages_per_trigger: int = 100_000, *,
-           starting: object = "latest",
-           max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
-           namespace: str | None = None, config: ClientConfig | None = None,
-           ) -> StreamingQuery:  # fmt: skip
+def stream(
+    spark: Any,
+    topic: str,
+    group: str,
+    process: Callable[[Any, int], Any],
+    trigger_interval: float = 1.0,
+    max_messages_per_trigger: int = 100_000,
+    *,
+    starting: object = "latest",
+    max_messages_per_partition: int = MAX_MESSAGES_PER_PARTITION,
+    namespace: str | None = None,
+    config: ClientConfig | None = None,
+) -> StreamingQuery:
     """Start a micro-batch query: every ``trigger_interval`` seconds, up to
     ``max_messages_per_trigger`` new messages as one DataFrame to ``process(df, batch_id)``
     (read when ``process`` runs an action on it, in partitions as ``read`` makes them: one
@@ -309,20 +359,41 @@ def stream(spark: Any, topic: str, group: str, process: Callable[[Any, int], Any
 
     def run_batch(ranges: list[OffsetRange], batch_id: int) -> None:
         # A small batch is one partition (a task's start costs more than its reads).
-        df = ranges_df(spark, topic, ranges, ns, credentials=credentials,
-                       max_messages_per_partition=max_messages_per_partition)  # fmt: skip
+        df = ranges_df(
+            spark,
+            topic,
+            ranges,
+            ns,
+            credentials=credentials,
+            max_messages_per_partition=max_messages_per_partition,
+        )
         process(df, batch_id)
 
-    query = StreamingQuery(topic, group, run_batch, trigger_interval=trigger_interval,
-                           max_messages_per_trigger=max_messages_per_trigger,
-                           starting=starting, namespace=ns, config=config)  # fmt: skip
+    query = StreamingQuery(
+        topic,
+        group,
+        run_batch,
+        trigger_interval=trigger_interval,
+        max_messages_per_trigger=max_messages_per_trigger,
+        starting=starting,
+        namespace=ns,
+        config=config,
+    )
     return query.start()
 
 
-def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = None,
-          tags_col: str | None = None, properties_col: str | None = None, *,
-          group: str = "rayq-spark-writer", namespace: str | None = None,
-          config: ClientConfig | None = None) -> int:  # fmt: skip
+def write(
+    df: Any,
+    topic: str,
+    body_col: str = "body",
+    keys_col: str | None = None,
+    tags_col: str | None = None,
+    properties_col: str | None = None,
+    *,
+    group: str = "rayq-spark-writer",
+    namespace: str | None = None,
+    config: ClientConfig | None = None,
+) -> int:
     """Send every row of ``df`` to ``topic``; returns the number of rows written.
 
     ``body_col`` is binary or string; ``keys_col`` string (space-separated) or
@@ -333,8 +404,12 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
     validate_topic(topic)
     validate_group(group)
     cols = Columns(body_col, keys_col, tags_col, properties_col)
-    for arg, name in (("body_col", body_col), ("keys_col", keys_col), ("tags_col", tags_col),
-                      ("properties_col", properties_col)):  # fmt: skip
+    for arg, name in (
+        ("body_col", body_col),
+        ("keys_col", keys_col),
+        ("tags_col", tags_col),
+        ("properties_col", properties_col),
+    ):
         if name is not None and not isinstance(name, str):
             raise InvalidMessageError(f"{arg} must be a column name, got {name!r}")
     check_columns(_arrow_schema_of(df.schema), cols)
@@ -353,14 +428,23 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
 
     if _through_jvm(df.sparkSession, credentials):
         nodes = _broker_nodes(ctx)
-        plan = [[broker_actor_name(broker), qid, nodes.get(broker, "")]
-                for broker, qid in targets]  # fmt: skip
-        options = {"namespace": ns, "topic": topic, "group": group, "write_id": write_id,
-                   "targets": json.dumps(plan), "put_bytes": str(JVM_PUT_BYTES),
-                   "rows_dir": SHARED_DIR if os.path.isdir(SHARED_DIR) else "",
-                   "in_flight": str(MAX_PUTS_IN_FLIGHT), "attempts": str(PUT_ATTEMPTS),
-                   **{role: name for role, name in msgspec.structs.asdict(cols).items()
-                      if name is not None}}  # fmt: skip
+        plan = [[broker_actor_name(broker), qid, nodes.get(broker, "")] for broker, qid in targets]
+        options = {
+            "namespace": ns,
+            "topic": topic,
+            "group": group,
+            "write_id": write_id,
+            "targets": json.dumps(plan),
+            "put_bytes": str(JVM_PUT_BYTES),
+            "rows_dir": SHARED_DIR if os.path.isdir(SHARED_DIR) else "",
+            "in_flight": str(MAX_PUTS_IN_FLIGHT),
+            "attempts": str(PUT_ATTEMPTS),
+            **{
+                role: name
+                for role, name in msgspec.structs.asdict(cols).items()
+                if name is not None
+            },
+        }
         return _raising_task_errors(lambda: _sink_write(df.select(*needed), options))
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -369,8 +453,17 @@ def write(df: Any, topic: str, body_col: str = "body", keys_col: str | None = No
         ensure_ray(address, ns)
         part = TaskContext.get().partitionId()
         broker, qid = targets[part % len(targets)]
-        n = write_batches(batches, topic, broker, qid, f"spark-{write_id}-{part}", cols, ns,
-                          group, credentials=credentials)  # fmt: skip
+        n = write_batches(
+            batches,
+            topic,
+            broker,
+            qid,
+            f"spark-{write_id}-{part}",
+            cols,
+            ns,
+            group,
+            credentials=credentials,
+        )
         yield pa.RecordBatch.from_pydict({"rows": [n]}, schema=pa.schema([("rows", pa.int64())]))
 
     def run() -> int:

@@ -83,8 +83,7 @@ def jar() -> Path | None:
     try:
         return _build(sources, target, javac)
     except (OSError, subprocess.SubprocessError) as exc:
-        logger.warning("could not build rayq's Spark source; Spark reads use Python tasks: %s",
-                       exc)  # fmt: skip
+        logger.warning("could not build rayq's Spark source; Spark reads use Python tasks: %s", exc)
         return None
 
 

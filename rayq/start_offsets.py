@@ -24,18 +24,22 @@ from rayq.store.errors import ConfigError
 DEFAULT_CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # RocketMQ's consumeTimestamp default
 
 
-def check_start_options(consume_from: object, consume_timestamp_ms: object, config: object,
-                        namespace: object) -> int:  # fmt: skip
+def check_start_options(
+    consume_from: object, consume_timestamp_ms: object, config: object, namespace: object
+) -> int:
     """Check what pull and push consumers share (ConfigError); the start timestamp that
     ``consume_timestamp_ms`` means (None: half an hour ago, RocketMQ's default)."""
     if not isinstance(consume_from, ConsumeFromWhere):
         raise ConfigError(f"consume_from must be a ConsumeFromWhere, got {consume_from!r}")
     if consume_timestamp_ms is not None and (
-        not isinstance(consume_timestamp_ms, int) or isinstance(consume_timestamp_ms, bool)
+        not isinstance(consume_timestamp_ms, int)
+        or isinstance(consume_timestamp_ms, bool)
         or consume_timestamp_ms < 0
-    ):  # fmt: skip
-        raise ConfigError(f"consume_timestamp_ms must be an int >= 0 (ms since the epoch), "
-                          f"got {consume_timestamp_ms!r}")  # fmt: skip
+    ):
+        raise ConfigError(
+            f"consume_timestamp_ms must be an int >= 0 (ms since the epoch), "
+            f"got {consume_timestamp_ms!r}"
+        )
     if config is not None and not isinstance(config, ClientConfig):
         raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
     if namespace is not None and (not isinstance(namespace, str) or not namespace):
@@ -45,39 +49,57 @@ def check_start_options(consume_from: object, consume_timestamp_ms: object, conf
     return consume_timestamp_ms  # type: ignore[return-value]
 
 
-def committed_offsets(ctx: ClientContext, group: str,
-                      mqs: list[MessageQueue]) -> dict[MessageQueue, int]:  # fmt: skip
+def committed_offsets(
+    ctx: ClientContext, group: str, mqs: list[MessageQueue]
+) -> dict[MessageQueue, int]:
     """The group's committed offsets of ``mqs`` (queues without one are left out)."""
     pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
-    found = ctx.broker_calls({
-        p: (lambda b, t=p[1]: b.query_offsets(QueryOffsetsRequest(group=group, topic=t,
-                                                                  client_id=ctx.client_id)))
-        for p in pairs
-    })  # fmt: skip
-    return {mq: found[(mq.broker_name, mq.topic)].offsets[mq.queue_id] for mq in mqs
-            if mq.queue_id in found[(mq.broker_name, mq.topic)].offsets}  # fmt: skip
+    found = ctx.broker_calls(
+        {
+            p: (
+                lambda b, t=p[1]: b.query_offsets(
+                    QueryOffsetsRequest(group=group, topic=t, client_id=ctx.client_id)
+                )
+            )
+            for p in pairs
+        }
+    )
+    return {
+        mq: found[(mq.broker_name, mq.topic)].offsets[mq.queue_id]
+        for mq in mqs
+        if mq.queue_id in found[(mq.broker_name, mq.topic)].offsets
+    }
 
 
 def queue_ends(ctx: ClientContext, mqs: list[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
     """(min offset, max offset) of each queue, from their brokers."""
     pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
-    stats = ctx.broker_calls({p: (lambda b, t=p[1]: b.topic_stats(TopicRequest(topic=t)))
-                              for p in pairs})  # fmt: skip
+    stats = ctx.broker_calls(
+        {p: (lambda b, t=p[1]: b.topic_stats(TopicRequest(topic=t))) for p in pairs}
+    )
     ends = {q.queue: (q.min_offset, q.max_offset) for per in stats.values() for q in per.queues}
     return {mq: ends.get(mq, (0, 0)) for mq in mqs}
 
 
-def fresh_start_offsets(ctx: ClientContext, mqs: list[MessageQueue], consume_from: ConsumeFromWhere,
-                        timestamp_ms: int) -> dict[MessageQueue, int]:  # fmt: skip
+def fresh_start_offsets(
+    ctx: ClientContext, mqs: list[MessageQueue], consume_from: ConsumeFromWhere, timestamp_ms: int
+) -> dict[MessageQueue, int]:
     """Where each of ``mqs`` (queues without a committed offset) starts."""
     if not mqs:
         return {}
     if consume_from is ConsumeFromWhere.TIMESTAMP:
-        found = ctx.broker_calls({
-            (mq.broker_name, mq): (lambda b, mq=mq: b.offset_by_time(OffsetByTimeRequest(
-                topic=mq.topic, queue_id=mq.queue_id, timestamp_ms=timestamp_ms)))
-            for mq in mqs
-        })  # fmt: skip
+        found = ctx.broker_calls(
+            {
+                (mq.broker_name, mq): (
+                    lambda b, mq=mq: b.offset_by_time(
+                        OffsetByTimeRequest(
+                            topic=mq.topic, queue_id=mq.queue_id, timestamp_ms=timestamp_ms
+                        )
+                    )
+                )
+                for mq in mqs
+            }
+        )
         return {mq: reply.offset for (_, mq), reply in found.items()}
     side = 0 if consume_from is ConsumeFromWhere.FIRST_OFFSET else 1
     return {mq: ends[side] for mq, ends in queue_ends(ctx, mqs).items()}

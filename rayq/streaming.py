@@ -82,17 +82,26 @@ def share(backlogs: dict[Any, int], budget: int) -> dict[Any, int]:
 class StreamingQuery:
     """A running micro-batch query; ``stop()``, ``await_termination()``, ``last_progress``."""
 
-    def __init__(self, topic: str, group: str, run_batch: RunBatch, *,
-                 trigger_interval: float = 1.0, max_messages_per_trigger: int = 100_000,
-                 starting: object = "latest", namespace: str | None = None,
-                 config: ClientConfig | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        topic: str,
+        group: str,
+        run_batch: RunBatch,
+        *,
+        trigger_interval: float = 1.0,
+        max_messages_per_trigger: int = 100_000,
+        starting: object = "latest",
+        namespace: str | None = None,
+        config: ClientConfig | None = None,
+    ) -> None:
         self.topic = validate_topic(topic)
         self.group = validate_group(group)
         if not isinstance(trigger_interval, int | float) or not trigger_interval >= 0:
             raise ConfigError(f"trigger_interval must be seconds >= 0, got {trigger_interval!r}")
         self.trigger_interval = float(trigger_interval)
-        self.max_messages_per_trigger = check_max("max_messages_per_trigger",
-                                                  max_messages_per_trigger)  # fmt: skip
+        self.max_messages_per_trigger = check_max(
+            "max_messages_per_trigger", max_messages_per_trigger
+        )
         self.starting = starting
         self.run_batch = run_batch
         self.ctx = ClientContext(config, namespace)
@@ -108,8 +117,9 @@ class StreamingQuery:
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> StreamingQuery:
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"rayq-stream-{self.group}-{self.topic}")  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._loop, daemon=True, name=f"rayq-stream-{self.group}-{self.topic}"
+        )
         self._thread.start()
         return self
 
@@ -148,8 +158,12 @@ class StreamingQuery:
                         break
                     self.run_once(bounds)
                 except BrokerUnavailableError as exc:  # planning or commit: try next trigger
-                    logger.warning("streaming query %s/%s: %s; retrying at the next trigger",
-                                   self.group, self.topic, exc)  # fmt: skip
+                    logger.warning(
+                        "streaming query %s/%s: %s; retrying at the next trigger",
+                        self.group,
+                        self.topic,
+                        exc,
+                    )
                     self._ahead = None
                 if self._ahead is None:  # no batch ran: plan again at the next trigger
                     self._stop.wait(max(0.0, self.trigger_interval - (time.monotonic() - started)))
@@ -199,14 +213,23 @@ class StreamingQuery:
             ranges = [msgspec.convert(r, OffsetRange) for r in found.ranges]
             state = {committed.get((r.broker, r.queue_id), -1) == r.committed for r in ranges}
             if state == {True}:
-                logger.warning("streaming %s/%s: re-running batch %d with its planned ranges",
-                               self.group, self.topic, batch_id)  # fmt: skip
-                lag = sum(max(0, bounds.get((r.broker, r.queue_id), (0, 0))[1] - r.end)
-                          for r in ranges)  # fmt: skip
+                logger.warning(
+                    "streaming %s/%s: re-running batch %d with its planned ranges",
+                    self.group,
+                    self.topic,
+                    batch_id,
+                )
+                lag = sum(
+                    max(0, bounds.get((r.broker, r.queue_id), (0, 0))[1] - r.end) for r in ranges
+                )
                 return Plan(batch_id, ranges, rerun=True, lag=lag)
             if any(committed.get((r.broker, r.queue_id), -1) != r.end for r in ranges):
-                logger.warning("streaming %s/%s: offsets moved since batch %d was planned; "
-                               "planning anew", self.group, self.topic, batch_id)  # fmt: skip
+                logger.warning(
+                    "streaming %s/%s: offsets moved since batch %d was planned; planning anew",
+                    self.group,
+                    self.topic,
+                    batch_id,
+                )
             self._finish(batch_id)
         return self._new_plan(bounds, committed)
 
@@ -216,8 +239,11 @@ class StreamingQuery:
         # "latest" would move ahead at every trigger until a batch commits).
         new = {k: v for k, v in bounds.items() if k not in self._initial}
         if new:
-            self._initial.update(resolve_spec(self.ctx, self.topic, self.starting, new,
-                                              default="latest", what="starting"))  # fmt: skip
+            self._initial.update(
+                resolve_spec(
+                    self.ctx, self.topic, self.starting, new, default="latest", what="starting"
+                )
+            )
         initial = self._initial
         starts = {}
         for key, (lo, hi) in bounds.items():
@@ -225,12 +251,16 @@ class StreamingQuery:
             starts[key] = min(max(c, lo), hi) if c >= 0 else initial[key]
         backlog = {k: bounds[k][1] - starts[k] for k in bounds}
         take = share(backlog, self.max_messages_per_trigger)
-        ranges = [OffsetRange(k[0], k[1], starts[k], starts[k] + take[k], committed.get(k, -1))
-                  for k in sorted(bounds) if take[k] > 0]  # fmt: skip
+        ranges = [
+            OffsetRange(k[0], k[1], starts[k], starts[k] + take[k], committed.get(k, -1))
+            for k in sorted(bounds)
+            if take[k] > 0
+        ]
         if not ranges:
             return None
-        req = RecordStreamPlanRequest(group=self.group, topic=self.topic, ranges=ranges,
-                                      client_id=self.ctx.client_id)  # fmt: skip
+        req = RecordStreamPlanRequest(
+            group=self.group, topic=self.topic, ranges=ranges, client_id=self.ctx.client_id
+        )
         batch_id = self.ctx.coordinator.record_stream_plan(req).result(self.ctx.timeout_s).batch_id
         return Plan(batch_id, ranges, lag=sum(backlog.values()) - sum(take.values()))
 
@@ -238,8 +268,9 @@ class StreamingQuery:
         return StreamPlanRequest(group=self.group, topic=self.topic, client_id=self.ctx.client_id)
 
     def _finish(self, batch_id: int) -> None:
-        req = FinishStreamPlanRequest(group=self.group, topic=self.topic, batch_id=batch_id,
-                                      client_id=self.ctx.client_id)  # fmt: skip
+        req = FinishStreamPlanRequest(
+            group=self.group, topic=self.topic, batch_id=batch_id, client_id=self.ctx.client_id
+        )
         self.ctx.coordinator.finish_stream_plan(req).result(self.ctx.timeout_s)
 
     def commit(self, plan: Plan) -> None:
@@ -248,18 +279,27 @@ class StreamingQuery:
         for r in plan.ranges:
             expected, new = by_broker.setdefault(r.broker, ({}, {}))
             expected[r.queue_id], new[r.queue_id] = r.committed, r.end
-        ok = self.ctx.broker_calls({
-            b: lambda c, e=e, n=n: c.compare_and_set_offsets(CompareAndSetOffsetsRequest(
-                group=self.group, topic=self.topic, expected=e, offsets=n,
-                client_id=self.ctx.client_id))
-            for b, (e, n) in by_broker.items()
-        })  # fmt: skip
+        ok = self.ctx.broker_calls(
+            {
+                b: lambda c, e=e, n=n: c.compare_and_set_offsets(
+                    CompareAndSetOffsetsRequest(
+                        group=self.group,
+                        topic=self.topic,
+                        expected=e,
+                        offsets=n,
+                        client_id=self.ctx.client_id,
+                    )
+                )
+                for b, (e, n) in by_broker.items()
+            }
+        )
         if not all(d.existed for d in ok.values()):
             raise BrokenError(
                 f"the offsets of group {self.group!r} on topic {self.topic!r} changed while batch "
                 f"{plan.batch_id} ran (another query of the group, or a reset); stopping",
-                group=self.group, topic=self.topic,
-            )  # fmt: skip
+                group=self.group,
+                topic=self.topic,
+            )
         try:
             self._finish(plan.batch_id)
         except RayqError as exc:  # committed: the next plan sees the batch is done
@@ -276,16 +316,23 @@ def progress(plan: Plan | None, t0: float, t1: float, t2: float, t3: float) -> d
     rows = sum(r.count for r in plan.ranges) if plan is not None else 0
     total = t3 - t0
     now_ms = time.time_ns() // 1_000_000
-    durations = {"plan": ms(t0, t1), "process": ms(t1, t2), "commit": ms(t2, t3),
-                 "total": ms(t0, t3)}  # fmt: skip
+    durations = {
+        "plan": ms(t0, t1),
+        "process": ms(t1, t2),
+        "commit": ms(t2, t3),
+        "total": ms(t0, t3),
+    }
     return {
         "batchId": plan.batch_id if plan is not None else None,
         "numInputRows": rows,
         "inputRowsPerSecond": round(rows / total, 1) if total > 0 else 0.0,
         "processedRowsPerSecond": round(rows / (t2 - t1), 1) if t2 > t1 else 0.0,
-        "durationMs": {"latestOffset": durations["plan"], "addBatch": durations["process"],
-                       "commitOffsets": durations["commit"],
-                       "triggerExecution": durations["total"]},
+        "durationMs": {
+            "latestOffset": durations["plan"],
+            "addBatch": durations["process"],
+            "commitOffsets": durations["commit"],
+            "triggerExecution": durations["total"],
+        },
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_ms / 1000))
         + f".{now_ms % 1000:03d}Z",
         "lag": plan.lag if plan is not None else 0,
@@ -294,7 +341,7 @@ def progress(plan: Plan | None, t0: float, t1: float, t2: float, t3: float) -> d
         "rerun": plan.rerun if plan is not None else False,
         "timestamp_ms": now_ms,
         "durations_ms": durations,
-    }  # fmt: skip
+    }
 
 
 __all__ = ["StreamingQuery", "progress", "share"]

@@ -169,8 +169,13 @@ class FakeReply(Reply[T]):
 class _Held:
     """A held pull: the queues it waits on (and beyond which offset), how to answer."""
 
-    def __init__(self, broker: str, beyond: dict[tuple[str, int], int],
-                 again: Callable[[], Any], timeout_answer: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        broker: str,
+        beyond: dict[tuple[str, int], int],
+        again: Callable[[], Any],
+        timeout_answer: Any,
+    ) -> None:
         self.broker = broker
         self.beyond = beyond
         self.again = again
@@ -229,13 +234,19 @@ class FakeCluster:
         with self._lock:
             self.stopped.pop(broker_name, None)
 
-    def fail_next(self, broker_name: str, method: str, exc: BaseException | type[BaseException],
-                  times: int = 1) -> None:  # fmt: skip
+    def fail_next(
+        self,
+        broker_name: str,
+        method: str,
+        exc: BaseException | type[BaseException],
+        times: int = 1,
+    ) -> None:
         """The next ``times`` calls of ``method`` on the broker raise ``exc`` (an instance,
         or a class made with a message). Hold calls are ``"hold.pull"``/``"hold.pull_many"``."""
         self.server(broker_name)
-        error = exc(f"injected by fail_next({broker_name}, {method})") if isinstance(
-            exc, type) else exc  # fmt: skip
+        error = (
+            exc(f"injected by fail_next({broker_name}, {method})") if isinstance(exc, type) else exc
+        )
         with self._lock:
             self._failures.setdefault((broker_name, method), []).extend([error] * times)
 
@@ -293,8 +304,9 @@ class FakeCluster:
         if self._closed:
             return BrokerUnavailableError("the fake cluster is closed")
         if broker_name in self.stopped:
-            return BrokerUnavailableError(f"broker {broker_name} is not reachable (stopped)",
-                                          broker=broker_name)  # fmt: skip
+            return BrokerUnavailableError(
+                f"broker {broker_name} is not reachable (stopped)", broker=broker_name
+            )
         pending = self._failures.get((broker_name, method))
         if pending:
             return pending.pop(0)
@@ -365,8 +377,9 @@ class FakeCluster:
             if held is not None:
                 self._held.append(held)
                 held.reply._on_cancel = lambda h=held: self._unhold(h)
-                held.timer = threading.Timer(srv.config.hold_s(req.suspend_ms),
-                                             self._timeout, args=(held,))  # fmt: skip
+                held.timer = threading.Timer(
+                    srv.config.hold_s(req.suspend_ms), self._timeout, args=(held,)
+                )
                 held.timer.daemon = True
                 held.timer.start()
                 return held.reply
@@ -470,8 +483,13 @@ class FakeCluster:
 
     def _coordinator_lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
         topic = req.topic
-        return NamesReply(names=sorted(b for b, kept in self.stopped.items() if not kept and (
-            topic is None or topic in self.servers[b].tables.topics)))  # fmt: skip
+        return NamesReply(
+            names=sorted(
+                b
+                for b, kept in self.stopped.items()
+                if not kept and (topic is None or topic in self.servers[b].tables.topics)
+            )
+        )
 
     def _coordinator_group_share(self, req: GroupShareRequest) -> ShareReply:
         route = self.route_table().route(req.topic)
@@ -531,8 +549,9 @@ class FakeTransport:
 
     def _known(self, broker_name: str) -> None:
         if broker_name not in self.cluster.servers:
-            raise BrokerUnavailableError(f"actor rayq-broker-{broker_name} is not running",
-                                         broker=broker_name)  # fmt: skip
+            raise BrokerUnavailableError(
+                f"actor rayq-broker-{broker_name} is not running", broker=broker_name
+            )
 
 
 # ---------------------------------------------------------- consume-service tests
@@ -541,8 +560,9 @@ _FIRST_OFFSET = protocol.ConsumeFromWhere.FIRST_OFFSET
 WAIT_S = 20.0  # ``until``'s default: generous, what a test waits for (never a figure)
 
 
-def fill_topic(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x",
-               batch: int = 100) -> None:  # fmt: skip
+def fill_topic(
+    cluster: FakeCluster, topic: str, n: int, body: bytes = b"x", batch: int = 100
+) -> None:
     """Send ``n`` messages with ``body`` to ``topic`` through the fake, ``batch`` per send."""
     from rayq.producer import Producer
     from rayq.store import Message
@@ -552,12 +572,20 @@ def fill_topic(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x",
             producer.send_batch([Message(topic, body)] * min(batch, n - start))
 
 
-def consume_service(cluster: FakeCluster, listener: Callable[..., Any], *, group: str,
-                    topic: str, client_id: str = "c1", orderly: bool = False,
-                    model: protocol.MessageModel = _CLUSTERING,
-                    consume_from: protocol.ConsumeFromWhere = _FIRST_OFFSET,
-                    max_reconsume_times: int = -1, auto_commit: bool = True,
-                    config: Any = None) -> Any:  # fmt: skip
+def consume_service(
+    cluster: FakeCluster,
+    listener: Callable[..., Any],
+    *,
+    group: str,
+    topic: str,
+    client_id: str = "c1",
+    orderly: bool = False,
+    model: protocol.MessageModel = _CLUSTERING,
+    consume_from: protocol.ConsumeFromWhere = _FIRST_OFFSET,
+    max_reconsume_times: int = -1,
+    auto_commit: bool = True,
+    config: Any = None,
+) -> Any:
     """A push consumer's ``ConsumeService`` on the fake transport, subscribed to ``topic``
     (client logic tests drive it without Ray: ``open``, ``assign``, ``commit``...)."""
     from rayq.actors.config import ClientConfig
@@ -565,12 +593,22 @@ def consume_service(cluster: FakeCluster, listener: Callable[..., Any], *, group
     from rayq.consume_service import ConsumeService
 
     return ConsumeService(
-        group=group, client_id=client_id, subscriptions={topic: "*"}, listener=listener,
-        orderly=orderly, model=model, consume_from=consume_from, consume_timestamp_ms=0,
-        max_reconsume_times=max_reconsume_times, strategy=AllocateStrategy.AVERAGELY,
-        allocation=[], config=config or ClientConfig(), namespace="rayq-fake",
-        transport=FakeTransport(cluster), auto_commit=auto_commit,
-    )  # fmt: skip
+        group=group,
+        client_id=client_id,
+        subscriptions={topic: "*"},
+        listener=listener,
+        orderly=orderly,
+        model=model,
+        consume_from=consume_from,
+        consume_timestamp_ms=0,
+        max_reconsume_times=max_reconsume_times,
+        strategy=AllocateStrategy.AVERAGELY,
+        allocation=[],
+        config=config or ClientConfig(),
+        namespace="rayq-fake",
+        transport=FakeTransport(cluster),
+        auto_commit=auto_commit,
+    )
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:

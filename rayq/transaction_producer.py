@@ -107,14 +107,26 @@ class TransactionProducer(Producer):
             raise ConfigError(
                 f"listener {listener!r} must have execute_local_transaction(msg, arg) and "
                 "check_local_transaction(msg) methods, each returning a "
-                "rayq.TransactionStatus")  # fmt: skip
-        super().__init__(group, config=config, send_timeout_ms=send_timeout_ms,
-                         retries=retries, namespace=namespace, transport=transport)  # fmt: skip
+                "rayq.TransactionStatus"
+            )
+        super().__init__(
+            group,
+            config=config,
+            send_timeout_ms=send_timeout_ms,
+            retries=retries,
+            namespace=namespace,
+            transport=transport,
+        )
         self.listener = listener
-        self._halves = _HalfSender(group, self._sender.policy, self._live_context,
-                                   self._routes, max_body_bytes=self.config.max_message_size_bytes,
-                                   max_properties_bytes=V.MAX_PROPERTIES_BYTES,
-                                   batch_max_bytes=self.config.batch_max_bytes)  # fmt: skip
+        self._halves = _HalfSender(
+            group,
+            self._sender.policy,
+            self._live_context,
+            self._routes,
+            max_body_bytes=self.config.max_message_size_bytes,
+            max_properties_bytes=V.MAX_PROPERTIES_BYTES,
+            batch_max_bytes=self.config.batch_max_bytes,
+        )
         self._half_ids = Idempotence(self.client_id)
         self._stop = threading.Event()
         self._checker: threading.Thread | None = None
@@ -157,26 +169,34 @@ class TransactionProducer(Producer):
         if isinstance(msg, Message) and (msg.delay_level or msg.deliver_at_ms is not None):
             raise InvalidMessageError(
                 "a transactional message cannot be delayed: send it without delay_level "
-                "or deliver_at_ms")  # fmt: skip
+                "or deliver_at_ms"
+            )
         inner = self._prepare(msg, {P.TRANSACTION_PREPARED: "true"})
         self.start()
         queue = self._routes.pick(inner.topic)
         with self._half_ids.sequenced(queue, [inner]) as seq:
-            put = Put(queue, seq.msgs, fixed=_HALF, producer_id=seq.producer_id,
-                      first_sequence=seq.first_sequence)  # fmt: skip
+            put = Put(
+                queue,
+                seq.msgs,
+                fixed=_HALF,
+                producer_id=seq.producer_id,
+                first_sequence=seq.first_sequence,
+            )
             res = self._halves.send(put)
         half = results(queue, res)[0]
         decoded = decode_offset_msg_id(half.offset_msg_id)
         key = decoded[1] if decoded is not None else -1
         if half.status is not SendStatus.SEND_OK:
-            logger.warning("half message %s stored with status %s: rolled back",
-                           half.msg_id, half.status.value)  # fmt: skip
+            logger.warning(
+                "half message %s stored with status %s: rolled back", half.msg_id, half.status.value
+            )
             state = TransactionStatus.ROLLBACK
         else:
             state = self._ask(self.listener.execute_local_transaction, msg, arg)
         self._end(queue, key, half.msg_id, state, from_check=False, wait=False)
-        return msgspec.structs.replace(half, local_state=state, transaction_id=half.msg_id,
-                                       transaction_offset=key)  # fmt: skip
+        return msgspec.structs.replace(
+            half, local_state=state, transaction_id=half.msg_id, transaction_offset=key
+        )
 
     def _ask(self, fn: Any, *args: Any) -> TransactionStatus:
         """The listener's answer; an exception or a wrong type counts as UNKNOWN."""
@@ -186,25 +206,46 @@ class TransactionProducer(Producer):
             logger.exception("transaction listener %s failed: UNKNOWN", fn.__name__)
             return TransactionStatus.UNKNOWN
         if not isinstance(state, TransactionStatus):
-            logger.error("transaction listener %s returned %r, not a rayq.TransactionStatus: "
-                         "UNKNOWN", fn.__name__, state)  # fmt: skip
+            logger.error(
+                "transaction listener %s returned %r, not a rayq.TransactionStatus: UNKNOWN",
+                fn.__name__,
+                state,
+            )
             return TransactionStatus.UNKNOWN
         return state
 
-    def _end(self, queue: MessageQueue, key: int, msg_id: str, state: TransactionStatus,
-             from_check: bool, wait: bool = True) -> None:  # fmt: skip
+    def _end(
+        self,
+        queue: MessageQueue,
+        key: int,
+        msg_id: str,
+        state: TransactionStatus,
+        from_check: bool,
+        wait: bool = True,
+    ) -> None:
         """Commit or roll back (nothing for UNKNOWN), waiting for the answer or not; a
         failure is logged, not raised."""
         if state is TransactionStatus.UNKNOWN or key < 0:
             return
-        req = EndTransactionRequest(group=self.group, topic=queue.topic, transaction_offset=key,
-                                    msg_id=msg_id, commit=state is TransactionStatus.COMMIT,
-                                    from_check=from_check, client_id=self.client_id)  # fmt: skip
+        req = EndTransactionRequest(
+            group=self.group,
+            topic=queue.topic,
+            transaction_offset=key,
+            msg_id=msg_id,
+            commit=state is TransactionStatus.COMMIT,
+            from_check=from_check,
+            client_id=self.client_id,
+        )
         ctx = self._live_context()
 
         def failed(exc: BaseException) -> None:
-            logger.warning("ending transaction %s (%s) on %s failed: %s; the broker checks it "
-                           "back", msg_id, state.value, queue.broker_name, exc)  # fmt: skip
+            logger.warning(
+                "ending transaction %s (%s) on %s failed: %s; the broker checks it back",
+                msg_id,
+                state.value,
+                queue.broker_name,
+                exc,
+            )
 
         try:
             reply = ctx.broker(queue.broker_name).end_transaction(req)
@@ -243,8 +284,9 @@ class TransactionProducer(Producer):
         brokers = ctx.coordinator.brokers(ClientRequest(client_id=self.client_id))
         answered = 0
         for name in brokers.result(ctx.timeout_s).names:
-            req = TransactionChecksRequest(group=self.group, max_num=CHECKS_PER_POLL,
-                                           client_id=self.client_id)  # fmt: skip
+            req = TransactionChecksRequest(
+                group=self.group, max_num=CHECKS_PER_POLL, client_id=self.client_id
+            )
             try:
                 checks = ctx.broker(name).transaction_checks(req).result(ctx.timeout_s).checks
             except RayqError as exc:

@@ -62,19 +62,31 @@ class Columns(msgspec.Struct, frozen=True):
 def check_columns(schema: pa.Schema, cols: Columns) -> None:
     """InvalidMessageError for a missing column or one of the wrong type."""
     wanted = {
-        cols.body: ("body_col", (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string,
-                                 pa.types.is_large_string), "binary or string"),
-        cols.keys: ("keys_col", (pa.types.is_string, pa.types.is_large_string, _is_str_list),
-                    "string or array<string>"),
+        cols.body: (
+            "body_col",
+            (
+                pa.types.is_binary,
+                pa.types.is_large_binary,
+                pa.types.is_string,
+                pa.types.is_large_string,
+            ),
+            "binary or string",
+        ),
+        cols.keys: (
+            "keys_col",
+            (pa.types.is_string, pa.types.is_large_string, _is_str_list),
+            "string or array<string>",
+        ),
         cols.tags: ("tags_col", (pa.types.is_string, pa.types.is_large_string), "string"),
         cols.properties: ("properties_col", (_is_str_map,), "map<string, string>"),
-    }  # fmt: skip
+    }
     for name, (arg, tests, kind) in wanted.items():
         if name is None:
             continue
         if name not in schema.names:
-            raise InvalidMessageError(f"{arg}={name!r}: no such column; columns are "
-                                      f"{schema.names}", column=name)  # fmt: skip
+            raise InvalidMessageError(
+                f"{arg}={name!r}: no such column; columns are {schema.names}", column=name
+            )
         typ = schema.field(name).type
         if not any(t(typ) for t in tests):
             raise InvalidMessageError(f"{arg}={name!r} must be {kind}, got {typ}", column=name)
@@ -85,8 +97,7 @@ def _is_str_list(t: pa.DataType) -> bool:
 
 
 def _is_str_map(t: pa.DataType) -> bool:
-    return (pa.types.is_map(t) and pa.types.is_string(t.key_type)
-            and pa.types.is_string(t.item_type))  # fmt: skip
+    return pa.types.is_map(t) and pa.types.is_string(t.key_type) and pa.types.is_string(t.item_type)
 
 
 def check_bodies(batch: pa.RecordBatch | pa.Table, cols: Columns) -> None:
@@ -97,7 +108,7 @@ def check_bodies(batch: pa.RecordBatch | pa.Table, cols: Columns) -> None:
             f"column {cols.body!r} has {body.null_count} null bodies in {len(body)} rows; a "
             "message needs one: fill them or filter them out (nothing was written)",
             column=cols.body,
-        )  # fmt: skip
+        )
 
 
 def encoded_puts(
@@ -120,8 +131,9 @@ def encoded_puts(
     other = len(P.encode_properties(_widest_properties(producer_id, group)).encode())
 
     def encode(rows: ArrowRows, first: int) -> EncodedBatch:
-        return _encoded(rows, topic, queue_id, producer_id, first, group, max_body_bytes,
-                        max_properties_bytes)  # fmt: skip
+        return _encoded(
+            rows, topic, queue_id, producer_id, first, group, max_body_bytes, max_properties_bytes
+        )
 
     pending: list[ArrowRows] = []  # rows not put yet, as they came (zero-copy slices)
     pending_bounds: list[np.ndarray] = []
@@ -130,8 +142,9 @@ def encoded_puts(
         if batch.num_rows == 0:
             continue
         check_bodies(batch, cols)
-        rows = arrow_rows(batch.column(cols.body), _column(batch, cols.tags),
-                          _column(batch, cols.keys))  # fmt: skip
+        rows = arrow_rows(
+            batch.column(cols.body), _column(batch, cols.tags), _column(batch, cols.keys)
+        )
         if cols.properties is not None:
             own = properties_text(batch.column(cols.properties), P.READ_BACK_PROPERTIES, REFUSED)
             rows = rows._replace(properties=own)
@@ -182,18 +195,35 @@ def _rows_between(parts: list[ArrowRows], start: int, stop: int) -> ArrowRows:
 def _widest_properties(producer_id: str, group: str) -> dict[str, str]:
     """A record's properties besides TAGS and KEYS with the longest sequence numbers."""
     widest = 2**63 - 1
-    return {P.UNIQ_KEY: f"{producer_id}-{widest}", P.PRODUCER_GROUP: group,
-            **P.sequence_properties(producer_id, widest, widest)}  # fmt: skip
+    return {
+        P.UNIQ_KEY: f"{producer_id}-{widest}",
+        P.PRODUCER_GROUP: group,
+        **P.sequence_properties(producer_id, widest, widest),
+    }
 
 
-def _encoded(rows: ArrowRows, topic: str, queue_id: int, producer_id: str, first: int,
-             group: str, max_body: int, max_properties: int) -> EncodedBatch:  # fmt: skip
+def _encoded(
+    rows: ArrowRows,
+    topic: str,
+    queue_id: int,
+    producer_id: str,
+    first: int,
+    group: str,
+    max_body: int,
+    max_properties: int,
+) -> EncodedBatch:
     """One idempotent batch; message ids are ``<producer id>-<sequence>`` (the same on
     every attempt)."""
     n = len(rows.bodies)
     shared = {P.PRODUCER_GROUP: group, **P.sequence_properties(producer_id, first, first + n - 1)}
-    batch = encode_rows(rows, topic=topic, queue_id=queue_id,
-                        uniq_keys=sequence_ids(f"{producer_id}-", first, n), properties=shared,
-                        born_timestamp=time.time_ns() // 1_000_000, max_body_bytes=max_body,
-                        max_properties_bytes=max_properties)  # fmt: skip
+    batch = encode_rows(
+        rows,
+        topic=topic,
+        queue_id=queue_id,
+        uniq_keys=sequence_ids(f"{producer_id}-", first, n),
+        properties=shared,
+        born_timestamp=time.time_ns() // 1_000_000,
+        max_body_bytes=max_body,
+        max_properties_bytes=max_properties,
+    )
     return msgspec.structs.replace(batch, producer_id=producer_id, first_sequence=first)

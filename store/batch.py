@@ -52,9 +52,13 @@ from .names import validate_topic
 _shared_property_texts = E.shared_property_texts  # tests/unit/test_batch_paths.py
 
 STORE_BLOCK_DTYPE: Final = np.dtype(
-    [("queue_offset", ">i8"), ("commitlog_offset", ">i8"), ("store_timestamp", ">i8"),
-     ("store_host", "S8")]
-)  # fmt: skip
+    [
+        ("queue_offset", ">i8"),
+        ("commitlog_offset", ">i8"),
+        ("store_timestamp", ">i8"),
+        ("store_host", "S8"),
+    ]
+)
 assert STORE_BLOCK_DTYPE.itemsize == codec.STORE_BLOCK_SIZE
 # Matched at the start of a record's properties, both always succeed; group 1 is the TAGS
 # value or None. The encoder writes TAGS first (_TAGS_FIRST, the fast path); _TAGS_ANYWHERE
@@ -215,8 +219,15 @@ def check_encoded(
         if owners.min() < 0 or owners.max() >= n:
             raise BatchRejected("batch index columns name records it does not have")
     starts = [e - z for e, z in zip(ends, sizes, strict=True)]
-    crcs = _check_records(batch, starts, sizes, ends, max_body_bytes, max_properties_bytes,
-                          0 if transactional else TRANSACTION_TYPE_MASK)  # fmt: skip
+    crcs = _check_records(
+        batch,
+        starts,
+        sizes,
+        ends,
+        max_body_bytes,
+        max_properties_bytes,
+        0 if transactional else TRANSACTION_TYPE_MASK,
+    )
     return np.asarray(starts, dtype=np.int64), np.asarray(crcs, dtype=np.uint32)
 
 
@@ -240,8 +251,15 @@ _CHECKED: Final = struct.Struct(">iII32xi4xi28xi")
 assert _CHECKED.size == codec.HEADER_SIZE
 
 
-def _check_records(batch: EncodedBatch, starts: list[int], sizes: list[int], ends: list[int],
-                   max_body: int, max_props: int, refused_flags: int) -> list[int]:  # fmt: skip
+def _check_records(
+    batch: EncodedBatch,
+    starts: list[int],
+    sizes: list[int],
+    ends: list[int],
+    max_body: int,
+    max_props: int,
+    refused_flags: int,
+) -> list[int]:
     records = batch.records
     topic = codec.topic_field(batch.topic)
     tail = struct.Struct(f">{len(topic)}sH")  # topic field, properties length
@@ -252,12 +270,19 @@ def _check_records(batch: EncodedBatch, starts: list[int], sizes: list[int], end
     except struct.error:
         raise BatchRejected("a record's body_length points outside the record") from None
     fixed, magic, qid = len(topic) + 2, codec.MAGIC, batch.queue_id
-    if not all([
-        h[0] == z and h[1] == magic and h[3] == qid and 0 < h[5] <= max_body
-        and not h[4] & refused_flags and t[0] == topic and t[1] <= max_props
-        and p + fixed + t[1] == e
-        for h, t, z, p, e in zip(heads, tails, sizes, tpos, ends, strict=True)
-    ]):  # fmt: skip
+    if not all(
+        [
+            h[0] == z
+            and h[1] == magic
+            and h[3] == qid
+            and 0 < h[5] <= max_body
+            and not h[4] & refused_flags
+            and t[0] == topic
+            and t[1] <= max_props
+            and p + fixed + t[1] == e
+            for h, t, z, p, e in zip(heads, tails, sizes, tpos, ends, strict=True)
+        ]
+    ):
         raise BatchRejected(
             "a record's total_size, magic, queue_id, body_length, topic or properties length "
             f"does not match its batch (bodies are 1..{max_body} bytes), or its sys_flag has "
@@ -272,8 +297,9 @@ def _check_records(batch: EncodedBatch, starts: list[int], sizes: list[int], end
     return crcs
 
 
-def _check_tags_codes(batch: EncodedBatch, records: bytes, props_at: list[int],
-                      ends: list[int]) -> None:  # fmt: skip
+def _check_tags_codes(
+    batch: EncodedBatch, records: bytes, props_at: list[int], ends: list[int]
+) -> None:
     """The ``tags_codes`` column equals the Java hash of each record's TAGS (0 without).
 
     C-level maps only. Fast path (``_tags_plainly_match``, what encode_batch writes); else
@@ -307,8 +333,9 @@ def _check_tags_codes(batch: EncodedBatch, records: bytes, props_at: list[int],
     )
 
 
-def _tags_plainly_match(claimed: list[int], records: bytes, props_at: list[int],
-                        ends: list[int]) -> bool:  # fmt: skip
+def _tags_plainly_match(
+    claimed: list[int], records: bytes, props_at: list[int], ends: list[int]
+) -> bool:
     """True when no record has a TAGS property and every code is 0, or every record's
     properties start with the TAGS property its code was last verified with. False proves
     nothing (a hash collision, a new tag, a mixed batch): the caller checks exactly."""
@@ -339,9 +366,15 @@ def _tag_code(tags: bytes) -> int | None:
 _ARANGE = np.arange(1024)
 
 
-def fill_store_block(records: bytes, starts: np.ndarray, producer_crcs: np.ndarray,
-                     first_queue_offset: int, first_commitlog_offset: int, store_timestamp: int,
-                     store_host: bytes) -> bytearray:  # fmt: skip
+def fill_store_block(
+    records: bytes,
+    starts: np.ndarray,
+    producer_crcs: np.ndarray,
+    first_queue_offset: int,
+    first_commitlog_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> bytearray:
     """A copy of ``records`` with each store block filled in and each CRC finished."""
     out = bytearray(records)
     n = len(starts)

@@ -104,13 +104,13 @@ def read_page(
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.OFFSET_FOUND_NULL
         return RecordPage(status, next_offset, lo, full=full)
     if in_place:
-        last = _first_run_end(commitlog_offsets[picked], sizes[picked], commitlog.segment_size,
-                              max_bytes)  # fmt: skip
+        last = _first_run_end(
+            commitlog_offsets[picked], sizes[picked], commitlog.segment_size, max_bytes
+        )
         if last < picked.size:  # the page ends with its first run: read in place
             picked = picked[:last]
             next_offset, full = queue_offset + int(picked[-1]) + 1, True
-    buffer, starts, runs = _copy_runs(commitlog, commitlog_offsets[picked], sizes[picked],
-                                      in_place)  # fmt: skip
+    buffer, starts, runs = _copy_runs(commitlog, commitlog_offsets[picked], sizes[picked], in_place)
     good = _checked(buffer, starts, sizes[picked], check_crc)
     damaged = int(good.size - np.count_nonzero(good))
     if damaged:
@@ -164,8 +164,9 @@ def _run_breaks(offsets: np.ndarray, sizes: np.ndarray, segment_size: int) -> np
     )
 
 
-def _first_run_end(offsets: np.ndarray, sizes: np.ndarray, segment_size: int,
-                   max_bytes: int) -> int:  # fmt: skip
+def _first_run_end(
+    offsets: np.ndarray, sizes: np.ndarray, segment_size: int, max_bytes: int
+) -> int:
     """How many records the first run (back to back in one segment) holds, if it holds
     at least a quarter of ``max_bytes`` (a page may end there and be read in place);
     else all of them (the page is copied, runs joined)."""
@@ -217,8 +218,9 @@ def rows(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-def _checked(buffer: bytes, starts: np.ndarray, sizes: np.ndarray,
-             check_crc: bool = True) -> np.ndarray:  # fmt: skip
+def _checked(
+    buffer: bytes, starts: np.ndarray, sizes: np.ndarray, check_crc: bool = True
+) -> np.ndarray:
     """Which records are whole and intact: size, magic and (``check_crc``) CRC (codec.py)."""
     ok = starts >= 0
     if not ok.all():
@@ -243,5 +245,6 @@ def record_crcs(buffer: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndar
     producer = map(crc32c, map(view.__getitem__, map(slice, body_at, ends)))
     crcs = np.fromiter(producer, dtype=np.uint32, count=len(ends))
     raw = np.frombuffer(buffer, dtype=np.uint8)
-    return fold_store_blocks(crcs, rows(raw, starts + codec.STORE_BLOCK_OFFSET,
-                                        codec.STORE_BLOCK_SIZE))  # fmt: skip
+    return fold_store_blocks(
+        crcs, rows(raw, starts + codec.STORE_BLOCK_OFFSET, codec.STORE_BLOCK_SIZE)
+    )

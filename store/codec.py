@@ -136,10 +136,24 @@ def pack_record_into(
     body_len = len(body)
     size = FIXED_SIZE - 1 + len(topic_field) + body_len + len(properties)
     HEADER.pack_into(
-        buf, pos, size, MAGIC, 0, queue_offset, commitlog_offset, store_timestamp, store_host,
-        queue_id, flag, sys_flag, born_timestamp, born_host, reconsume_times,
-        prepared_transaction_offset, body_len,
-    )  # fmt: skip
+        buf,
+        pos,
+        size,
+        MAGIC,
+        0,
+        queue_offset,
+        commitlog_offset,
+        store_timestamp,
+        store_host,
+        queue_id,
+        flag,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        body_len,
+    )
     p = pos + HEADER_SIZE
     buf[p : p + body_len] = body
     p += body_len
@@ -169,9 +183,13 @@ def encode_record(*, topic: str, commitlog_offset: int = 0, **fields: object) ->
     tf = topic_field(topic)
     out = bytearray(FIXED_SIZE + len(tf) + len(body) + len(props))  # type: ignore[arg-type]
     size = pack_record_into(
-        memoryview(out), 0, topic_field=tf, properties=props,  # type: ignore[arg-type]
-        commitlog_offset=commitlog_offset, **fields,  # type: ignore[arg-type]
-    )  # fmt: skip
+        memoryview(out),
+        0,
+        topic_field=tf,
+        properties=props,  # type: ignore[arg-type]
+        commitlog_offset=commitlog_offset,
+        **fields,  # type: ignore[arg-type]
+    )
     return bytes(out[:size])
 
 
@@ -266,9 +284,22 @@ def decode_records(
     end = len(data)
     while pos < end:
         (
-            total_size, _magic, crc, queue_offset, commitlog_offset, store_ts, store_host,
-            queue_id, flag, sys_flag, born_ts, born_host, reconsume_times, prepared, body_len,
-        ) = unpack(data, pos)  # fmt: skip
+            total_size,
+            _magic,
+            crc,
+            queue_offset,
+            commitlog_offset,
+            store_ts,
+            store_host,
+            queue_id,
+            flag,
+            sys_flag,
+            born_ts,
+            born_host,
+            reconsume_times,
+            prepared,
+            body_len,
+        ) = unpack(data, pos)
         start = pos + HEADER_SIZE
         tpos = start + body_len
         body = data[start:tpos]

@@ -58,20 +58,43 @@ class DispatchBatch(msgspec.Struct, kw_only=True):
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, topic: str, queue_id: int, queue_offset: int, offset: int, size: int,
-            props: bytes, store_timestamp: int) -> None:  # fmt: skip
+    def add(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        offset: int,
+        size: int,
+        props: bytes,
+        store_timestamp: int,
+    ) -> None:
         """Add one record (the careful recovery path)."""
-        self.add_records([topic], [queue_id], [queue_offset], [offset], [size], [props],
-                         [store_timestamp])  # fmt: skip
+        self.add_records(
+            [topic], [queue_id], [queue_offset], [offset], [size], [props], [store_timestamp]
+        )
 
     def add_run(self, run: GoodRun) -> None:
         """Add a run of valid records (from scanner.scan)."""
-        self.add_records(run.topics, run.queue_ids, run.queue_offsets, run.offsets, run.sizes,
-                         run.properties, run.store_timestamps)  # fmt: skip
+        self.add_records(
+            run.topics,
+            run.queue_ids,
+            run.queue_offsets,
+            run.offsets,
+            run.sizes,
+            run.properties,
+            run.store_timestamps,
+        )
 
-    def add_records(self, topics: list[str], queue_ids: list[int], queue_offsets: list[int],
-                    offsets: list[int], sizes: list[int], properties: list[bytes],
-                    store_timestamps: list[int]) -> None:  # fmt: skip
+    def add_records(
+        self,
+        topics: list[str],
+        queue_ids: list[int],
+        queue_offsets: list[int],
+        offsets: list[int],
+        sizes: list[int],
+        properties: list[bytes],
+        store_timestamps: list[int],
+    ) -> None:
         """Add records by columns; tags and keys are read from their raw properties."""
         self.topics += topics
         self.queue_ids += queue_ids
@@ -132,8 +155,9 @@ def _seed(topic: str) -> int:
 class CommitLog:
     """Segments of records plus the write position."""
 
-    def __init__(self, directory: Path, segment_size: int,
-                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, directory: Path, segment_size: int, on_create: Callable[[], None] | None = None
+    ) -> None:
         self.file = SegmentedFile(directory, segment_size, on_create)
         self.segment_size = segment_size
 
@@ -198,9 +222,11 @@ class CommitLog:
         seg = self.file.find(offset)
         assert seg is not None
         codec.PREFIX.pack_into(
-            seg.mv, offset - seg.start, codec.PREFIX.unpack_from(seg.mv, offset - seg.start)[0],
+            seg.mv,
+            offset - seg.start,
+            codec.PREFIX.unpack_from(seg.mv, offset - seg.start)[0],
             codec.QUARANTINE_MAGIC,
-        )  # fmt: skip
+        )
 
     def set_aside(self, start: int, end: int) -> None:
         """Set ``[start, end)`` aside as damaged: its bytes copied to ``quarantine/``,

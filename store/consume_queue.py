@@ -55,12 +55,19 @@ def queue_dir(root: Path, topic: str, queue_id: int) -> Path:
 class ConsumeQueue:
     """The entries of one topic/queue, appended in queue-offset order."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, entries_per_file: int,
-                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: Path,
+        topic: str,
+        queue_id: int,
+        entries_per_file: int,
+        on_create: Callable[[], None] | None = None,
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.file = SegmentedFile(queue_dir(root, topic, queue_id), entries_per_file * ENTRY_SIZE,
-                                  on_create)  # fmt: skip
+        self.file = SegmentedFile(
+            queue_dir(root, topic, queue_id), entries_per_file * ENTRY_SIZE, on_create
+        )
         self.min_logic_offset = 0  # bytes; raised when old commit-log segments are deleted
         self._find_end()
 

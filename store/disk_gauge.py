@@ -30,8 +30,9 @@ class DiskGauge:
     """The last measured disk usage ratio of ``root``'s file system, and whether it is
     past ``warning_ratio``."""
 
-    def __init__(self, root: Path, usage: Callable[[Path], float], warning_ratio: float,
-                 interval_ms: int) -> None:  # fmt: skip
+    def __init__(
+        self, root: Path, usage: Callable[[Path], float], warning_ratio: float, interval_ms: int
+    ) -> None:
         self.root = root
         self.usage = usage
         self.warning_ratio = warning_ratio
@@ -61,8 +62,12 @@ class DiskGauge:
         try:
             ratio = float(self.usage(self.root))
         except OSError as exc:
-            logger.warning("cannot measure disk usage of %s (%s); keeping %.1f%%", self.root,
-                           exc, self.ratio * 100)  # fmt: skip
+            logger.warning(
+                "cannot measure disk usage of %s (%s); keeping %.1f%%",
+                self.root,
+                exc,
+                self.ratio * 100,
+            )
             self.measured_at_ms = now_ms
             return self.ratio
         self.update(ratio, now_ms)
@@ -73,9 +78,14 @@ class DiskGauge:
         full = ratio > self.warning_ratio
         args = (ratio * 100, self.root, self.warning_ratio * 100)
         if full and not self.full:
-            logger.error("disk usage %.1f%% of %s is past disk_warning_ratio %.0f%%: writes "
-                         "are refused", *args)  # fmt: skip
+            logger.error(
+                "disk usage %.1f%% of %s is past disk_warning_ratio %.0f%%: writes are refused",
+                *args,
+            )
         elif self.full and not full:
-            logger.warning("disk usage %.1f%% of %s is below disk_warning_ratio %.0f%% again: "
-                           "writes are accepted", *args)  # fmt: skip
+            logger.warning(
+                "disk usage %.1f%% of %s is below disk_warning_ratio %.0f%% again: "
+                "writes are accepted",
+                *args,
+            )
         self.ratio, self.full, self.measured_at_ms = ratio, full, now_ms

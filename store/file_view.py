@@ -149,8 +149,16 @@ class StoreFiles:
         """Where the commit-log segments are (absolute)."""
         return self.commitlog.file.directory.absolute()
 
-    def read_page(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-                  max_bytes: int, end: int, check_crc: bool = True) -> RecordPage:  # fmt: skip
+    def read_page(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_bytes: int,
+        end: int,
+        check_crc: bool = True,
+    ) -> RecordPage:
         """Records of ``topic``/``queue_id`` from ``queue_offset`` (before ``end``): at most
         ``max_count`` entries and about ``max_bytes`` of records, as
         ``MessageStore.read_page`` (``check_crc``: bulk_reader.read_page); a queue with no
@@ -165,8 +173,15 @@ class StoreFiles:
             return RecordPage(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0)
         self.commitlog.file.refresh()
         cq.bound(end, self.commitlog.min_offset)
-        return read_page(self.commitlog, cq, queue_offset, max_count, max_bytes,  # type: ignore[arg-type]
-                         in_place=True, check_crc=check_crc)  # fmt: skip
+        return read_page(
+            self.commitlog,
+            cq,
+            queue_offset,
+            max_count,
+            max_bytes,  # type: ignore[arg-type]
+            in_place=True,
+            check_crc=check_crc,
+        )
 
     def close(self) -> None:
         self.commitlog.file.close()

@@ -103,8 +103,9 @@ class IndexFile:
         self._entries = np.frombuffer(
             self.mm, dtype=ENTRY_DTYPE, count=entries_max, offset=HEADER_SIZE + slots * SLOT_SIZE
         )
-        (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count,
-         self.count) = HEADER.unpack_from(self.mm, 0)  # fmt: skip
+        (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.slot_count, self.count) = (
+            HEADER.unpack_from(self.mm, 0)
+        )
         if not existed or self.count == 0:
             self.begin_ts, self.end_ts, self.begin_phy, self.end_phy = now_ms, now_ms, -1, -1
             self.count = 1
@@ -112,9 +113,15 @@ class IndexFile:
 
     def _write_header(self) -> None:
         HEADER.pack_into(
-            self.mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-            self.slot_count, self.count,
-        )  # fmt: skip
+            self.mm,
+            0,
+            self.begin_ts,
+            self.end_ts,
+            self.begin_phy,
+            self.end_phy,
+            self.slot_count,
+            self.count,
+        )
 
     @property
     def full(self) -> bool:
@@ -196,8 +203,13 @@ class IndexService:
     """The index files of a store, newest last (RocketMQ ``IndexService``); ``on_create``
     is called after a new file was allocated."""
 
-    def __init__(self, directory: Path, slots: int, entries_max: int,
-                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        slots: int,
+        entries_max: int,
+        on_create: Callable[[], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.slots = slots
         self.entries_max = entries_max

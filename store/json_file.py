@@ -161,8 +161,12 @@ class JsonFile(Generic[T]):
         names = " and ".join(str(p) for p in damaged)
         copies = ", ".join(str(p) for p in kept)
         if self._salvage is None:
-            logger.error("config file %s and its backup are unusable; starting empty "
-                         "(damaged copies kept as %s)", self.path, copies)  # fmt: skip
+            logger.error(
+                "config file %s and its backup are unusable; starting empty "
+                "(damaged copies kept as %s)",
+                self.path,
+                copies,
+            )
             return None
         raise StoreError(
             f"{names} cannot be loaded and nothing in them could be salvaged; refusing to start "
@@ -186,9 +190,14 @@ class JsonFile(Generic[T]):
             return None
         for reason in salvaged.dropped:
             logger.error("config file %s: dropped damaged entry %s", path, reason)
-        logger.error("config file %s and its backup were damaged; salvaged %d entries from %s "
-                     "and dropped %d", self.path, salvaged.kept, path,
-                     len(salvaged.dropped))  # fmt: skip
+        logger.error(
+            "config file %s and its backup were damaged; salvaged %d entries from %s "
+            "and dropped %d",
+            self.path,
+            salvaged.kept,
+            path,
+            len(salvaged.dropped),
+        )
         return salvaged.value
 
     def _keep_aside(self, path: Path) -> Path:

@@ -252,12 +252,20 @@ class MessageExt:
         keys = props.pop(P.KEYS, "")
         uniq_key = props.pop(P.UNIQ_KEY, "")
         return InnerMessage(
-            topic=self.topic, queue_id=self.queue_id, body=self.body, tags=tags, keys=keys,
-            uniq_key=uniq_key, properties=props, flag=self.flag, sys_flag=self.sys_flag,
-            born_timestamp=self.born_timestamp, born_host=self.born_host,
+            topic=self.topic,
+            queue_id=self.queue_id,
+            body=self.body,
+            tags=tags,
+            keys=keys,
+            uniq_key=uniq_key,
+            properties=props,
+            flag=self.flag,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
             reconsume_times=self.reconsume_times,
             prepared_transaction_offset=self.prepared_transaction_offset,
-        )  # fmt: skip
+        )
 
 
 def lazy_message_ext(
@@ -388,13 +396,22 @@ class PutResult(msgspec.Struct, frozen=True, kw_only=True):
     def results(self) -> list[AppendResult]:
         """One AppendResult per message (built on demand)."""
         return [
-            AppendResult(msg_id=m or omid, offset_msg_id=omid, queue_offset=q,
-                         commitlog_offset=c, store_size=z)
-            for m, omid, q, c, z in zip(
-                self.msg_ids, self.offset_msg_ids, self.queue_offsets,
-                self.commitlog_offsets, self.store_sizes, strict=True,
+            AppendResult(
+                msg_id=m or omid,
+                offset_msg_id=omid,
+                queue_offset=q,
+                commitlog_offset=c,
+                store_size=z,
             )
-        ]  # fmt: skip
+            for m, omid, q, c, z in zip(
+                self.msg_ids,
+                self.offset_msg_ids,
+                self.queue_offsets,
+                self.commitlog_offsets,
+                self.store_sizes,
+                strict=True,
+            )
+        ]
 
 
 class GetResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -125,12 +125,15 @@ class MessageStore:
         self._store_host = codec.encode_host(store_host)
         self._store_host_hex = self._store_host.hex().upper()
         measure = disk_usage or _disk_used_ratio
-        self.disk = DiskGauge(self.root, measure, config.disk_warning_ratio,
-                              config.disk_check_interval_ms)  # fmt: skip
-        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_size_bytes,
-                                   self.disk.stale)  # fmt: skip
-        self.index = IndexService(self.root / "index", config.index_hash_slots,
-                                  config.index_entries_max, self.disk.stale)  # fmt: skip
+        self.disk = DiskGauge(
+            self.root, measure, config.disk_warning_ratio, config.disk_check_interval_ms
+        )
+        self.commitlog = CommitLog(
+            self.root / "commitlog", config.commitlog_segment_size_bytes, self.disk.stale
+        )
+        self.index = IndexService(
+            self.root / "index", config.index_hash_slots, config.index_entries_max, self.disk.stale
+        )
         self._warmer: Warmer | None = None  # started by the first append (warm.py)
         self.queues: dict[QueueKey, ConsumeQueue] = {}
         self._queue_offsets: dict[QueueKey, int] = {}
@@ -165,8 +168,9 @@ class MessageStore:
                     self._open_queue(topic_dir.name, int(queue_dir.name))
 
     def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(self.root, topic, queue_id, self.config.cq_entries_per_file,
-                          self.disk.stale)  # fmt: skip
+        cq = ConsumeQueue(
+            self.root, topic, queue_id, self.config.cq_entries_per_file, self.disk.stale
+        )
         self.queues[(topic, queue_id)] = cq
         self._queue_offsets[(topic, queue_id)] = cq.max_offset
         return cq
@@ -246,8 +250,9 @@ class MessageStore:
             start = segs[-1].start  # checkpoint beyond the files: re-validate the last segment
         cut = [s for s in cl.file.cut if s < start]
         if cut:
-            logger.error("commit-log segments %s were found cut short; re-validating from %d",
-                         cut, cut[0])  # fmt: skip
+            logger.error(
+                "commit-log segments %s were found cut short; re-validating from %d", cut, cut[0]
+            )
             start = cut[0]
         return start
 
@@ -295,10 +300,13 @@ class MessageStore:
             _check_transaction_types(msgs)
             groups, order = split_by_queue(msgs)
             batches = [
-                encode_batch(group, max_body_bytes=cfg.max_message_size_bytes,
-                             max_properties_bytes=cfg.max_properties_size_bytes)
+                encode_batch(
+                    group,
+                    max_body_bytes=cfg.max_message_size_bytes,
+                    max_properties_bytes=cfg.max_properties_size_bytes,
+                )
                 for group in groups
-            ]  # fmt: skip
+            ]
         except MessageTooLargeError as exc:
             props = exc.details.get("field") == "properties"
             status = PutStatus.PROPERTIES_SIZE_EXCEEDED if props else PutStatus.MESSAGE_ILLEGAL
@@ -308,8 +316,12 @@ class MessageStore:
         result = self._put_batches(batches, transactional=True)
         if len(batches) > 1 and result.ok:  # columns back in the caller's message order
             back = sorted(range(len(order)), key=order.__getitem__)
-            for column in (result.msg_ids, result.queue_offsets, result.commitlog_offsets,
-                           result.store_sizes):  # fmt: skip
+            for column in (
+                result.msg_ids,
+                result.queue_offsets,
+                result.commitlog_offsets,
+                result.store_sizes,
+            ):
                 column[:] = [column[j] for j in back]
         return result
 
@@ -335,8 +347,9 @@ class MessageStore:
             )
         return self._put_batches([batch], own=own)
 
-    def _put_batches(self, batches: list[EncodedBatch], transactional: bool = False,
-                     own: bool = False) -> PutResult:  # fmt: skip
+    def _put_batches(
+        self, batches: list[EncodedBatch], transactional: bool = False, own: bool = False
+    ) -> PutResult:
         checked = []
         for b in batches:
             try:
@@ -353,8 +366,9 @@ class MessageStore:
                 f"{self.config.disk_warning_ratio}; writes are refused until retention (or "
                 "someone else) frees space",
             )
-        out = PutResult(status=PutStatus.PUT_OK, store_timestamp=now,
-                        store_host=self._store_host_hex)  # fmt: skip
+        out = PutResult(
+            status=PutStatus.PUT_OK, store_timestamp=now, store_host=self._store_host_hex
+        )
         for b, (starts, crcs) in checked:
             self._write_batch(b, starts, crcs, now, out)
         self._warm()
@@ -369,8 +383,9 @@ class MessageStore:
         if b.queue_id.__class__ is not int or not 0 <= b.queue_id <= codec.QUEUE_ID_MAX:
             raise BatchRejected(f"queue_id {b.queue_id!r} is outside 0..{codec.QUEUE_ID_MAX}")
         cfg = self.config
-        return check_encoded(b, cfg.max_message_size_bytes, cfg.max_properties_size_bytes,
-                             transactional)  # fmt: skip
+        return check_encoded(
+            b, cfg.max_message_size_bytes, cfg.max_properties_size_bytes, transactional
+        )
 
     def _write_batch(
         self, b: EncodedBatch, starts: np.ndarray, crcs: np.ndarray, now: int, out: PutResult
@@ -393,9 +408,14 @@ class MessageStore:
             k = int(np.searchsorted(ends[i:] - starts[i], room, side="right"))
             base = int(starts[i])
             chunk = fill_store_block(
-                b.records[base : int(ends[i + k - 1])], starts[i : i + k] - base,
-                crcs[i : i + k], qoff + i, seg.start + seg.wrote, now, self._store_host,
-            )  # fmt: skip
+                b.records[base : int(ends[i + k - 1])],
+                starts[i : i + k] - base,
+                crcs[i : i + k],
+                qoff + i,
+                seg.start + seg.wrote,
+                now,
+                self._store_host,
+            )
             phys[i : i + k] = starts[i : i + k] - base + seg.start + seg.wrote
             seg.write(seg.wrote, chunk)
             seg.wrote += len(chunk)
@@ -436,7 +456,7 @@ class MessageStore:
             raise InvalidOffsetError(
                 f"cannot truncate the commit log at {offset}: it holds [{cl.min_offset}, {end})",
                 offset=offset,
-            )  # fmt: skip
+            )
         if offset == end:
             return 0
         self._write_index()
@@ -448,8 +468,12 @@ class MessageStore:
         self._replica_dispatched = offset
         self.flusher.reset(min(offset, self.flusher.commitlog_flushed))
         self.flush()
-        logger.warning("store %s: commit log truncated at %d, %d bytes cut (kept in quarantine/)",
-                       self.root, offset, end - offset)  # fmt: skip
+        logger.warning(
+            "store %s: commit log truncated at %d, %d bytes cut (kept in quarantine/)",
+            self.root,
+            offset,
+            end - offset,
+        )
         return end - offset
 
     def replica_append(self, offset: int, data: bytes) -> set[tuple[str, int]]:
@@ -561,8 +585,12 @@ class MessageStore:
         del group  # offsets are the broker's business; kept for RocketMQ's signature
         cq = self.queues.get((topic, queue_id))
         if cq is None:
-            return GetResult(status=GetStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0,
-                             min_offset=0, max_offset=0)  # fmt: skip
+            return GetResult(
+                status=GetStatus.NO_MATCHED_LOGIC_QUEUE,
+                next_begin_offset=0,
+                min_offset=0,
+                max_offset=0,
+            )
         return self._reader.read(cq, offset, max_nums, tag_filter)
 
     def read_page(
@@ -807,14 +835,17 @@ def _check_transaction_types(msgs: Sequence[InnerMessage]) -> None:
             )
 
 
-_NO_QUEUE_TYPES = {TRANS_HALF_TOPIC: TRANSACTION_PREPARED_TYPE,
-                   TRANS_OP_HALF_TOPIC: TRANSACTION_ROLLBACK_TYPE}  # fmt: skip
+_NO_QUEUE_TYPES = {
+    TRANS_HALF_TOPIC: TRANSACTION_PREPARED_TYPE,
+    TRANS_OP_HALF_TOPIC: TRANSACTION_ROLLBACK_TYPE,
+}
 
 
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise InvalidOffsetError(f"{name} must be an int in [{lo}, {hi}], got {value!r}",
-                                 value=repr(value))  # fmt: skip
+        raise InvalidOffsetError(
+            f"{name} must be an int in [{lo}, {hi}], got {value!r}", value=repr(value)
+        )
 
 
 def _lock(root: Path) -> int:

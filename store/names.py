@@ -43,17 +43,19 @@ TRANS_OP_HALF_TOPIC: Final[str] = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC: Final[str] = "TRANS_CHECK_MAX_TIME_TOPIC"
 NO_QUEUE_TOPICS: Final[frozenset[str]] = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
 # RocketMQ's TopicValidator.SYSTEM_TOPIC_SET: topics of the broker itself.
-SYSTEM_TOPICS: Final[frozenset[str]] = frozenset({
-    "TBW102",  # the auto-create template topic
-    SCHEDULE_TOPIC,
-    "BenchmarkTest",
-    "OFFSET_MOVED_EVENT",
-    "SELF_TEST_TOPIC",
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-    "RMQ_SYS_TRACE_TOPIC",
-    TRANS_CHECK_MAX_TIME_TOPIC,
-})  # fmt: skip
+SYSTEM_TOPICS: Final[frozenset[str]] = frozenset(
+    {
+        "TBW102",  # the auto-create template topic
+        SCHEDULE_TOPIC,
+        "BenchmarkTest",
+        "OFFSET_MOVED_EVENT",
+        "SELF_TEST_TOPIC",
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        "RMQ_SYS_TRACE_TOPIC",
+        TRANS_CHECK_MAX_TIME_TOPIC,
+    }
+)
 
 _valid_topics: set[str] = set()
 
@@ -181,6 +183,7 @@ def _group_topic(prefix: str, group: str) -> str:
         raise InvalidGroupError(
             f"group {group[:32]!r}... is too long for its topic {prefix}<group>: at most "
             f"{TOPIC_MAX_LENGTH - len(prefix)} characters",
-            value=group, limit=TOPIC_MAX_LENGTH - len(prefix),
-        )  # fmt: skip
+            value=group,
+            limit=TOPIC_MAX_LENGTH - len(prefix),
+        )
     return validate_topic(topic)

@@ -72,14 +72,20 @@ class QueueReader:
         lo, hi = cq.min_offset, cq.max_offset
         status, next_offset = offset_status(offset, lo, hi)
         if status is not None:
-            return GetResult(status=status, next_begin_offset=next_offset,
-                             min_offset=lo, max_offset=hi)  # fmt: skip
+            return GetResult(
+                status=status, next_begin_offset=next_offset, min_offset=lo, max_offset=hi
+            )
         return self._read_queue(cq, offset, max_nums, tag_filter, lo, hi)
 
     def _read_queue(
-        self, cq: ConsumeQueue, offset: int, max_nums: int, tag_filter: TagFilter | None,
-        lo: int, hi: int,
-    ) -> GetResult:  # fmt: skip
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_nums: int,
+        tag_filter: TagFilter | None,
+        lo: int,
+        hi: int,
+    ) -> GetResult:
         cfg = self.config
         codes = tag_filter.codes if tag_filter is not None else None
         # a tag filter scans ahead for matches, but not (much) past what one answer can hold
@@ -105,8 +111,9 @@ class QueueReader:
         while lost and scanned < len(entries):
             # Damaged records were left out: fill their place from the rest of the window.
             rest = (caps[0] - count, caps[1] - sum(map(len, parts)))
-            more, wanted, gone, unmatched = self._pick_entries(entries[scanned:], rest, codes,
-                                                               first_free=not count)  # fmt: skip
+            more, wanted, gone, unmatched = self._pick_entries(
+                entries[scanned:], rest, codes, first_free=not count
+            )
             scanned += more
             removed += gone
             filtered += unmatched
@@ -122,9 +129,15 @@ class QueueReader:
             status = GetStatus.MESSAGE_WAS_REMOVING
         else:
             status = GetStatus.OFFSET_FOUND_NULL
-        return GetResult(status=status, next_begin_offset=offset + scanned, min_offset=lo,
-                         max_offset=hi, buffer=b"".join(parts), count=count,
-                         suggest_pull_from_slave=far)  # fmt: skip
+        return GetResult(
+            status=status,
+            next_begin_offset=offset + scanned,
+            min_offset=lo,
+            max_offset=hi,
+            buffer=b"".join(parts),
+            count=count,
+            suggest_pull_from_slave=far,
+        )
 
     def _pick_contiguous(
         self, entries: list[tuple[int, int, int]], caps: tuple[int, int]
@@ -147,9 +160,12 @@ class QueueReader:
         return k, [(e[0], e[1]) for e in head[:k]]
 
     def _pick_entries(
-        self, entries: list[tuple[int, int, int]], caps: tuple[int, int],
-        codes: frozenset[int] | None, first_free: bool = True,
-    ) -> tuple[int, list[tuple[int, int]], int, int]:  # fmt: skip
+        self,
+        entries: list[tuple[int, int, int]],
+        caps: tuple[int, int],
+        codes: frozenset[int] | None,
+        first_free: bool = True,
+    ) -> tuple[int, list[tuple[int, int]], int, int]:
         """Entries to read, one by one: holes, removed records and the tag filter. The
         first record may be larger than the byte cap if ``first_free``."""
         cl_min = self.commitlog.min_offset
@@ -222,6 +238,10 @@ class QueueReader:
             if head == want:
                 good.append(data[r:e])
             else:
-                logger.error("record at %d (%s/%d) is unreadable or fails its CRC; skipped",
-                             p, cq.topic, cq.queue_id)  # fmt: skip
+                logger.error(
+                    "record at %d (%s/%d) is unreadable or fails its CRC; skipped",
+                    p,
+                    cq.topic,
+                    cq.queue_id,
+                )
         return good, len(good)

@@ -67,8 +67,9 @@ class RecoveryReport(msgspec.Struct, kw_only=True):
 class ScanProgress:
     """Logs how far a walk over ``[start, end)`` of the commit log has come."""
 
-    def __init__(self, what: str, start: int, end: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, what: str, start: int, end: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.what, self.start, self.end, self.clock = what, start, end, clock
         self.on = end > start and end - start >= PROGRESS_MIN_BYTES
         self.began = self.last = clock()
@@ -86,9 +87,15 @@ class ScanProgress:
         rate = done / max(now - self.began, 1e-9)
         left = (total - done) / rate if rate else float("inf")
         self.logged += 1
-        logger.warning("%s: %.0f%% (%.2f of %.2f GiB) at %.0f MiB/s, about %.0f s left",
-                       self.what, 100 * done / total, done / 2**30, total / 2**30,
-                       rate / 2**20, left)  # fmt: skip
+        logger.warning(
+            "%s: %.0f%% (%.2f of %.2f GiB) at %.0f MiB/s, about %.0f s left",
+            self.what,
+            100 * done / total,
+            done / 2**30,
+            total / 2**30,
+            rate / 2**20,
+            left,
+        )
 
 
 def validate_tail(
@@ -107,8 +114,7 @@ def validate_tail(
     valid_end = start
     holes = _Holes(owners)
     batch = DispatchBatch()
-    progress = ScanProgress("recovery: re-validating the commit log", start,
-                            commitlog.max_offset)  # fmt: skip
+    progress = ScanProgress("recovery: re-validating the commit log", start, commitlog.max_offset)
     for item in walk(commitlog, start):
         if isinstance(item, GoodRun):
             batch.add_run(item)
@@ -150,8 +156,12 @@ def set_aside(commitlog: CommitLog, damage: Damage, report: RecoveryReport) -> N
     report.bytes_set_aside += damage.end - damage.start
     logger.error(
         "recovery: damaged bytes [%d, %d) (%s at %d) set aside; the next valid record is at %d",
-        damage.start, damage.end, damage.verdict.name, damage.start, damage.end,
-    )  # fmt: skip
+        damage.start,
+        damage.end,
+        damage.verdict.name,
+        damage.start,
+        damage.end,
+    )
 
 
 class _Holes:

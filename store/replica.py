@@ -36,8 +36,10 @@ def read_chunk(commitlog: CommitLog, offset: int, max_bytes: int) -> bytes:
             f"replication from commit-log offset {offset}: this log holds "
             f"[{commitlog.min_offset}, {end}); a slave that far behind (or ahead) must be "
             "rebuilt from a copy of the master's store",
-            offset=offset, min_offset=commitlog.min_offset, max_offset=end,
-        )  # fmt: skip
+            offset=offset,
+            min_offset=commitlog.min_offset,
+            max_offset=end,
+        )
     if offset == end:
         return b""
     seg = commitlog.file.find(offset)
@@ -54,8 +56,9 @@ def append_chunk(commitlog: CommitLog, offset: int, data: bytes) -> None:
         raise InvalidOffsetError(
             f"a replicated chunk starts at commit-log offset {offset}, but this log ends at "
             f"{end}; chunks must continue where the log ends",
-            offset=offset, max_offset=end,
-        )  # fmt: skip
+            offset=offset,
+            max_offset=end,
+        )
     seg = commitlog.file.last()
     if seg is None or seg.wrote == seg.size:
         if offset % commitlog.segment_size:
@@ -65,8 +68,9 @@ def append_chunk(commitlog: CommitLog, offset: int, data: bytes) -> None:
     if local + len(data) > seg.size:
         raise InvalidOffsetError(
             f"a replicated chunk of {len(data)} bytes at {offset} crosses the segment end "
-            f"{seg.end}", offset=offset,
-        )  # fmt: skip
+            f"{seg.end}",
+            offset=offset,
+        )
     seg.write(local, data)
     seg.wrote = local + len(data)
 
@@ -112,5 +116,6 @@ def whole_records(commitlog: CommitLog, start: int) -> Iterator[Item]:
         else:
             raise CorruptRecordError(
                 f"replicated commit-log bytes at {pos} fail their {verdict.name} check; the "
-                "slave stops replicating rather than serve them", offset=pos,
-            )  # fmt: skip
+                "slave stops replicating rather than serve them",
+                offset=pos,
+            )

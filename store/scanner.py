@@ -26,10 +26,19 @@ from .commitlog import CommitLog
 CHUNK_RECORDS = 16384
 
 _HEADER_DTYPE = np.dtype(
-    [("size", ">i4"), ("magic", ">u4"), ("crc", ">u4"), ("queue_offset", ">i8"),
-     ("commitlog_offset", ">i8"), ("store_timestamp", ">i8"), ("store_host", "V8"),
-     ("queue_id", ">i4"), ("rest", "V36"), ("body_length", ">i4")]
-)  # fmt: skip
+    [
+        ("size", ">i4"),
+        ("magic", ">u4"),
+        ("crc", ">u4"),
+        ("queue_offset", ">i8"),
+        ("commitlog_offset", ">i8"),
+        ("store_timestamp", ">i8"),
+        ("store_host", "V8"),
+        ("queue_id", ">i4"),
+        ("rest", "V36"),
+        ("body_length", ">i4"),
+    ]
+)
 assert _HEADER_DTYPE.itemsize == codec.HEADER_SIZE
 _ARANGE = np.arange(codec.HEADER_SIZE)
 _topics: dict[bytes, str] = {}
@@ -98,8 +107,7 @@ def _walk(buf: memoryview, local: int, limit: int) -> tuple[list[int], int]:
     return starts, local
 
 
-def _check_run(buf: memoryview, base: int, starts: list[int], end: int,
-               check_crc: bool) -> GoodRun:  # fmt: skip
+def _check_run(buf: memoryview, base: int, starts: list[int], end: int, check_crc: bool) -> GoodRun:
     """The longest prefix of ``starts`` whose records pass every check, with its columns."""
     first = starts[0]
     data = bytes(buf[first:end])

@@ -132,8 +132,9 @@ class SegmentedFile:
     ``on_create`` is called after ``create`` allocated a new segment (the store's disk
     gauge: see disk_gauge.py)."""
 
-    def __init__(self, directory: Path, segment_size: int,
-                 on_create: Callable[[], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, directory: Path, segment_size: int, on_create: Callable[[], None] | None = None
+    ) -> None:
         self.directory = directory
         self.segment_size = segment_size
         self.on_create = on_create

@@ -55,9 +55,13 @@ _TOKEN = re.compile(
 )
 _KEYWORDS = {"AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE"}
 _COMPARE = {
-    ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b, "=": lambda a, b: a == b, "<>": lambda a, b: a != b,
-}  # fmt: skip
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "=": lambda a, b: a == b,
+    "<>": lambda a, b: a != b,
+}
 
 
 class _Tokens:
@@ -73,8 +77,10 @@ class _Tokens:
                 start = len(text) - len(text[pos:].lstrip())
                 raise InvalidFilterError(
                     f"SQL92 filter {text!r}: unexpected character {text[start]!r} at position "
-                    f"{start}", position=start, expression=text,
-                )  # fmt: skip
+                    f"{start}",
+                    position=start,
+                    expression=text,
+                )
             kind = m.lastgroup or ""
             value = m.group(kind)
             start = m.start(kind)
@@ -110,8 +116,9 @@ class _Tokens:
         found = repr(v) if v else "the end"
         raise InvalidFilterError(
             f"SQL92 filter {self.text!r}: expected {what} at position {pos}, found {found}",
-            position=pos, expression=self.text,
-        )  # fmt: skip
+            position=pos,
+            expression=self.text,
+        )
 
 
 def _and(a: bool | None, b: bool | None) -> bool | None:

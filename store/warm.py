@@ -75,8 +75,10 @@ class Warmer:
                     end = min(written + self.ahead, size)
                     if fd < 0 or warmed >= end:
                         break
-                    warmed += os.preadv(fd, [memoryview(scratch)[: min(CHUNK, end - warmed)]],
-                                        warmed) or CHUNK  # fmt: skip
+                    warmed += (
+                        os.preadv(fd, [memoryview(scratch)[: min(CHUNK, end - warmed)]], warmed)
+                        or CHUNK
+                    )
         except OSError as exc:  # a read that fails only loses the warming
             logger.warning("reading ahead of the commit log stopped: %s", exc)
         finally:

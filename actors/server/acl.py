@@ -57,11 +57,21 @@ RETRY_PREFIX = "%RETRY%"
 RELOAD_CHECK_S = 1.0
 
 # Client methods that need an admin account.
-ADMIN_METHODS = frozenset({
-    "create_topic", "delete_topic", "update_group", "delete_group", "groups",
-    "reset_offsets", "view_message", "schedule_stats", "replication",
-    "get_message", "broker_status",
-})  # fmt: skip
+ADMIN_METHODS = frozenset(
+    {
+        "create_topic",
+        "delete_topic",
+        "update_group",
+        "delete_group",
+        "groups",
+        "reset_offsets",
+        "view_message",
+        "schedule_stats",
+        "replication",
+        "get_message",
+        "broker_status",
+    }
+)
 
 
 class AclFileError(ValueError):
@@ -138,9 +148,16 @@ def parse_acl(text: str) -> AclRules:
             raise AclFileError(f"{where}: access_key and secret_key must be non-empty strings")
         if key in accounts:
             raise AclFileError(f"{where}: access_key {key!r} appears twice")
-        unknown = set(acc) - {"access_key", "secret_key", "admin", "default_topic_perm",
-                              "default_group_perm", "topic_perms", "group_perms",
-                              "white_remote_address"}  # fmt: skip
+        unknown = set(acc) - {
+            "access_key",
+            "secret_key",
+            "admin",
+            "default_topic_perm",
+            "default_group_perm",
+            "topic_perms",
+            "group_perms",
+            "white_remote_address",
+        }
         if unknown:
             raise AclFileError(f"{where} ({key}): unknown keys {sorted(unknown)}")
         admin = acc.get("admin", False)
@@ -191,9 +208,13 @@ def _needs(method: str, req: Any) -> list[tuple[str, str, int]]:
 class AclService:
     """The rules of one ACL file, reloaded when it changes; ``check`` per request."""
 
-    def __init__(self, path: str, window_ms: int = 300_000,
-                 clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        window_ms: int = 300_000,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
         self.window_ms = window_ms
         self._clock = clock
@@ -220,8 +241,11 @@ class AclService:
             mtime = os.stat(self.path).st_mtime_ns
         except OSError:
             if not self._missing_logged:
-                logger.warning("ACL file %s is missing: only whitelisted addresses are let in "
-                               "(the previous rules, if any, stay)", self.path)  # fmt: skip
+                logger.warning(
+                    "ACL file %s is missing: only whitelisted addresses are let in "
+                    "(the previous rules, if any, stay)",
+                    self.path,
+                )
                 self._missing_logged = True
             return
         self._missing_logged = False
@@ -232,12 +256,17 @@ class AclService:
             with open(self.path, encoding="utf-8") as f:
                 rules = parse_acl(f.read())
         except (OSError, UnicodeDecodeError, AclFileError) as exc:
-            logger.error("ACL file %s could not be loaded, keeping the previous rules: %s",
-                         self.path, exc)  # fmt: skip
+            logger.error(
+                "ACL file %s could not be loaded, keeping the previous rules: %s", self.path, exc
+            )
             return
         self.rules = rules
-        logger.info("ACL file %s loaded: %d accounts, %d whitelist entries", self.path,
-                    len(rules.accounts), len(rules.whitelist))  # fmt: skip
+        logger.info(
+            "ACL file %s loaded: %d accounts, %d whitelist entries",
+            self.path,
+            len(rules.accounts),
+            len(rules.whitelist),
+        )
 
     # ------------------------------------------------------------ checks
     def check(self, method: str, req: Any) -> None:
@@ -256,31 +285,35 @@ class AclService:
         key = auth.access_key
         account = rules.accounts.get(key)
         if account is None:
-            raise PermissionDeniedError(f"{method}: unknown access key {key!r}",
-                                        access_key=key, method=method)  # fmt: skip
+            raise PermissionDeniedError(
+                f"{method}: unknown access key {key!r}", access_key=key, method=method
+            )
         skew = abs(int(self._clock() * 1000) - auth.timestamp_ms)
         if skew > self.window_ms:
             raise PermissionDeniedError(
                 f"{method} by {key!r}: request timestamp {auth.timestamp_ms} is {skew} ms away "
                 f"from the broker's clock (allowed: {self.window_ms} ms); a replayed or "
                 "stale request, or clocks out of sync",
-                access_key=key, method=method,
-            )  # fmt: skip
+                access_key=key,
+                method=method,
+            )
         expected = signature(account.secret_key, method, req)
         if not hmac.compare_digest(expected, auth.signature):
             raise PermissionDeniedError(
                 f"{method} by {key!r}: bad signature (wrong secret key, or the request "
                 "was changed after signing)",
-                access_key=key, method=method,
-            )  # fmt: skip
+                access_key=key,
+                method=method,
+            )
         if account.admin:
             return
         if method in ADMIN_METHODS:
             raise PermissionDeniedError(
                 f"{method} by {key!r}: an admin operation, and the account is not admin "
                 "(admin = true in the ACL file)",
-                access_key=key, method=method,
-            )  # fmt: skip
+                access_key=key,
+                method=method,
+            )
         for kind, name, perm in _needs(method, req):
             if kind == "topic" and name.startswith(RETRY_PREFIX):
                 kind, name = "group", name[len(RETRY_PREFIX) :]
@@ -289,8 +322,11 @@ class AclService:
                 raise PermissionDeniedError(
                     f"{method} by {key!r}: no {PERM_NAMES[perm]} permission on {kind} "
                     f"{name!r} (it has {_perm_name(owned)})",
-                    access_key=key, method=method, resource=name, perm=PERM_NAMES[perm],
-                )  # fmt: skip
+                    access_key=key,
+                    method=method,
+                    resource=name,
+                    perm=PERM_NAMES[perm],
+                )
 
 
 def _perm_name(perm: int) -> str:

@@ -209,24 +209,32 @@ class BrokerServer:
         self.name = config.broker_name
         self.root = Path(store_dir)
         self.node_id = node_id
-        self.store = MessageStore(self.root, config.store_config,
-                                  store_host=local_host(config.listen_port),
-                                  broker_name=self.name)  # fmt: skip
+        self.store = MessageStore(
+            self.root,
+            config.store_config,
+            store_host=local_host(config.listen_port),
+            broker_name=self.name,
+        )
         self.tables = ConfigStore(self.root)
         self.locks = QueueLocks(config.rebalance_lock_max_live_time_ms)
         self._fences: dict[tuple[str, str, int], int] = {}  # (group, topic, queue) -> generation
         self.writing = threading.Lock()  # one appender at a time (see the module doc)
         self.schedule = ScheduleService(
-            self.store, self.tables.delay_offsets, config.delay_levels,
+            self.store,
+            self.tables.delay_offsets,
+            config.delay_levels,
             accept=self.tables.topics.__contains__,
-        )  # fmt: skip
-        self.sequences = open_sequences(self.tables.config_dir, self.store.commitlog,
-                                        SYSTEM_CLOCK.now_ms())  # fmt: skip
+        )
+        self.sequences = open_sequences(
+            self.tables.config_dir, self.store.commitlog, SYSTEM_CLOCK.now_ms()
+        )
         self.transactions = TransactionService(
-            self.store, self.tables.config_dir, timeout_ms=config.transaction_timeout,
+            self.store,
+            self.tables.config_dir,
+            timeout_ms=config.transaction_timeout,
             check_interval_ms=config.transaction_check_interval,
             check_max=config.transaction_check_max,
-        )  # fmt: skip
+        )
         self.transactions.recover()
         self.role = config.broker_role
         self.epochs = EpochHistory(self.tables.config_dir)
@@ -245,8 +253,9 @@ class BrokerServer:
         self.acl = acl_service(config, self.root)
         self.replication_error = ""  # a slave: why it is not replicating now
         self.put_rate = PutRate()
-        logger.info("broker %s serving store %s (recovery: %s)", self.name, self.root,
-                    self.store.recovery)  # fmt: skip
+        logger.info(
+            "broker %s serving store %s (recovery: %s)", self.name, self.root, self.store.recovery
+        )
 
     # ------------------------------------------------------------- topics
 
@@ -284,8 +293,9 @@ class BrokerServer:
         for name, n in (("read_queues", read_queues), ("write_queues", write_queues)):
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 1024:
                 raise InvalidOffsetError(f"{name} must be an int in 1..1024, got {n!r}")
-        cfg = TopicConfig(topic_name=topic, read_queue_nums=read_queues,
-                          write_queue_nums=write_queues, perm=perm)  # fmt: skip
+        cfg = TopicConfig(
+            topic_name=topic, read_queue_nums=read_queues, write_queue_nums=write_queues, perm=perm
+        )
         self.tables.topics.put(cfg)
         self.tables.topics.persist()
         return cfg
@@ -302,20 +312,32 @@ class BrokerServer:
 
     def info(self) -> BrokerInfo:
         queues = {
-            t.topic_name: QueueData(broker_name=self.name, read_queue_nums=t.read_queue_nums,
-                                    write_queue_nums=t.write_queue_nums, perm=t.perm,
-                                    property_filter=self.config.enable_property_filter)
-            for t in (self.tables.topics.get(n) for n in self.tables.topics.topics()) if t
-        }  # fmt: skip
+            t.topic_name: QueueData(
+                broker_name=self.name,
+                read_queue_nums=t.read_queue_nums,
+                write_queue_nums=t.write_queue_nums,
+                perm=t.perm,
+                property_filter=self.config.enable_property_filter,
+            )
+            for t in (self.tables.topics.get(n) for n in self.tables.topics.topics())
+            if t
+        }
         now = SYSTEM_CLOCK.now_ms()
-        return BrokerInfo(broker_name=self.name, node_id=self.node_id, store_dir=str(self.root),
-                          topics=queues, data_version=self.tables.topics.data_version,
-                          broker_id=self.config.broker_id, role=self.role.value,
-                          epoch=self.epochs.current, written_offset=self.store.written_offset,
-                          replicas=self.master.status(now) if self.master else [],
-                          auto_failover=self.config.auto_failover,
-                          disk_ratio=self.store.disk.ratio,
-                          put_tps=self.put_rate.per_second(now))  # fmt: skip
+        return BrokerInfo(
+            broker_name=self.name,
+            node_id=self.node_id,
+            store_dir=str(self.root),
+            topics=queues,
+            data_version=self.tables.topics.data_version,
+            broker_id=self.config.broker_id,
+            role=self.role.value,
+            epoch=self.epochs.current,
+            written_offset=self.store.written_offset,
+            replicas=self.master.status(now) if self.master else [],
+            auto_failover=self.config.auto_failover,
+            disk_ratio=self.store.disk.ratio,
+            put_tps=self.put_rate.per_second(now),
+        )
 
     # --------------------------------------------------------------- send
     def put(self, batch: EncodedBatch, *, own: bool = False) -> BatchSendResult:
@@ -345,8 +367,9 @@ class BrokerServer:
         if not 0 <= batch.queue_id < cfg.write_queue_nums:
             raise InvalidOffsetError(
                 f"queue {batch.queue_id} of topic {batch.topic!r} does not exist: it has "
-                f"{cfg.write_queue_nums} write queues", queue_id=batch.queue_id,
-            )  # fmt: skip
+                f"{cfg.write_queue_nums} write queues",
+                queue_id=batch.queue_id,
+            )
 
     def _duplicate(self, batch: EncodedBatch, topic: str) -> BatchSendResult | None:
         """Idempotent produce (dedupe.py, keyed on ``topic``): the answer to a batch that
@@ -359,35 +382,51 @@ class BrokerServer:
         if verdict is Verdict.OVERLAP:
             raise InvalidMessageError(
                 f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
-                f"{batch.topic}/{batch.queue_id} already has")  # fmt: skip
+                f"{batch.topic}/{batch.queue_id} already has"
+            )
         if verdict is Verdict.OUT_OF_ORDER:
             raise BrokerBusyError(
                 f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "
-                "out of order: an earlier batch has not arrived yet; retry")  # fmt: skip
+                "out of order: an earlier batch has not arrived yet; retry"
+            )
         if verdict is Verdict.DUPLICATE:
-            return cached or BatchSendResult(status=SendStatus.SEND_OK, msg_ids=batch.msg_ids,
-                                             offset_msg_ids=[""] * batch.count,
-                                             queue_offsets=[-1] * batch.count)  # fmt: skip
+            return cached or BatchSendResult(
+                status=SendStatus.SEND_OK,
+                msg_ids=batch.msg_ids,
+                offset_msg_ids=[""] * batch.count,
+                queue_offsets=[-1] * batch.count,
+            )
         return None
 
-    def _sent(self, batch: EncodedBatch, topic: str, result: PutResult,
-              columns: bool = True) -> BatchSendResult:  # fmt: skip
+    def _sent(
+        self, batch: EncodedBatch, topic: str, result: PutResult, columns: bool = True
+    ) -> BatchSendResult:
         """The answer to an appended batch (and the producer's sequences moved on). Without
         ``columns`` (the broker's own batches: ``put_arrow`` answers a row count) it has no
         per-message ids and offsets, which cost ~0.5 us a message to format."""
         raise_for_put(result)
         self.put_rate.add(batch.count, SYSTEM_CLOCK.now_ms())
         if columns:
-            out = BatchSendResult(status=SendStatus.SEND_OK, msg_ids=result.msg_ids,
-                                  offset_msg_ids=result.offset_msg_ids,
-                                  queue_offsets=result.queue_offsets)  # fmt: skip
+            out = BatchSendResult(
+                status=SendStatus.SEND_OK,
+                msg_ids=result.msg_ids,
+                offset_msg_ids=result.offset_msg_ids,
+                queue_offsets=result.queue_offsets,
+            )
         else:
-            out = BatchSendResult(status=SendStatus.SEND_OK, msg_ids=[], offset_msg_ids=[],
-                                  queue_offsets=[])  # fmt: skip
+            out = BatchSendResult(
+                status=SendStatus.SEND_OK, msg_ids=[], offset_msg_ids=[], queue_offsets=[]
+            )
         if batch.producer_id:
-            self.sequences.appended(batch.producer_id, topic, batch.queue_id,
-                                    batch.first_sequence, batch.first_sequence + batch.count - 1,
-                                    out, result.store_timestamp)  # fmt: skip
+            self.sequences.appended(
+                batch.producer_id,
+                topic,
+                batch.queue_id,
+                batch.first_sequence,
+                batch.first_sequence + batch.count - 1,
+                out,
+                result.store_timestamp,
+            )
         return out
 
     # ------------------------------------------------------- transactions
@@ -402,7 +441,8 @@ class BrokerServer:
         if batch.scheduled:
             raise InvalidMessageError(
                 "a transactional message cannot be delayed (DELAY or __DELIVER_AT_MS): "
-                "send it without a delay")  # fmt: skip
+                "send it without a delay"
+            )
         cached = self._duplicate(batch, TRANS_HALF_TOPIC)
         if cached is not None:
             return cached
@@ -424,16 +464,25 @@ class BrokerServer:
         validate_group(req.group)
         validate_topic(req.topic)
         with self.writing:
-            done = self.transactions.end(req.transaction_offset, req.group, req.msg_id,
-                                         req.topic, req.commit,
-                                         self._check_commit_target)  # fmt: skip
+            done = self.transactions.end(
+                req.transaction_offset,
+                req.group,
+                req.msg_id,
+                req.topic,
+                req.commit,
+                self._check_commit_target,
+            )
         if done.put is not None:
             raise_for_put(done.put)
         if not done.ended or not done.committed or done.put is None:
             return EndTransactionReply(ended=done.ended, committed=False)
-        return EndTransactionReply(ended=True, committed=True, queue_id=done.queue_id,
-                                   queue_offset=done.put.queue_offsets[0],
-                                   offset_msg_id=done.put.offset_msg_ids[0])  # fmt: skip
+        return EndTransactionReply(
+            ended=True,
+            committed=True,
+            queue_id=done.queue_id,
+            queue_offset=done.put.queue_offsets[0],
+            offset_msg_id=done.put.offset_msg_ids[0],
+        )
 
     def _check_commit_target(self, topic: str, queue_id: int) -> None:
         cfg = self.topic_config(topic, create=False)
@@ -441,8 +490,9 @@ class BrokerServer:
             raise PermissionDeniedError(
                 f"cannot commit to {topic}/{queue_id} now: the topic is not writeable "
                 f"(perm={cfg.perm}) or has {cfg.write_queue_nums} write queues; the "
-                "transaction stays open and is checked again", topic=topic,
-            )  # fmt: skip
+                "transaction stays open and is checked again",
+                topic=topic,
+            )
 
     def transaction_checks(self, req: TransactionChecksRequest) -> TransactionChecksReply:
         """The checks queued for the producer group (each handed out once; a check not
@@ -473,8 +523,9 @@ class BrokerServer:
         if not group.consume_enable:
             raise PermissionDeniedError(
                 f"consumer group {req.group!r} may not consume (consume_enable is off); "
-                "turn it on with Admin.update_group", group=req.group,
-            )  # fmt: skip
+                "turn it on with Admin.update_group",
+                group=req.group,
+            )
         cfg = self.topic_config(req.topic, create=False)
         if not is_readable(cfg.perm):
             raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
@@ -485,8 +536,11 @@ class BrokerServer:
         parts: list[bytes] = []
         count = size = 0
         offset = req.queue_offset
-        budget = self.config.pull_max_bytes if max_bytes is None else min(
-            max_bytes, self.config.pull_max_bytes)  # fmt: skip
+        budget = (
+            self.config.pull_max_bytes
+            if max_bytes is None
+            else min(max_bytes, self.config.pull_max_bytes)
+        )
         got = self.store.get_messages(req.group, req.topic, req.queue_id, offset, want, tag_filter)
         first = got
         scan_limit = req.queue_offset + self.config.store.max_filter_scan_entries
@@ -496,8 +550,9 @@ class BrokerServer:
                 buffer, n, offset = sql_filter_records(buffer, sql, got.next_begin_offset)
                 got = msgspec.structs.replace(got, count=n, buffer=buffer)
                 if not n and offset < got.max_offset and offset < scan_limit:
-                    got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
-                                                  want - count, tag_filter)  # fmt: skip
+                    got = self.store.get_messages(
+                        req.group, req.topic, req.queue_id, offset, want - count, tag_filter
+                    )
                     continue
             if n and size + len(buffer) > budget and max_bytes is not None:
                 buffer, n, offset = _fit(buffer, budget - size, offset, at_least_one=not count)
@@ -508,26 +563,36 @@ class BrokerServer:
                 break
             if count >= want or size >= budget or offset >= got.max_offset:
                 break
-            got = self.store.get_messages(req.group, req.topic, req.queue_id, offset,
-                                          want - count, tag_filter)  # fmt: skip
+            got = self.store.get_messages(
+                req.group, req.topic, req.queue_id, offset, want - count, tag_filter
+            )
         suggest = self._suggest_replica(group, first.suggest_pull_from_slave)
         status = PullStatus.FOUND if count else _PULL_STATUS[first.status]
         if not count and sql is not None and first.status is GetStatus.FOUND:
             first = msgspec.structs.replace(first, status=GetStatus.NO_MATCHED_MESSAGE)
             status = PullStatus.NO_MATCHED_MSG  # every record scanned failed the SQL92 filter
-        next_offset = offset if count or first.status is GetStatus.NO_MATCHED_MESSAGE else (
-            first.next_begin_offset)  # fmt: skip
+        next_offset = (
+            offset
+            if count or first.status is GetStatus.NO_MATCHED_MESSAGE
+            else (first.next_begin_offset)
+        )
         if status is PullStatus.NO_MATCHED_MSG and next_offset <= req.queue_offset:
             status = PullStatus.NO_NEW_MSG  # nothing scanned (a missing file): wait for news
         if not count:
             status, next_offset = self._corrected(first, req.queue_offset, status, next_offset)
-        return PullResponse(status=status, next_offset=next_offset, min_offset=first.min_offset,
-                            max_offset=max(first.max_offset, got.max_offset),
-                            buffer=b"".join(parts), count=count,
-                            suggest_replica=suggest)  # fmt: skip
+        return PullResponse(
+            status=status,
+            next_offset=next_offset,
+            min_offset=first.min_offset,
+            max_offset=max(first.max_offset, got.max_offset),
+            buffer=b"".join(parts),
+            count=count,
+            suggest_replica=suggest,
+        )
 
-    def _corrected(self, got: GetResult, queue_offset: int, status: PullStatus,
-                   next_offset: int) -> tuple[PullStatus, int]:  # fmt: skip
+    def _corrected(
+        self, got: GetResult, queue_offset: int, status: PullStatus, next_offset: int
+    ) -> tuple[PullStatus, int]:
         """RocketMQ's PullMessageProcessor: a queue with nothing in it (or none at all)
         moves a pull at an offset other than 0 to 0 (OFFSET_ILLEGAL; at 0 it waits for
         news). A slave may lag its master, so it corrects nothing backwards: such a pull
@@ -549,7 +614,7 @@ class BrokerServer:
                 f"broker {self.name} does not evaluate SQL92 filters: turn on "
                 "BrokerConfig.enable_property_filter, or subscribe by tag",
                 broker=self.name,
-            )  # fmt: skip
+            )
         return None, compile_sql(req.expression)
 
     def _suggest_replica(self, group: SubscriptionGroupConfig, far_behind: bool) -> str:
@@ -561,8 +626,7 @@ class BrokerServer:
         if self.slave is not None:
             return self.config.replica_name
         assert self.master is not None
-        connected = [r.broker_id for r in self.master.status(SYSTEM_CLOCK.now_ms())
-                     if r.connected]  # fmt: skip
+        connected = [r.broker_id for r in self.master.status(SYSTEM_CLOCK.now_ms()) if r.connected]
         if not connected:
             return ""
         wanted = group.which_broker_when_consume_slowly
@@ -602,15 +666,26 @@ class BrokerServer:
         try:
             table = pa.ipc.open_stream(data).read_all()
         except (pa.ArrowInvalid, OSError) as exc:
-            raise InvalidRequestError(f"put_arrow: rows are not an Arrow IPC stream: {exc}",
-                                      request="ArrowPutRequest") from None  # fmt: skip
+            raise InvalidRequestError(
+                f"put_arrow: rows are not an Arrow IPC stream: {exc}", request="ArrowPutRequest"
+            ) from None
         check_columns(table.schema, cols)
         check_bodies(table, cols)
         limits = self.store.config
-        return list(encoded_puts(table.to_batches(), req.topic, req.queue_id, req.producer_id,
-                                 cols, req.group, ARROW_PUT_BYTES, req.first_sequence,
-                                 limits.max_message_size_bytes,
-                                 limits.max_properties_size_bytes))  # fmt: skip
+        return list(
+            encoded_puts(
+                table.to_batches(),
+                req.topic,
+                req.queue_id,
+                req.producer_id,
+                cols,
+                req.group,
+                ARROW_PUT_BYTES,
+                req.first_sequence,
+                limits.max_message_size_bytes,
+                limits.max_properties_size_bytes,
+            )
+        )
 
     def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:
         """Offsets ``[start, end)`` as one record batch of decoded columns (columnar.py),
@@ -619,17 +694,21 @@ class BrokerServer:
         cfg = self.topic_config(topic, create=False)
         if not 0 <= queue_id < cfg.read_queue_nums:
             raise InvalidOffsetError(f"queue {queue_id} of topic {topic!r} does not exist")
-        batch, nxt = columnar.read_columns(self.store, topic, queue_id, req.start, req.end,
-                                           req.max_bytes, self.name, req.columns)  # fmt: skip
+        batch, nxt = columnar.read_columns(
+            self.store, topic, queue_id, req.start, req.end, req.max_bytes, self.name, req.columns
+        )
         return ArrowPage(batch=batch, next_offset=nxt)
 
     def queue_bounds(self, req: TopicRequest) -> QueueBoundsReply:
         """(min offset, max offset) of each read queue of the topic."""
         topic = req.topic
         cfg = self.topic_config(topic, create=False)
-        return QueueBoundsReply(bounds={
-            q: (self.store.min_offset(topic, q), self.store.max_offset(topic, q))
-            for q in range(cfg.read_queue_nums)})  # fmt: skip
+        return QueueBoundsReply(
+            bounds={
+                q: (self.store.min_offset(topic, q), self.store.max_offset(topic, q))
+                for q in range(cfg.read_queue_nums)
+            }
+        )
 
     # ------------------------------------------------------------- groups
     def group_config(self, group: str, create: bool = False) -> SubscriptionGroupConfig:
@@ -642,8 +721,9 @@ class BrokerServer:
         if not create or not self.config.auto_create_subscription_group:
             raise GroupNotFoundError(
                 f"consumer group {group!r} does not exist on broker {self.name}; create it "
-                "with Admin.create_group or enable auto_create_subscription_group", group=group,
-            )  # fmt: skip
+                "with Admin.create_group or enable auto_create_subscription_group",
+                group=group,
+            )
         return self._put_group(SubscriptionGroupConfig(group_name=group))
 
     def group_or_defaults(self, group: str) -> SubscriptionGroupConfig:
@@ -702,16 +782,23 @@ class BrokerServer:
             acked = {c.queue_id: c.acked for c in commits if c.acked}
             self._commit(req.group, topic, offsets, req.generation, acked)
 
-    def _commit(self, group: str, topic: str, offsets: dict[int, int], generation: int,
-                acked: dict[int, Any]) -> CommitOffsetsReply:  # fmt: skip
+    def _commit(
+        self,
+        group: str,
+        topic: str,
+        offsets: dict[int, int],
+        generation: int,
+        acked: dict[int, Any],
+    ) -> CommitOffsetsReply:
         self.group_config(group, create=True)
         validate_topic(topic)
         alone = sorted(set(acked) - set(offsets))
         if alone:
             raise InvalidOffsetError(
                 f"acked ranges for queue(s) {alone} of topic {topic!r} come without their "
-                "offsets; commit each queue's offset with its ranges", value=repr(alone),
-            )  # fmt: skip
+                "offsets; commit each queue's offset with its ranges",
+                value=repr(alone),
+            )
         stale: list[int] = []
         if generation >= 0:
             fresh = {}
@@ -747,8 +834,9 @@ class BrokerServer:
         validate_group(req.group)
         validate_topic(req.topic)
         table = self.tables.consumer_offsets
-        return OffsetsReply(offsets=table.query_all(req.group, req.topic),
-                            acked=table.acked(req.group, req.topic))  # fmt: skip
+        return OffsetsReply(
+            offsets=table.query_all(req.group, req.topic), acked=table.acked(req.group, req.topic)
+        )
 
     def offset_by_time(self, req: OffsetByTimeRequest) -> OffsetReply:
         self.topic_config(req.topic, create=False)
@@ -760,8 +848,10 @@ class BrokerServer:
         group, topic = req.group, req.topic
         validate_group(group)
         cfg = self.topic_config(topic, create=False)
-        offsets = {q: self.store.offset_by_time(topic, q, req.timestamp_ms)
-                   for q in range(cfg.read_queue_nums)}  # fmt: skip
+        offsets = {
+            q: self.store.offset_by_time(topic, q, req.timestamp_ms)
+            for q in range(cfg.read_queue_nums)
+        }
         self.tables.consumer_offsets.commit_many(group, topic, offsets)
         return OffsetsReply(offsets=offsets)
 
@@ -786,15 +876,19 @@ class BrokerServer:
         for q in range(max(cfg.read_queue_nums, cfg.write_queue_nums)):
             hi = self.store.max_offset(topic, q)
             last = self.store.store_time_of(topic, q, hi - 1) if hi else None
-            out.append(QueueStats(queue=MessageQueue(topic, self.name, q),
-                                  min_offset=self.store.min_offset(topic, q), max_offset=hi,
-                                  last_store_timestamp=last or 0))  # fmt: skip
+            out.append(
+                QueueStats(
+                    queue=MessageQueue(topic, self.name, q),
+                    min_offset=self.store.min_offset(topic, q),
+                    max_offset=hi,
+                    last_store_timestamp=last or 0,
+                )
+            )
         return TopicStatsReply(queues=out)
 
     def query_message(self, req: QueryMessageRequest) -> MessagesReply:
         validate_topic(req.topic)
-        found = self.store.query_message(req.topic, req.key, req.max_num, req.begin_ms,
-                                         req.end_ms)  # fmt: skip
+        found = self.store.query_message(req.topic, req.key, req.max_num, req.begin_ms, req.end_ms)
         return MessagesReply(messages=found)
 
     def view_message(self, req: ViewMessageRequest) -> MessagesReply:
@@ -820,8 +914,9 @@ class BrokerServer:
 
     def page_readers(self, req: PageReadersRequest) -> PageReadersReply:
         """The names of this replica's page readers (the actor starts them first)."""
-        return PageReadersReply(names=[page_reader_actor_name(self.config.replica_name, i)
-                                       for i in range(PAGE_READERS)])  # fmt: skip
+        return PageReadersReply(
+            names=[page_reader_actor_name(self.config.replica_name, i) for i in range(PAGE_READERS)]
+        )
 
     def broker_status(self, req: BrokerStatusRequest) -> BrokerStatus:
         """This replica's info with a fresh disk measurement, its limits and settings (the
@@ -851,26 +946,42 @@ class BrokerServer:
         most = request.max_reconsume_times
         retry = retry_topic(request.group)
         known = self.tables.topics.get(retry)
-        queues = group.retry_queue_nums if known is None else min(
-            group.retry_queue_nums, known.write_queue_nums)  # fmt: skip
-        msgs = prepare_send_back(self.store, request.group,
-                                 [(i.commitlog_offset, i.delay_level) for i in items],
-                                 group.retry_max_times if most < 0 else most,
-                                 queues)  # fmt: skip
+        queues = (
+            group.retry_queue_nums
+            if known is None
+            else min(group.retry_queue_nums, known.write_queue_nums)
+        )
+        msgs = prepare_send_back(
+            self.store,
+            request.group,
+            [(i.commitlog_offset, i.delay_level) for i in items],
+            group.retry_max_times if most < 0 else most,
+            queues,
+        )
         if group.retry_queue_nums <= 0:
-            logger.warning("broker %s: group %s has retry_queue_nums 0: %d failed messages "
-                           "dropped, neither retried nor dead-lettered", self.name,
-                           request.group, len(msgs))  # fmt: skip
-            return SendBackResult(topics=[""] * len(msgs), msg_ids=[""] * len(msgs),
-                                  reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
+            logger.warning(
+                "broker %s: group %s has retry_queue_nums 0: %d failed messages "
+                "dropped, neither retried nor dead-lettered",
+                self.name,
+                request.group,
+                len(msgs),
+            )
+            return SendBackResult(
+                topics=[""] * len(msgs),
+                msg_ids=[""] * len(msgs),
+                reconsume_times=[m.reconsume_times for m in msgs],
+            )
         for topic in {m.topic for m in msgs}:
             n = group.retry_queue_nums if topic == retry else GROUP_TOPIC_QUEUE_NUMS
             self.ensure_system_topic(topic, n)
         with self.writing:
             result = self.schedule.put(msgs)
         raise_for_put(result)
-        return SendBackResult(topics=[m.topic for m in msgs], msg_ids=result.msg_ids,
-                              reconsume_times=[m.reconsume_times for m in msgs])  # fmt: skip
+        return SendBackResult(
+            topics=[m.topic for m in msgs],
+            msg_ids=result.msg_ids,
+            reconsume_times=[m.reconsume_times for m in msgs],
+        )
 
     def schedule_tick(self) -> dict[tuple[str, int], int]:
         """Deliver due delayed messages: {(topic, queue): new max offset} of what was written.
@@ -902,8 +1013,9 @@ class BrokerServer:
     # ------------------------------------------------------ housekeeping
     def flush_targets(self) -> FlushTargets:
         """Commit-log bytes written, and the offset below which queues and index are."""
-        return FlushTargets(written=self.store.written_offset,
-                            dispatched=self.store.dispatched_offset)  # fmt: skip
+        return FlushTargets(
+            written=self.store.written_offset, dispatched=self.store.dispatched_offset
+        )
 
     def persist(self) -> None:
         if self.slave is None:  # a slave's delay offsets are its master's (metadata sync)
@@ -948,25 +1060,32 @@ class BrokerServer:
         if self.slave is not None:
             raise PermissionDeniedError(
                 f"broker {self.config.replica_name} is a SLAVE: it {what}; they go to its "
-                f"master {self.name}", broker=self.config.replica_name,
-            )  # fmt: skip
+                f"master {self.name}",
+                broker=self.config.replica_name,
+            )
 
     def ha_fetch(self, req: HaFetch) -> HaChunk | None:
         """A slave's fetch (None: it has everything; the actor parks it)."""
         if self.master is None:
             raise ReplicationError(
                 f"broker {self.config.replica_name} is a SLAVE, not a master: slave "
-                f"{req.broker_id} fetches from the wrong broker", offset=req.offset,
-            )  # fmt: skip
+                f"{req.broker_id} fetches from the wrong broker",
+                offset=req.offset,
+            )
         return self.master.fetch(req, SYSTEM_CLOCK.now_ms())
 
     def replication(self, req: ReplicationRequest) -> ReplicationStats:
         """This broker's role, epoch and written offset; a master's slaves and their lag."""
         slaves = self.master.status(SYSTEM_CLOCK.now_ms()) if self.master else []
-        return ReplicationStats(broker_name=self.name, broker_id=self.config.broker_id,
-                                role=self.role.value, epoch=self.epochs.current,
-                                written_offset=self.store.written_offset,
-                                replicas=slaves, error=self.replication_error)  # fmt: skip
+        return ReplicationStats(
+            broker_name=self.name,
+            broker_id=self.config.broker_id,
+            role=self.role.value,
+            epoch=self.epochs.current,
+            written_offset=self.store.written_offset,
+            replicas=slaves,
+            error=self.replication_error,
+        )
 
     def ha_metadata(self, req: MetadataRequest) -> MetadataReply:
         """A slave's metadata sync: merge the offsets committed on it, answer the tables."""

@@ -219,9 +219,15 @@ REFS_VALUE: Final[bytes] = b"in-files"
 RECORD_AT: Final[str] = "record_at"
 
 
-def refs_page(pages: list[RecordPage], next_offset: int, topic: str, broker: str,
-              columns: Sequence[str], commitlog_dir: str,
-              segment_size: int) -> bytes | None:  # fmt: skip
+def refs_page(
+    pages: list[RecordPage],
+    next_offset: int,
+    topic: str,
+    broker: str,
+    columns: Sequence[str],
+    commitlog_dir: str,
+    segment_size: int,
+) -> bytes | None:
     """``pages`` as a page for a reader on the broker's node that reads the records from
     the commit-log files itself and checks their CRCs there (rayq/jvm CommitLogRuns), or
     None when a body it asks for is compressed (it must be inflated here: the caller
@@ -273,8 +279,9 @@ class _Page:
         raw, body_end = self.raw, self.body_end
         props_at = body_end + raw[body_end].astype(np.int64) + 1 + codec.PROPS_LEN.size
         record_end = self.starts + self.heads["size"].astype(np.int64)
-        return _Properties(_utf8(_Ranges(self.data, pa.binary(), props_at, record_end).get(),
-                                 self.topic))  # fmt: skip
+        return _Properties(
+            _utf8(_Ranges(self.data, pa.binary(), props_at, record_end).get(), self.topic)
+        )
 
     def column(self, name: str) -> pa.Array:
         heads, n = self.heads, self.n
@@ -300,8 +307,9 @@ class _Page:
                 return self.props.as_map()
             case "body":
                 body_at = self.starts + codec.HEADER_SIZE
-                return _inflated(_Ranges(self.data, pa.binary(), body_at, self.body_end).get(),
-                                 heads)  # fmt: skip
+                return _inflated(
+                    _Ranges(self.data, pa.binary(), body_at, self.body_end).get(), heads
+                )
         raise KeyError(name)
 
 

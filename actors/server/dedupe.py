@@ -88,8 +88,9 @@ class ProducerSequences:
         self.dirty = False
 
     # -------------------------------------------------------------- broker
-    def check(self, producer_id: str, topic: str, queue_id: int, first: int,
-              last: int) -> tuple[Verdict, Any]:  # fmt: skip
+    def check(
+        self, producer_id: str, topic: str, queue_id: int, first: int, last: int
+    ) -> tuple[Verdict, Any]:
         """What to do with batch ``[first, last]``; with DUPLICATE, the cached answer (or None)."""
         if not 0 <= first <= last:
             raise InvalidMessageError(f"sequence range [{first}, {last}] is not valid")
@@ -107,8 +108,16 @@ class ProducerSequences:
             return Verdict.DUPLICATE, cached[2] if hit else None
         return Verdict.OVERLAP, None
 
-    def appended(self, producer_id: str, topic: str, queue_id: int, first: int, last: int,
-                 result: Any, now_ms: int) -> None:  # fmt: skip
+    def appended(
+        self,
+        producer_id: str,
+        topic: str,
+        queue_id: int,
+        first: int,
+        last: int,
+        result: Any,
+        now_ms: int,
+    ) -> None:
         key = _key(producer_id, topic, queue_id)
         self.table[key] = SequenceEntry(last, now_ms)
         self._results[key] = (first, last, result)
@@ -130,15 +139,19 @@ class ProducerSequences:
         """Load the snapshot; the commit-log offset to replay from."""
         snap = self.file.load() or SequenceFile()
         if snap.commitlog_offset > log_max:
-            logger.warning("producer sequences cover the log up to %d but it ends at %d "
-                           "(lost tail): rebuilding them from the log", snap.commitlog_offset,
-                           log_max)  # fmt: skip
+            logger.warning(
+                "producer sequences cover the log up to %d but it ends at %d "
+                "(lost tail): rebuilding them from the log",
+                snap.commitlog_offset,
+                log_max,
+            )
             snap = SequenceFile()
         self.table = dict(snap.table)
         return max(snap.commitlog_offset, log_min)
 
-    def replay(self, topics: list[str], queue_ids: list[int], properties: list[bytes],
-               now_ms: int) -> None:  # fmt: skip
+    def replay(
+        self, topics: list[str], queue_ids: list[int], properties: list[bytes], now_ms: int
+    ) -> None:
         """Update the table from records read back from the log (in log order)."""
         pending: dict[tuple[str, int, int], int] = {}
         for topic, qid, props in zip(topics, queue_ids, properties, strict=True):

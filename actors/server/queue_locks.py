@@ -20,8 +20,9 @@ class QueueLocks:
         self.lease_ms = lease_ms
         self._locks: dict[tuple[str, str, int], tuple[str, int]] = {}
 
-    def lock(self, group: str, client_id: str, queues: Iterable[QueueKey],
-             now_ms: int) -> list[QueueKey]:  # fmt: skip
+    def lock(
+        self, group: str, client_id: str, queues: Iterable[QueueKey], now_ms: int
+    ) -> list[QueueKey]:
         """Lock (or renew) what is free, expired or already ``client_id``'s; the ones got."""
         got = []
         for topic, qid in queues:

@@ -65,14 +65,16 @@ class Rebalancer:
                     "but member "
                     f"{other_id} subscribes to {dict(other.subscriptions)} ({other.model.value}, "
                     f"{other.strategy.value}); every consumer of a group must subscribe alike, "
-                    "or messages would be lost: use another group name", group=group,
-                )  # fmt: skip
+                    "or messages would be lost: use another group name",
+                    group=group,
+                )
             overlap = set(spec.allocation) & set(other.allocation)
             if overlap:
                 raise ConfigError(
                     f"consumer {client_id} of group {group!r} is configured with queues "
-                    f"{sorted(overlap)} that member {other_id} already has", group=group,
-                )  # fmt: skip
+                    f"{sorted(overlap)} that member {other_id} already has",
+                    group=group,
+                )
         g.members[client_id] = spec
         g.owned.setdefault(client_id, frozenset())
 
@@ -91,8 +93,11 @@ class Rebalancer:
         return sorted(self._groups)
 
     def groups_of_topics(self, topics: set[str]) -> list[str]:
-        return sorted(name for name, g in self._groups.items()
-                      if any(set(s.topics) & topics for s in g.members.values()))  # fmt: skip
+        return sorted(
+            name
+            for name, g in self._groups.items()
+            if any(set(s.topics) & topics for s in g.members.values())
+        )
 
     def members(self, group: str) -> list[str]:
         g = self._groups.get(group)
@@ -108,8 +113,9 @@ class Rebalancer:
         g = self._groups.get(group)
         return dict(g.owned) if g else {}
 
-    def plan(self, group: str, queues_of: Callable[[str], list[MessageQueue]],
-             now_ms: int) -> Plan | None:  # fmt: skip
+    def plan(
+        self, group: str, queues_of: Callable[[str], list[MessageQueue]], now_ms: int
+    ) -> Plan | None:
         """The next rebalance of ``group`` from its members and the current routes.
 
         Generations are wall-clock milliseconds (or one more than the last), so they
@@ -153,8 +159,12 @@ class Rebalancer:
         return next((m for m, qs in g.owned.items() if m != besides and mq in qs), None)
 
 
-def _allocate(spec: MemberSpec, queues: list[MessageQueue], members: list[str],
-              specs: Mapping[str, MemberSpec]) -> dict[str, list[MessageQueue]]:  # fmt: skip
+def _allocate(
+    spec: MemberSpec,
+    queues: list[MessageQueue],
+    members: list[str],
+    specs: Mapping[str, MemberSpec],
+) -> dict[str, list[MessageQueue]]:
     if spec.strategy is AllocateStrategy.CONFIG:
         known = set(queues)
         config = {m: [q for q in specs[m].allocation if q in known] for m in members}

@@ -54,8 +54,13 @@ class _Slave(msgspec.Struct, kw_only=True):
 class MasterReplication:
     """A master's view of its slaves, and the sends waiting for them."""
 
-    def __init__(self, store: MessageStore, epochs: EpochHistory, config: BrokerConfig,
-                 topics_version: Callable[[], int] = lambda: 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochHistory,
+        config: BrokerConfig,
+        topics_version: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.store = store
         self.epochs = epochs
         self.config = config
@@ -82,9 +87,14 @@ class MasterReplication:
             req.offset, min(req.max_bytes, self.config.ha_transfer_batch_bytes)
         )
         epochs = self.epochs.entries if req.epoch != self.epochs.current else []
-        return HaChunk(offset=req.offset, data=data, master_offset=written, epochs=epochs,
-                       topics_version=self.topics_version(),
-                       sync=self.config.broker_role.value == "SYNC_MASTER")  # fmt: skip
+        return HaChunk(
+            offset=req.offset,
+            data=data,
+            master_offset=written,
+            epochs=epochs,
+            topics_version=self.topics_version(),
+            sync=self.config.broker_role.value == "SYNC_MASTER",
+        )
 
     def _fence(self, req: HaFetch, written: int) -> HaChunk | None:
         current = self.epochs.current
@@ -93,16 +103,18 @@ class MasterReplication:
                 f"slave {req.broker_id} is in epoch {req.epoch} at commit-log offset "
                 f"{req.offset}, newer than its master's epoch {current} (master at {written}): "
                 "it followed another master; it is refused and keeps its files",
-                offset=req.offset, master_offset=written,
-            )  # fmt: skip
+                offset=req.offset,
+                master_offset=written,
+            )
         end = written if req.epoch == current else self.epochs.end_of(req.epoch)
         if end is None:
             raise ReplicationError(
                 f"slave {req.broker_id} is in epoch {req.epoch}, which its master's history "
                 f"does not know (master epochs {self.epochs.entries}); slave at "
                 f"{req.offset}, master at {written}: it is refused and keeps its files",
-                offset=req.offset, master_offset=written,
-            )  # fmt: skip
+                offset=req.offset,
+                master_offset=written,
+            )
         if req.offset <= end:
             return None
         if req.epoch == current:
@@ -110,14 +122,25 @@ class MasterReplication:
                 f"slave {req.broker_id} has the commit log up to {req.offset} in epoch "
                 f"{current}, past its master's end {written} in the same epoch: the two "
                 "histories cannot be fenced; it is refused and keeps its files",
-                offset=req.offset, master_offset=written,
-            )  # fmt: skip
+                offset=req.offset,
+                master_offset=written,
+            )
         tail_from = max(end - TAIL_CHECK_BYTES, self.store.commitlog.min_offset)
         tail = _read_range(self.store, tail_from, end)
-        logger.warning("slave %d is ahead in epoch %d (%d > %d): telling it to truncate",
-                       req.broker_id, req.epoch, req.offset, end)  # fmt: skip
-        return HaChunk(offset=end, master_offset=written, epochs=self.epochs.entries,
-                       truncate_to=end, tail=tail)  # fmt: skip
+        logger.warning(
+            "slave %d is ahead in epoch %d (%d > %d): telling it to truncate",
+            req.broker_id,
+            req.epoch,
+            req.offset,
+            end,
+        )
+        return HaChunk(
+            offset=end,
+            master_offset=written,
+            epochs=self.epochs.entries,
+            truncate_to=end,
+            tail=tail,
+        )
 
     def _ack(self, broker_id: int, offset: int, now_ms: int) -> None:
         with self._lock:
@@ -132,8 +155,10 @@ class MasterReplication:
     # ------------------------------------------------------- SYNC_MASTER
     def slave_available(self, written: int, now_ms: int) -> bool:
         """A slave is connected and at most ``ha_slave_fallbehind_max`` behind ``written``."""
-        return any(written - s.acked <= self.config.ha_slave_fallbehind_max
-                   for s in self._connected(now_ms))  # fmt: skip
+        return any(
+            written - s.acked <= self.config.ha_slave_fallbehind_max
+            for s in self._connected(now_ms)
+        )
 
     def wait(self, offset: int) -> concurrent.futures.Future[None]:
         """A future done once a slave has acknowledged the log up to ``offset`` (await it
@@ -175,9 +200,15 @@ class MasterReplication:
             if s.acked < written:
                 stored = self.store.commitlog.store_timestamp_at(s.acked)
                 lag_ms = max(now_ms - stored, 0) if stored else 0
-            out.append(ReplicaStatus(broker_id=broker_id, acked_offset=s.acked,
-                                     lag_bytes=max(written - s.acked, 0), lag_ms=lag_ms,
-                                     connected=s.seen_ms >= horizon))  # fmt: skip
+            out.append(
+                ReplicaStatus(
+                    broker_id=broker_id,
+                    acked_offset=s.acked,
+                    lag_bytes=max(written - s.acked, 0),
+                    lag_ms=lag_ms,
+                    connected=s.seen_ms >= horizon,
+                )
+            )
         return out
 
 
@@ -192,9 +223,13 @@ class SlaveReplication:
         self.transactions: TransactionService | None = None  # set by the broker server
 
     def request(self) -> HaFetch:
-        return HaFetch(broker_id=self.config.broker_id, offset=self.store.written_offset,
-                       epoch=self.epochs.current, max_bytes=self.config.ha_transfer_batch_bytes,
-                       wait_ms=self.config.ha_fetch_wait_ms)  # fmt: skip
+        return HaFetch(
+            broker_id=self.config.broker_id,
+            offset=self.store.written_offset,
+            epoch=self.epochs.current,
+            max_bytes=self.config.ha_transfer_batch_bytes,
+            wait_ms=self.config.ha_fetch_wait_ms,
+        )
 
     def apply(self, chunk: HaChunk) -> set[tuple[str, int]]:
         """Fence, adopt epochs, append, dispatch; returns the queues that grew."""
@@ -231,10 +266,11 @@ class SlaveReplication:
                 f"this slave's commit log (up to {mine}) and its master's differ below the "
                 f"master's fencing point {cut}: its history cannot be truncated safely, so it "
                 "is refused and its files are left as they are; rebuild it from a copy of "
-                "the master's store", offset=mine, master_offset=cut,
-            )  # fmt: skip
-        logger.warning("fenced by the master: truncating this slave's log from %d to %d",
-                       mine, cut)  # fmt: skip
+                "the master's store",
+                offset=mine,
+                master_offset=cut,
+            )
+        logger.warning("fenced by the master: truncating this slave's log from %d to %d", mine, cut)
         self.store.truncate_to(cut)
         if self.transactions is not None:  # records past the cut may have opened or ended some
             self.transactions.rebuild()
@@ -270,16 +306,18 @@ def merge_slave_offsets(tables: ConfigStore, req: MetadataRequest) -> int:
     moved = 0
     for key, queues in req.offsets.items():
         topic, group = split_offset_key(key)
-        ahead = {q: o for q, o in queues.items()
-                 if o > tables.consumer_offsets.query(group, topic, q)}  # fmt: skip
+        ahead = {
+            q: o for q, o in queues.items() if o > tables.consumer_offsets.query(group, topic, q)
+        }
         if ahead:
             tables.consumer_offsets.commit_many(group, topic, ahead)
             moved += len(ahead)
     return moved
 
 
-def apply_tables(tables: ConfigStore, reply: MetadataReply,
-                 keep: dict[str, dict[int, int]]) -> None:  # fmt: skip
+def apply_tables(
+    tables: ConfigStore, reply: MetadataReply, keep: dict[str, dict[int, int]]
+) -> None:
     """Replace a slave's tables with its master's, then re-apply ``keep`` (consumer offsets
     committed on the slave that the master has not had yet), and persist."""
     from .table_files import (

@@ -45,9 +45,15 @@ class RouteTable:
         for name, slave in self.read_only.items():
             q = slave.topics.get(topic)
             if q is not None and name not in self.brokers:
-                queues.append(QueueData(broker_name=name, read_queue_nums=q.read_queue_nums,
-                                        write_queue_nums=0, perm=q.perm & ~PERM_WRITE,
-                                        read_from=replica_name(name, slave.broker_id)))  # fmt: skip
+                queues.append(
+                    QueueData(
+                        broker_name=name,
+                        read_queue_nums=q.read_queue_nums,
+                        write_queue_nums=0,
+                        perm=q.perm & ~PERM_WRITE,
+                        read_from=replica_name(name, slave.broker_id),
+                    )
+                )
         if not queues:
             return None
         return TopicRoute(topic=topic, queues=sorted(queues, key=lambda q: q.broker_name))
@@ -60,8 +66,9 @@ class RouteTable:
         return replica_name(broker_name, slave.broker_id)
 
     def topics(self) -> list[str]:
-        return sorted({t for info in [*self.brokers.values(), *self.read_only.values()]
-                       for t in info.topics})  # fmt: skip
+        return sorted(
+            {t for info in [*self.brokers.values(), *self.read_only.values()] for t in info.topics}
+        )
 
 
 class GroupTable:
@@ -72,8 +79,9 @@ class GroupTable:
         self.seen: dict[tuple[str, str], dict[str, int]] = {}
         self.specs: dict[tuple[str, str], dict[str, GroupShareRequest]] = {}
 
-    def touch(self, group: str, topic: str, client_id: str, now_ms: int,
-              expiry_ms: int) -> list[str]:  # fmt: skip
+    def touch(
+        self, group: str, topic: str, client_id: str, now_ms: int, expiry_ms: int
+    ) -> list[str]:
         """Record ``client_id`` as alive; the sorted live members of group/topic."""
         members = self.seen.setdefault((group, topic), {})
         members[client_id] = now_ms
@@ -83,8 +91,9 @@ class GroupTable:
             specs.pop(cid, None)
         return sorted(members)
 
-    def share(self, req: GroupShareRequest, queues: list[MessageQueue],
-              now_ms: int) -> list[MessageQueue]:  # fmt: skip
+    def share(
+        self, req: GroupShareRequest, queues: list[MessageQueue], now_ms: int
+    ) -> list[MessageQueue]:
         """The caller's share of ``queues`` (the topic's readable ones) among the live
         members of its group, by its strategy. ConfigError if another live member
         allocates otherwise, or (CONFIG) names one of the same queues."""
@@ -98,8 +107,9 @@ class GroupTable:
                     f"pull consumer {req.client_id} of group {req.group!r} allocates "
                     f"{req.topic!r} {req.strategy.value} but member {cid} "
                     f"{other.strategy.value}; every consumer of a group must use the same "
-                    "allocate_strategy, or use another group name", group=req.group,
-                )  # fmt: skip
+                    "allocate_strategy, or use another group name",
+                    group=req.group,
+                )
         specs[req.client_id] = req
         if req.strategy is not AllocateStrategy.CONFIG:
             return STRATEGIES[req.strategy](queues, members)[req.client_id]

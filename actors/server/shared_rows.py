@@ -61,8 +61,9 @@ class SharedRows:
             self.puts["inline"] += 1
             return inline
         if inline:
-            raise InvalidRequestError("put_arrow: rows in a file and in the call",
-                                      request="ArrowPutRequest")  # fmt: skip
+            raise InvalidRequestError(
+                "put_arrow: rows in a file and in the call", request="ArrowPutRequest"
+            )
         return self.view(rows_file, rows_length)
 
     def view(self, path: str, length: int) -> memoryview | None:

@@ -380,8 +380,10 @@ def _salvage_int_map(
         key = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else -1
         offset_ok = type(value) is int and 0 <= value <= QUEUE_OFFSET_MAX
         if not low <= key <= key_max or not offset_ok:
-            dropped.append(f"{where}[{text!r}] = {value!r}: not an int key in {low}..{key_max} "
-                           f"with an int offset in 0..{QUEUE_OFFSET_MAX}")  # fmt: skip
+            dropped.append(
+                f"{where}[{text!r}] = {value!r}: not an int key in {low}..{key_max} "
+                f"with an int offset in 0..{QUEUE_OFFSET_MAX}"
+            )
             continue
         good[key] = value
     return good

@@ -296,8 +296,9 @@ class ConsumerOffsetTable(_Table[ConsumerOffsetFile]):
             if queue_id not in offsets:
                 raise InvalidOffsetError(
                     f"acked ranges for queue {queue_id!r} come without its offset; commit "
-                    "them together", value=repr(queue_id)
-                )  # fmt: skip
+                    "them together",
+                    value=repr(queue_id),
+                )
             out[queue_id] = check_acked_ranges(offsets[queue_id], ranges, InvalidOffsetError)
         return {q: r for q, r in out.items() if r}
 

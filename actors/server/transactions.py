@@ -110,12 +110,22 @@ class TransactionService:
     """Open transactions of one broker: halves, ends, checks. The caller holds the
     broker's writing lock around every method that appends."""
 
-    def __init__(self, store: MessageStore, config_dir: str | Path, *, timeout_ms: int,
-                 check_interval_ms: int, check_max: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: MessageStore,
+        config_dir: str | Path,
+        *,
+        timeout_ms: int,
+        check_interval_ms: int,
+        check_max: int,
+    ) -> None:
         self.store = store
         self.file = JsonFile(Path(config_dir) / FILE_NAME, TransactionFile)
         self.timeout_ms, self.check_interval_ms, self.check_max = (
-            timeout_ms, check_interval_ms, check_max)  # fmt: skip
+            timeout_ms,
+            check_interval_ms,
+            check_max,
+        )
         self.open: dict[int, OpenHalf] = {}
         self.pending: dict[str, dict[int, None]] = {}  # group -> keys to check, in order
         self.snapshot_offset = -1
@@ -128,9 +138,12 @@ class TransactionService:
         cl = self.store.commitlog
         snap = self.file.load() or TransactionFile()
         if snap.commitlog_offset > cl.max_offset:
-            logger.warning("transactions cover the log up to %d but it ends at %d (lost tail):"
-                           " rebuilding them from the whole log", snap.commitlog_offset,
-                           cl.max_offset)  # fmt: skip
+            logger.warning(
+                "transactions cover the log up to %d but it ends at %d (lost tail):"
+                " rebuilding them from the whole log",
+                snap.commitlog_offset,
+                cl.max_offset,
+            )
             snap = TransactionFile()
         self.open = dict(snap.open)
         start = max(snap.commitlog_offset, cl.min_offset)
@@ -151,8 +164,11 @@ class TransactionService:
         if start < end:
             for item in scan(self.store.commitlog, start, check_crc=False):
                 if isinstance(item, GoodRun):
-                    offsets += [o for o, p in zip(item.offsets, item.properties, strict=True)
-                                if TRAN_MARK in p and o < end]  # fmt: skip
+                    offsets += [
+                        o
+                        for o, p in zip(item.offsets, item.properties, strict=True)
+                        if TRAN_MARK in p and o < end
+                    ]
                     if item.offsets[-1] >= end:
                         break
                 elif item[0] is Check.OK and item[3] is not None:
@@ -172,12 +188,26 @@ class TransactionService:
 
     def _apply(self, msg: MessageExt) -> None:
         """One record read back from the log (replay)."""
-        self._apply_record(msg.commitlog_offset, msg.topic, msg.sys_flag, msg.properties,
-                           msg.prepared_transaction_offset, msg.msg_id,
-                           msg.store_timestamp)  # fmt: skip
+        self._apply_record(
+            msg.commitlog_offset,
+            msg.topic,
+            msg.sys_flag,
+            msg.properties,
+            msg.prepared_transaction_offset,
+            msg.msg_id,
+            msg.store_timestamp,
+        )
 
-    def _apply_record(self, offset: int, topic: str, sys_flag: int, props: dict[str, str],
-                      prepared: int, msg_id: str, stored_ms: int) -> None:  # fmt: skip
+    def _apply_record(
+        self,
+        offset: int,
+        topic: str,
+        sys_flag: int,
+        props: dict[str, str],
+        prepared: int,
+        msg_id: str,
+        stored_ms: int,
+    ) -> None:
         """One transaction record's effect on the table (replay and live writes alike)."""
         if P.TRANSACTION_PREPARED not in props:
             return
@@ -186,10 +216,13 @@ class TransactionService:
             checks = int(props.get(P.TRANSACTION_CHECK_TIMES, "0") or 0)
             if checks == 0:
                 self.open[offset] = OpenHalf(
-                    offset=offset, group=props.get(P.PRODUCER_GROUP, ""),
-                    topic=props.get(P.REAL_TOPIC, ""), queue_id=int(props.get(P.REAL_QID, 0)),
-                    msg_id=msg_id, stored_ms=stored_ms,
-                )  # fmt: skip
+                    offset=offset,
+                    group=props.get(P.PRODUCER_GROUP, ""),
+                    topic=props.get(P.REAL_TOPIC, ""),
+                    queue_id=int(props.get(P.REAL_QID, 0)),
+                    msg_id=msg_id,
+                    stored_ms=stored_ms,
+                )
             else:
                 half = self.open.get(prepared)
                 if half is not None:
@@ -208,24 +241,41 @@ class TransactionService:
         for m in msgs:
             inner = m.to_inner()
             props = dict(inner.properties)
-            props.update({P.TRANSACTION_PREPARED: "true", P.PRODUCER_GROUP: group,
-                          P.REAL_TOPIC: m.topic, P.REAL_QID: str(m.queue_id)})  # fmt: skip
-            halves.append(msgspec.structs.replace(
-                inner, topic=TRANS_HALF_TOPIC, properties=props,
-                sys_flag=_typed(inner.sys_flag, TRANSACTION_PREPARED_TYPE),
-                prepared_transaction_offset=0,
-            ))  # fmt: skip
+            props.update(
+                {
+                    P.TRANSACTION_PREPARED: "true",
+                    P.PRODUCER_GROUP: group,
+                    P.REAL_TOPIC: m.topic,
+                    P.REAL_QID: str(m.queue_id),
+                }
+            )
+            halves.append(
+                msgspec.structs.replace(
+                    inner,
+                    topic=TRANS_HALF_TOPIC,
+                    properties=props,
+                    sys_flag=_typed(inner.sys_flag, TRANSACTION_PREPARED_TYPE),
+                    prepared_transaction_offset=0,
+                )
+            )
         return self._put(halves)
 
     def _put(self, records: list[InnerMessage]) -> PutResult:
         """Append records and apply them to the table (from what was written: no read)."""
         result = self.store.put_messages(records)
         if result.ok:
-            for m, offset, msg_id in zip(records, result.commitlog_offsets, result.msg_ids,
-                                         strict=True):  # fmt: skip
-                self._apply_record(offset, m.topic, m.sys_flag, m.properties,
-                                   m.prepared_transaction_offset, msg_id,
-                                   result.store_timestamp)  # fmt: skip
+            for m, offset, msg_id in zip(
+                records, result.commitlog_offsets, result.msg_ids, strict=True
+            ):
+                self._apply_record(
+                    offset,
+                    m.topic,
+                    m.sys_flag,
+                    m.properties,
+                    m.prepared_transaction_offset,
+                    msg_id,
+                    result.store_timestamp,
+                )
         return result
 
     def half(self, key: int, group: str, msg_id: str) -> OpenHalf | None:
@@ -239,7 +289,7 @@ class TransactionService:
                     f"no half message {msg_id!r} at commit-log offset {key} on this broker: "
                     "end a transaction with the transaction_offset its half's send returned",
                     transaction_offset=key,
-                )  # fmt: skip
+                )
             found_group, found_id = msg.properties.get(P.PRODUCER_GROUP, ""), msg.msg_id
         else:
             found_group, found_id = half.group, half.msg_id
@@ -248,11 +298,18 @@ class TransactionService:
                 f"the transaction at commit-log offset {key} is message {found_id!r} of "
                 f"producer group {found_group!r}, not {msg_id!r} of {group!r}",
                 transaction_offset=key,
-            )  # fmt: skip
+            )
         return half
 
-    def end(self, key: int, group: str, msg_id: str, topic: str, commit: bool,
-            writable: Callable[[str, int], None]) -> Ended:  # fmt: skip
+    def end(
+        self,
+        key: int,
+        group: str,
+        msg_id: str,
+        topic: str,
+        commit: bool,
+        writable: Callable[[str, int], None],
+    ) -> Ended:
         """Commit (the real message appended, COMMIT) or roll back (an op, ROLLBACK) the
         transaction ``key`` of message ``msg_id`` to ``topic``; nothing if it has ended
         already. ``writable(topic, queue)`` raises if the real queue may not be written
@@ -264,39 +321,49 @@ class TransactionService:
         if half.topic != topic:
             raise InvalidRequestError(
                 f"the transaction at commit-log offset {key} is a message of topic "
-                f"{half.topic!r}, not {topic!r}", transaction_offset=key,
-            )  # fmt: skip
+                f"{half.topic!r}, not {topic!r}",
+                transaction_offset=key,
+            )
         stored = self.store.lookup_message(half.offset, decompress=False)
         if stored is None:
-            raise InvalidRequestError(f"the half message of transaction {key} is gone "
-                                      "(its commit-log segment expired)")  # fmt: skip
+            raise InvalidRequestError(
+                f"the half message of transaction {key} is gone (its commit-log segment expired)"
+            )
         if commit:
             writable(half.topic, half.queue_id)
             record = self._real(stored, half, key)
         else:
             record = self._op(half, key)
         result = self._put([record])
-        return Ended(ended=result.ok, committed=commit, topic=half.topic,
-                     queue_id=half.queue_id, put=result)  # fmt: skip
+        return Ended(
+            ended=result.ok, committed=commit, topic=half.topic, queue_id=half.queue_id, put=result
+        )
 
     @staticmethod
     def _real(stored: MessageExt, half: OpenHalf, key: int) -> InnerMessage:
         inner = stored.to_inner()
         props = {k: v for k, v in inner.properties.items() if k not in _HALF_ONLY}
         return msgspec.structs.replace(
-            inner, topic=half.topic, queue_id=half.queue_id, properties=props,
+            inner,
+            topic=half.topic,
+            queue_id=half.queue_id,
+            properties=props,
             sys_flag=_typed(inner.sys_flag, TRANSACTION_COMMIT_TYPE),
             prepared_transaction_offset=key,
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _op(half: OpenHalf, key: int) -> InnerMessage:
         return InnerMessage(
-            topic=TRANS_OP_HALF_TOPIC, queue_id=half.queue_id, body=str(key).encode(),
-            tags=OP_TAG, uniq_key=half.msg_id,
+            topic=TRANS_OP_HALF_TOPIC,
+            queue_id=half.queue_id,
+            body=str(key).encode(),
+            tags=OP_TAG,
+            uniq_key=half.msg_id,
             properties={P.TRANSACTION_PREPARED: "true", P.PRODUCER_GROUP: half.group},
-            sys_flag=TRANSACTION_ROLLBACK_TYPE, prepared_transaction_offset=key,
-        )  # fmt: skip
+            sys_flag=TRANSACTION_ROLLBACK_TYPE,
+            prepared_transaction_offset=key,
+        )
 
     # ------------------------------------------------------------- checks
     def tick(self, now_ms: int) -> list[tuple[str, int]]:
@@ -309,8 +376,9 @@ class TransactionService:
                 continue
             stored = self.store.lookup_message(half.offset, decompress=False)
             if stored is None:  # expired with its segment: nothing left to check
-                logger.error("transaction %d (%s): its half message expired unchecked",
-                             key, half.msg_id)  # fmt: skip
+                logger.error(
+                    "transaction %d (%s): its half message expired unchecked", key, half.msg_id
+                )
                 del self.open[key]
                 self.dirty = True
                 continue
@@ -323,8 +391,9 @@ class TransactionService:
             for name in _SEQUENCE_ONLY:
                 props.pop(name, None)
             props[P.TRANSACTION_CHECK_TIMES] = str(half.checks + 1)
-            again = msgspec.structs.replace(inner, properties=props,
-                                            prepared_transaction_offset=key)  # fmt: skip
+            again = msgspec.structs.replace(
+                inner, properties=props, prepared_transaction_offset=key
+            )
             result = self._put([again])
             if not result.ok:
                 logger.error("transaction %d: putting its half back failed: %s", key, result.error)
@@ -335,10 +404,12 @@ class TransactionService:
     def _discard(self, key: int, half: OpenHalf, stored: MessageExt) -> bool:
         inner = stored.to_inner()
         record = msgspec.structs.replace(
-            inner, topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0,
+            inner,
+            topic=TRANS_CHECK_MAX_TIME_TOPIC,
+            queue_id=0,
             sys_flag=_typed(inner.sys_flag, TRANSACTION_COMMIT_TYPE),
             prepared_transaction_offset=key,
-        )  # fmt: skip
+        )
         result = self._put([record])
         if not result.ok:
             logger.error("transaction %d: discarding it failed: %s", key, result.error)
@@ -346,9 +417,14 @@ class TransactionService:
         self.discarded += 1
         logger.warning(
             "transaction %d (message %s of producer group %r, topic %s) was checked %d times "
-            "without an answer: discarded to %s", key, half.msg_id, half.group, half.topic,
-            half.checks, TRANS_CHECK_MAX_TIME_TOPIC,
-        )  # fmt: skip
+            "without an answer: discarded to %s",
+            key,
+            half.msg_id,
+            half.group,
+            half.topic,
+            half.checks,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+        )
         return True
 
     def take_checks(self, group: str, max_num: int) -> list[tuple[int, MessageExt]]:
@@ -363,8 +439,9 @@ class TransactionService:
             if half is None or msg is None:
                 continue
             msg.topic, msg.queue_id = half.topic, half.queue_id
-            msg.properties = {k: v for k, v in msg.properties.items()
-                              if k not in (P.REAL_TOPIC, P.REAL_QID)}  # fmt: skip
+            msg.properties = {
+                k: v for k, v in msg.properties.items() if k not in (P.REAL_TOPIC, P.REAL_QID)
+            }
             msg.prepared_transaction_offset = key
             out.append((key, msg))
         if not queued:

@@ -41,8 +41,9 @@ def cluster(
     overrides = getattr(request.module, "BROKER_OVERRIDES", {})
     slaves = getattr(request.module, "SLAVES", 0)
     config = rayq.BrokerConfig(store=SMALL_STORE, **overrides)
-    started = rayq.start(tmp_path_factory.mktemp("store"), namespace=namespace, config=config,
-                         slaves=slaves)  # fmt: skip
+    started = rayq.start(
+        tmp_path_factory.mktemp("store"), namespace=namespace, config=config, slaves=slaves
+    )
     try:
         yield started
     finally:
@@ -89,10 +90,13 @@ def dep(request: pytest.FixtureRequest, replication_kit, tmp_path_factory: pytes
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     module = request.module
-    deployment = replication_kit.Deployment(module.NAMESPACE, tmp_path_factory.mktemp("stores"),
-                                            module.ROLE,
-                                            getattr(module, "AUTO_FAILOVER", True),
-                                            getattr(module, "SLAVE_READ", False))  # fmt: skip
+    deployment = replication_kit.Deployment(
+        module.NAMESPACE,
+        tmp_path_factory.mktemp("stores"),
+        module.ROLE,
+        getattr(module, "AUTO_FAILOVER", True),
+        getattr(module, "SLAVE_READ", False),
+    )
     try:
         yield deployment
     finally:

@@ -20,17 +20,28 @@ from rayq.store import StoreConfig, codec
 from rayq.store.reader import MEMORY_BYTES
 
 STORE = StoreConfig.for_tests(
-    commitlog_segment_size_bytes=1 << 20, cq_entries_per_file=4096, index_hash_slots=1024,
-    index_entries_max=16384, disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0,
-    disk_warning_ratio=1.0, sync_flush_timeout_ms=1500,
-)  # fmt: skip
+    commitlog_segment_size_bytes=1 << 20,
+    cq_entries_per_file=4096,
+    index_hash_slots=1024,
+    index_entries_max=16384,
+    disk_max_used_space_ratio=1.0,
+    disk_clean_forcibly_ratio=1.0,
+    disk_warning_ratio=1.0,
+    sync_flush_timeout_ms=1500,
+)
 
 
 class Deployment:
     """A Ray cluster of a head and two broker nodes (the master's and its slave's)."""
 
-    def __init__(self, namespace: str, root: Path, role: rayq.BrokerRole,
-                 auto_failover: bool = True, slave_read: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        namespace: str,
+        root: Path,
+        role: rayq.BrokerRole,
+        auto_failover: bool = True,
+        slave_read: bool = False,
+    ) -> None:
         self.namespace = namespace
         self.root = root
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
@@ -40,9 +51,13 @@ class Deployment:
         store = STORE
         if slave_read:  # "far behind" from ~50 KB before the end of the log on
             store = STORE.replace(access_message_in_memory_max_ratio=50_000 / MEMORY_BYTES)
-        config = rayq.BrokerConfig(store=store, broker_role=role, auto_failover=auto_failover,
-                                   slave_sync_metadata_interval_ms=1000,
-                                   slave_read_enable=slave_read)  # fmt: skip
+        config = rayq.BrokerConfig(
+            store=store,
+            broker_role=role,
+            auto_failover=auto_failover,
+            slave_sync_metadata_interval_ms=1000,
+            slave_read_enable=slave_read,
+        )
         self.rayq = rayq.start(root, placement="resource", namespace=namespace, config=config)
         self.rayq_store = store
 
@@ -134,8 +149,11 @@ class Sender:
 
 
 def read_all(namespace: str, topic: str, expect: int, timeout_s: float = 60) -> set[bytes]:
-    consumer = rayq.PullConsumer(f"reader-{time.monotonic_ns()}", namespace=namespace,
-                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer = rayq.PullConsumer(
+        f"reader-{time.monotonic_ns()}",
+        namespace=namespace,
+        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+    )
     consumer.subscribe(topic)
     consumer.start()
     got: set[bytes] = set()

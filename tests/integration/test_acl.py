@@ -62,8 +62,12 @@ def test_producer_and_pull_consumer_with_credentials(deployment: rayq.Cluster) -
         for i in range(10):
             result = producer.send(rayq.Message(topic=TOPIC, body=f"m{i}".encode()))
             assert result.status is rayq.SendStatus.SEND_OK
-    consumer = rayq.PullConsumer("acl-cg", consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-                                 namespace=NAMESPACE, config=config)  # fmt: skip
+    consumer = rayq.PullConsumer(
+        "acl-cg",
+        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+        namespace=NAMESPACE,
+        config=config,
+    )
     try:
         consumer.subscribe(TOPIC)
         consumer.start()

@@ -32,22 +32,31 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def put(topic: str, queue_id: int, bodies: list[bytes], *, keys: str = "",
-        compressed: bool = False) -> list[str]:  # fmt: skip
+def put(
+    topic: str, queue_id: int, bodies: list[bytes], *, keys: str = "", compressed: bool = False
+) -> list[str]:
     """Append one batch straight to the broker; returns the unique message ids."""
     ids = [uuid.uuid4().hex.upper() for _ in bodies]
-    msgs = [InnerMessage(topic=topic, queue_id=queue_id, keys=keys, uniq_key=i,
-                         body=zlib.compress(b) if compressed else b,
-                         sys_flag=COMPRESSED_FLAG if compressed else 0)
-            for b, i in zip(bodies, ids, strict=True)]  # fmt: skip
+    msgs = [
+        InnerMessage(
+            topic=topic,
+            queue_id=queue_id,
+            keys=keys,
+            uniq_key=i,
+            body=zlib.compress(b) if compressed else b,
+            sys_flag=COMPRESSED_FLAG if compressed else 0,
+        )
+        for b, i in zip(bodies, ids, strict=True)
+    ]
     batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
     ClientContext().broker(BROKER).put(batch).result()
     return ids
 
 
 def last_store_ms(admin: Admin, topic: str, queue_id: int) -> int:
-    return next(s.last_store_timestamp for s in admin.topic_stats(topic)
-                if s.queue.queue_id == queue_id)  # fmt: skip
+    return next(
+        s.last_store_timestamp for s in admin.topic_stats(topic) if s.queue.queue_id == queue_id
+    )
 
 
 def test_create_list_stats_update_delete_topic(admin: Admin) -> None:
@@ -126,8 +135,10 @@ def test_consumer_progress_lag_before_and_after_commit(admin: Admin) -> None:
         consumer.start()
         consumer.commit()
         progress = admin.consumer_progress(group)
-        assert [(p.queue.queue_id, p.committed_offset, p.max_offset, p.lag)
-                for p in progress] == [(0, 0, 3, 3), (1, 0, 2, 2)]  # fmt: skip
+        assert [(p.queue.queue_id, p.committed_offset, p.max_offset, p.lag) for p in progress] == [
+            (0, 0, 3, 3),
+            (1, 0, 2, 2),
+        ]
         got = []
         deadline = time.monotonic() + 20
         while len(got) < 5 and time.monotonic() < deadline:

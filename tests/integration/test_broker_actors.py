@@ -51,15 +51,30 @@ def ctx(cluster: Cluster) -> ClientContext:
 
 
 def put(ctx: ClientContext, topic: str, queue: int, n: int, size: int = 200) -> list[int]:
-    msgs = [InnerMessage(topic=topic, queue_id=queue, body=bytes([i % 251]) * size, tags="T",
-                         keys=f"k{i}", uniq_key=IDS.next_id()) for i in range(n)]  # fmt: skip
+    msgs = [
+        InnerMessage(
+            topic=topic,
+            queue_id=queue,
+            body=bytes([i % 251]) * size,
+            tags="T",
+            keys=f"k{i}",
+            uniq_key=IDS.next_id(),
+        )
+        for i in range(n)
+    ]
     batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
     return ctx.broker("broker-a").put(batch).result(30).queue_offsets
 
 
 def pull(ctx: ClientContext, topic: str, queue: int, offset: int, suspend_ms: int = 0):  # type: ignore[no-untyped-def]
-    req = PullRequest(group="g", topic=topic, queue_id=queue, queue_offset=offset,
-                      max_nums=1000, suspend_ms=suspend_ms)  # fmt: skip
+    req = PullRequest(
+        group="g",
+        topic=topic,
+        queue_id=queue,
+        queue_offset=offset,
+        max_nums=1000,
+        suspend_ms=suspend_ms,
+    )
     return ctx.hold("broker-a").pull(req).result(60)
 
 
@@ -110,8 +125,10 @@ def test_the_broker_hands_a_parked_pull_the_records_it_appends(
     broker = spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node)
     try:
         ray.get(broker.ready.remote())
-        msgs = [InnerMessage(topic="parked", queue_id=0, body=b"m%d" % i, uniq_key=IDS.next_id())
-                for i in range(3)]  # fmt: skip
+        msgs = [
+            InnerMessage(topic="parked", queue_id=0, body=b"m%d" % i, uniq_key=IDS.next_id())
+            for i in range(3)
+        ]
         batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
         ray.get(broker.put.remote(batch))
         req = PullRequest(group="g", topic="parked", queue_id=0, queue_offset=3, suspend_ms=30_000)
@@ -121,9 +138,15 @@ def test_the_broker_hands_a_parked_pull_the_records_it_appends(
         found = ray.get(broker.pull.remote(from_start, Park(token="t-0", hold_ms=30_000)))
         assert found.status is PullStatus.FOUND  # found at once: not parked
         assert ray.get(hold.got.remote()) == []
-        ray.get(broker.put.remote(encode_batch(
-            [InnerMessage(topic="parked", queue_id=0, body=b"new", uniq_key=IDS.next_id())],
-            max_body_bytes=4 << 20, max_properties_bytes=32767)))  # fmt: skip
+        ray.get(
+            broker.put.remote(
+                encode_batch(
+                    [InnerMessage(topic="parked", queue_id=0, body=b"new", uniq_key=IDS.next_id())],
+                    max_body_bytes=4 << 20,
+                    max_properties_bytes=32767,
+                )
+            )
+        )
         got = wait_for(lambda: ray.get(hold.got.remote()) or None, 20)
         assert [token for token, _ in got] == ["t-1"]
         answer = from_wire(got[0][1], PullResponse)  # sent as to_wire bytes
@@ -158,8 +181,7 @@ def test_a_held_pull_over_damaged_records_is_answered_at_once(ctx: ClientContext
     for m in damaged:
         flip_body_byte(root, m)
     try:
-        req = PullRequest(group="g", topic="damaged", queue_id=0, queue_offset=2,
-                          suspend_ms=60_000)  # fmt: skip
+        req = PullRequest(group="g", topic="damaged", queue_id=0, queue_offset=2, suspend_ms=60_000)
         resp = ctx.hold("broker-a").pull(req).result(10)  # held, it would take 15 s
         assert (resp.status, resp.count, resp.next_offset) == (PullStatus.NO_MATCHED_MSG, 0, 5)
         waiting = ctx.hold("broker-a").pull(msgspec.structs.replace(req, queue_offset=5))

@@ -68,8 +68,11 @@ def new_topic(admin: Admin) -> str:
 
 
 def consumer(topic: str, group: str | None = None) -> PullConsumer:
-    c = PullConsumer(group or f"g-{uuid.uuid4().hex[:8]}", namespace=NAMESPACE,
-                     consume_from=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    c = PullConsumer(
+        group or f"g-{uuid.uuid4().hex[:8]}",
+        namespace=NAMESPACE,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+    )
     c.subscribe(topic)
     c.start()
     return c
@@ -89,8 +92,9 @@ def broker() -> BrokerClient:
 
 def send_back(group: str, commitlog_offset: int) -> SendBackResult:
     """What a push consumer does with a failed message (max 1 reconsume here)."""
-    req = SendBackRequest(group=group, items=[SendBackItem(commitlog_offset)],
-                          max_reconsume_times=1)  # fmt: skip
+    req = SendBackRequest(
+        group=group, items=[SendBackItem(commitlog_offset)], max_reconsume_times=1
+    )
     result = broker().send_back(req).result(30)
     assert isinstance(result, SendBackResult)
     return result

@@ -19,15 +19,18 @@ FAST = rayq.ClientConfig(rebalance_interval_ms=200, member_expiry_ms=30_000)
 def send(topic: str, per_queue: int) -> None:
     ctx = ClientContext(namespace=NAMESPACE)
     for q in range(4):
-        msgs = [InnerMessage(topic=topic, queue_id=q, body=f"{q}-{i}".encode(),
-                             uniq_key=IDS.next_id()) for i in range(per_queue)]  # fmt: skip
+        msgs = [
+            InnerMessage(topic=topic, queue_id=q, body=f"{q}-{i}".encode(), uniq_key=IDS.next_id())
+            for i in range(per_queue)
+        ]
         batch = encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096)
         ctx.broker("broker-a").put(batch).result(30)
 
 
 def consumer(group: str, topic: str) -> rayq.PullConsumer:
-    c = rayq.PullConsumer(group, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET, config=FAST,
-                          namespace=NAMESPACE)  # fmt: skip
+    c = rayq.PullConsumer(
+        group, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET, config=FAST, namespace=NAMESPACE
+    )
     c.subscribe(topic)
     c.start()
     return c

@@ -34,10 +34,15 @@ def ctx(cluster: Cluster) -> ClientContext:
 def batch(pid: str, first: int, n: int, queue_id: int = 0):  # type: ignore[no-untyped-def]
     props = sequence_properties(pid, first, first + n - 1)
     msgs = [
-        InnerMessage(topic="idem", queue_id=queue_id, body=f"m{first + i}".encode(),
-                     uniq_key=f"{pid}-{first + i}", properties=props)
+        InnerMessage(
+            topic="idem",
+            queue_id=queue_id,
+            body=f"m{first + i}".encode(),
+            uniq_key=f"{pid}-{first + i}",
+            properties=props,
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     encoded = encode_batch(msgs, max_body_bytes=4096, max_properties_bytes=4096)
     return msgspec.structs.replace(encoded, producer_id=pid, first_sequence=first)
 

@@ -76,12 +76,19 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], A
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     port = _free_port()
-    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, log_to_driver=False,
-             include_dashboard=False, _metrics_export_port=port)  # fmt: skip
+    ray.init(
+        address="local",
+        num_cpus=2,
+        namespace=NAMESPACE,
+        log_to_driver=False,
+        include_dashboard=False,
+        _metrics_export_port=port,
+    )
     try:
         config = rayq.BrokerConfig(store=STORE, message_delay_level="1s 1s 1s 1s 1s 1s")
-        cluster = rayq.start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE,
-                             config=config, slaves=1)  # fmt: skip
+        cluster = rayq.start(
+            tmp_path_factory.mktemp("store"), namespace=NAMESPACE, config=config, slaves=1
+        )
         try:
             consumer = _workload()
             try:  # the consumer stays up: its last report must reach Ray before it goes
@@ -96,8 +103,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], A
 
 def _workload() -> rayq.PushConsumer:
     rayq.Admin().create_topic(TOPIC, queues=2)
-    consumer = rayq.PushConsumer(GROUP, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-                                 max_reconsume_times=1)  # fmt: skip
+    consumer = rayq.PushConsumer(
+        GROUP, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET, max_reconsume_times=1
+    )
     consumer.subscribe(TOPIC)
     consumer.register_listener(_fail_one)
     consumer.start()
@@ -112,15 +120,13 @@ def _workload() -> rayq.PushConsumer:
 
 # With what was sent: (sample name, labels, expected value or a check).
 EXPECTED: list[tuple[str, dict[str, str], Callable[[float], bool]]] = [
-    ("ray_rayq_put_messages_total", {"topic": TOPIC, "broker": "broker-a"},
-     lambda v: v == SENT),
+    ("ray_rayq_put_messages_total", {"topic": TOPIC, "broker": "broker-a"}, lambda v: v == SENT),
     ("ray_rayq_put_bytes_total", {"topic": TOPIC}, lambda v: v >= (SENT - 1) * len(BODY)),
     ("ray_rayq_put_latency_seconds_count", {"topic": TOPIC}, lambda v: v == BATCHES),
     ("ray_rayq_pull_messages_total", {"topic": TOPIC}, lambda v: v >= SENT),
     ("ray_rayq_pull_bytes_total", {"topic": TOPIC}, lambda v: v > 0),
     ("ray_rayq_pull_latency_seconds_count", {}, lambda v: v >= 1),
-    ("ray_rayq_consumed_messages_total", {"group": GROUP, "topic": TOPIC},
-     lambda v: v == SENT - 1),
+    ("ray_rayq_consumed_messages_total", {"group": GROUP, "topic": TOPIC}, lambda v: v == SENT - 1),
     ("ray_rayq_consume_failed_messages_total", {"group": GROUP}, lambda v: v == 2),
     ("ray_rayq_listener_latency_seconds_count", {"group": GROUP}, lambda v: v >= 1),
     ("ray_rayq_retry_messages_total", {"group": GROUP}, lambda v: v == 1),
@@ -131,11 +137,9 @@ EXPECTED: list[tuple[str, dict[str, str], Callable[[float], bool]]] = [
     ("ray_rayq_disk_usage_ratio", {"broker": "broker-a"}, lambda v: 0 < v <= 1),
     ("ray_rayq_flush_dirty_bytes", {"broker": "broker-a"}, lambda v: v >= 0),
     ("ray_rayq_flush_latency_seconds_count", {"mode": "async"}, lambda v: v >= 1),
-    ("ray_rayq_replication_lag_bytes", {"broker": "broker-a", "slave": "1"},
-     lambda v: v >= 0),
-    ("ray_rayq_replication_lag_seconds", {"broker": "broker-a", "slave": "1"},
-     lambda v: v >= 0),
-]  # fmt: skip
+    ("ray_rayq_replication_lag_bytes", {"broker": "broker-a", "slave": "1"}, lambda v: v >= 0),
+    ("ray_rayq_replication_lag_seconds", {"broker": "broker-a", "slave": "1"}, lambda v: v >= 0),
+]
 
 
 def _misses(samples: Samples) -> list[str]:
@@ -158,8 +162,9 @@ def test_every_rayq_metric_family_is_exported_with_the_counts_sent(scraped) -> N
         if not missing and not wrong:
             break
         if time.monotonic() > deadline:
-            pytest.fail(f"after {EXPORT_WAIT_S:.0f} s: families missing {missing}; "
-                        f"values off {wrong}")  # fmt: skip
+            pytest.fail(
+                f"after {EXPORT_WAIT_S:.0f} s: families missing {missing}; values off {wrong}"
+            )
         time.sleep(2.0)
 
 

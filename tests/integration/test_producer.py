@@ -58,8 +58,12 @@ NAMESPACE = "rayq-test-producer"
 BROKER = "broker-a"
 MiB = 1 << 20
 # Small preallocated files: the default 1 GiB commit-log segment is too much for tests.
-SMALL_STORE = StoreConfig(commitlog_segment_size_bytes=32 * MiB, cq_entries_per_file=10_000,
-                          index_hash_slots=20_000, index_entries_max=100_000)  # fmt: skip
+SMALL_STORE = StoreConfig(
+    commitlog_segment_size_bytes=32 * MiB,
+    cq_entries_per_file=10_000,
+    index_hash_slots=20_000,
+    index_entries_max=100_000,
+)
 
 
 def small_config(**overrides: Any) -> BrokerConfig:
@@ -78,8 +82,9 @@ def cluster(store_root: Path) -> Iterator[rayq.cluster.Cluster]:
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     try:
-        started = rayq.cluster.start(store_dir=store_root / "main", namespace=NAMESPACE,
-                                     config=small_config())  # fmt: skip
+        started = rayq.cluster.start(
+            store_dir=store_root / "main", namespace=NAMESPACE, config=small_config()
+        )
     except BaseException:
         ray.shutdown()
         raise
@@ -127,13 +132,24 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def read_queue(ctx: ClientContext, topic: str, queue_id: int, offset: int = 0,
-               broker: str = BROKER, max_nums: int = 1024) -> list[MessageExt]:  # fmt: skip
+def read_queue(
+    ctx: ClientContext,
+    topic: str,
+    queue_id: int,
+    offset: int = 0,
+    broker: str = BROKER,
+    max_nums: int = 1024,
+) -> list[MessageExt]:
     """Every stored message of one queue from ``offset`` on, straight from the broker."""
     out: list[MessageExt] = []
     while True:
-        req = PullRequest(group="producer-test-reader", topic=topic, queue_id=queue_id,
-                          queue_offset=offset, max_nums=max_nums)  # fmt: skip
+        req = PullRequest(
+            group="producer-test-reader",
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_nums=max_nums,
+        )
         resp = ctx.broker(broker).pull(req).result(30)
         if resp.count == 0:
             return out
@@ -159,8 +175,16 @@ def test_send_returns_send_ok_ids_and_per_queue_offsets_and_reads_back_identical
 ) -> None:
     """Round robin over the 4 queues; each message reads back exactly as sent."""
     topic = unique("send")
-    sent = [Message(topic, f"body-{i}".encode(), tags="TagA", keys=[f"k{i}", "common"],
-                    properties={"color": "red", "n": str(i)}) for i in range(8)]  # fmt: skip
+    sent = [
+        Message(
+            topic,
+            f"body-{i}".encode(),
+            tags="TagA",
+            keys=[f"k{i}", "common"],
+            properties={"color": "red", "n": str(i)},
+        )
+        for i in range(8)
+    ]
     results = [producer.send(m) for m in sent]
 
     assert {r.status for r in results} == {SendStatus.SEND_OK}
@@ -176,7 +200,10 @@ def test_send_returns_send_ok_ids_and_per_queue_offsets_and_reads_back_identical
         assert (got.body, got.tags, got.keys) == (msg.body, msg.tags, msg.keys)
         assert got.user_properties() == {**msg.properties, "PGROUP": "pg-test"}
         assert (got.msg_id, got.offset_msg_id, got.queue_id) == (
-            r.msg_id, r.offset_msg_id, r.queue.queue_id)  # fmt: skip
+            r.msg_id,
+            r.offset_msg_id,
+            r.queue.queue_id,
+        )
         assert got.sys_flag & COMPRESSED_FLAG == 0
 
 
@@ -257,8 +284,11 @@ def test_send_orderly_keeps_each_sharding_key_on_one_queue_in_send_order(
         assert {r.queue.queue_id for r in rs} == {zlib.crc32(k.encode()) % 4}  # stable hash
         offsets = [r.queue_offset for r in rs]
         assert offsets == sorted(offsets)
-        stored = [m for m in read_queue(ctx, topic, rs[0].queue.queue_id)
-                  if m.properties.get("__SHARDINGKEY") == k]  # fmt: skip
+        stored = [
+            m
+            for m in read_queue(ctx, topic, rs[0].queue.queue_id)
+            if m.properties.get("__SHARDINGKEY") == k
+        ]
         assert [m.body for m in stored] == [f"{k}:{n}".encode() for n in range(10)]
     assert len({rs[0].queue for rs in results.values()}) > 1
 
@@ -328,40 +358,63 @@ BAD_MESSAGES: list[tuple[str, Any, type[RayqError]]] = [
     ("reserved TAGS", Message(T, b"x", properties={"TAGS": "x"}), InvalidMessageError),
     ("reserved KEYS", Message(T, b"x", properties={"KEYS": "x"}), InvalidMessageError),
     ("reserved UNIQ_KEY", Message(T, b"x", properties={"UNIQ_KEY": "x"}), InvalidMessageError),
-    ("properties over 32 KiB", Message(T, b"x", properties={"big": "x" * 40_000}),
-     MessageTooLargeError),
+    (
+        "properties over 32 KiB",
+        Message(T, b"x", properties={"big": "x" * 40_000}),
+        MessageTooLargeError,
+    ),
     ("delay level 19", Message(T, b"x", delay_level=19), InvalidMessageError),
     ("delay level -1", Message(T, b"x", delay_level=-1), InvalidMessageError),
     ("delay level as str", Message(T, b"x", delay_level="3"), InvalidMessageError),  # type: ignore[arg-type]
-    ("deliver 4 days ahead",
-     Message(T, b"x", deliver_at_ms=int(time.time() * 1000) + 4 * 86_400_000),
-     InvalidMessageError),
+    (
+        "deliver 4 days ahead",
+        Message(T, b"x", deliver_at_ms=int(time.time() * 1000) + 4 * 86_400_000),
+        InvalidMessageError,
+    ),
     ("deliver_at_ms negative", Message(T, b"x", deliver_at_ms=-1), InvalidMessageError),
-    ("delay and deliver_at_ms", Message(T, b"x", delay_level=2,
-                                        deliver_at_ms=int(time.time() * 1000)),
-     InvalidMessageError),
+    (
+        "delay and deliver_at_ms",
+        Message(T, b"x", delay_level=2, deliver_at_ms=int(time.time() * 1000)),
+        InvalidMessageError,
+    ),
     ("flag over 32 bits", Message(T, b"x", flag=2**31), InvalidMessageError),
     ("system topic TBW102", Message("TBW102", b"x"), PermissionDeniedError),
     ("schedule topic", Message("SCHEDULE_TOPIC_XXXX", b"x"), PermissionDeniedError),
     ("rmq_sys_ topic", Message("rmq_sys_x", b"x"), PermissionDeniedError),
     ("retry topic", Message("%RETRY%pg-test", b"x"), PermissionDeniedError),
     ("dead-letter topic", Message("%DLQ%pg-test", b"x"), PermissionDeniedError),
-    *[(f"reserved {name}", Message(T, b"x", properties={name: "forged"}), InvalidMessageError)
-      for name in ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
-                   "REAL_TOPIC", "REAL_QID", "WAIT", "MAX_RECONSUME_TIMES", "RECONSUME_TIME")],
-]  # fmt: skip
+    *[
+        (f"reserved {name}", Message(T, b"x", properties={name: "forged"}), InvalidMessageError)
+        for name in (
+            "RETRY_TOPIC",
+            "ORIGIN_MESSAGE_ID",
+            "DLQ_ORIGIN_TOPIC",
+            "DLQ_ORIGIN_MESSAGE_ID",
+            "REAL_TOPIC",
+            "REAL_QID",
+            "WAIT",
+            "MAX_RECONSUME_TIMES",
+            "RECONSUME_TIME",
+        )
+    ],
+]
 
 
-@pytest.mark.parametrize(("msg", "error"), [(m, e) for _, m, e in BAD_MESSAGES],
-                         ids=[name for name, _, _ in BAD_MESSAGES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("msg", "error"),
+    [(m, e) for _, m, e in BAD_MESSAGES],
+    ids=[name for name, _, _ in BAD_MESSAGES],
+)
 def test_bad_messages_raise_client_errors_before_any_put(
     producer: Producer, put_calls: list[int], msg: Any, error: type[RayqError]
 ) -> None:
     sends: list[Callable[[], Any]] = [
-        lambda: producer.send(msg), lambda: producer.send_async(msg),
-        lambda: producer.send_oneway(msg), lambda: producer.send_batch([msg]),
+        lambda: producer.send(msg),
+        lambda: producer.send_async(msg),
+        lambda: producer.send_oneway(msg),
+        lambda: producer.send_batch([msg]),
         lambda: producer.send_orderly(msg, sharding_key="k"),
-    ]  # fmt: skip
+    ]
     for send in sends:
         with pytest.raises(error):
             send()
@@ -431,9 +484,13 @@ def test_shutdown_sends_pending_async_messages_then_calls_raise_closed(
     assert sum(queue_sizes(ctx, topic).values()) == 300
     msg = Message(topic, b"late")
     calls: list[Callable[[], Any]] = [
-        lambda: p.send(msg), lambda: p.send_async(msg), lambda: p.send_oneway(msg),
-        lambda: p.send_batch([msg]), lambda: p.send_orderly(msg, "k"), p.start,
-    ]  # fmt: skip
+        lambda: p.send(msg),
+        lambda: p.send_async(msg),
+        lambda: p.send_oneway(msg),
+        lambda: p.send_batch([msg]),
+        lambda: p.send_orderly(msg, "k"),
+        p.start,
+    ]
     for late in calls:
         with pytest.raises(ClosedError, match="shut down"):
             late()
@@ -465,8 +522,11 @@ def deployment(cluster: rayq.cluster.Cluster, store_root: Path) -> Iterator[Call
     started: list[rayq.cluster.Cluster] = []
 
     def start(suffix: str, **kwargs: Any) -> rayq.cluster.Cluster:
-        started.append(rayq.cluster.start(store_dir=store_root / suffix,
-                                          namespace=f"{NAMESPACE}-{suffix}", **kwargs))  # fmt: skip
+        started.append(
+            rayq.cluster.start(
+                store_dir=store_root / suffix, namespace=f"{NAMESPACE}-{suffix}", **kwargs
+            )
+        )
         return started[-1]
 
     yield start

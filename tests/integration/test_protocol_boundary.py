@@ -69,29 +69,50 @@ def state(ctx: ClientContext) -> tuple[Any, ...]:
 
 
 BROKER_CALLS: list[tuple[str, str, Callable[[], Any]]] = [
-    ("float offset", "commit_offsets",
-     lambda: CommitOffsetsRequest(group="keep", topic="bt", offsets={0: 1.5})),
-    ("offset too big", "commit_offsets",
-     lambda: CommitOffsetsRequest(group="keep", topic="bt", offsets={0: 2**63})),
-    ("dict instead of a request", "commit_offsets",
-     lambda: {"group": "keep", "topic": "bt", "offsets": {0: 0}}),
-    ("unknown field (a dict)", "create_topic",
-     lambda: {"topic": "x", "read_queue_nums": 1, "write_queue_nums": 1, "perm": 6, "evil": 1}),
-    ("queue count as str", "create_topic",
-     lambda: CreateTopicRequest(topic="x", read_queue_nums="4", write_queue_nums=4, perm=6)),
-    ("perm out of range", "create_topic",
-     lambda: CreateTopicRequest(topic="x", read_queue_nums=1, write_queue_nums=1, perm=99)),
-    ("pull offset negative", "pull",
-     lambda: PullRequest(group="g", topic="bt", queue_id=0, queue_offset=-5)),
+    (
+        "float offset",
+        "commit_offsets",
+        lambda: CommitOffsetsRequest(group="keep", topic="bt", offsets={0: 1.5}),
+    ),
+    (
+        "offset too big",
+        "commit_offsets",
+        lambda: CommitOffsetsRequest(group="keep", topic="bt", offsets={0: 2**63}),
+    ),
+    (
+        "dict instead of a request",
+        "commit_offsets",
+        lambda: {"group": "keep", "topic": "bt", "offsets": {0: 0}},
+    ),
+    (
+        "unknown field (a dict)",
+        "create_topic",
+        lambda: {"topic": "x", "read_queue_nums": 1, "write_queue_nums": 1, "perm": 6, "evil": 1},
+    ),
+    (
+        "queue count as str",
+        "create_topic",
+        lambda: CreateTopicRequest(topic="x", read_queue_nums="4", write_queue_nums=4, perm=6),
+    ),
+    (
+        "perm out of range",
+        "create_topic",
+        lambda: CreateTopicRequest(topic="x", read_queue_nums=1, write_queue_nums=1, perm=99),
+    ),
+    (
+        "pull offset negative",
+        "pull",
+        lambda: PullRequest(group="g", topic="bt", queue_id=0, queue_offset=-5),
+    ),
     ("pull_many empty", "pull_many", lambda: PullManyRequest(group="g", items=[])),
-    ("send-back items as tuples", "send_back",
-     lambda: SendBackRequest(group="g", items=[(0, 0)])),
+    ("send-back items as tuples", "send_back", lambda: SendBackRequest(group="g", items=[(0, 0)])),
     ("put a list", "put", lambda: [b"x"]),
-]  # fmt: skip
+]
 
 
-@pytest.mark.parametrize(("case", "method", "build"), BROKER_CALLS,
-                         ids=[c[0] for c in BROKER_CALLS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "method", "build"), BROKER_CALLS, ids=[c[0] for c in BROKER_CALLS]
+)
 def test_malformed_requests_to_the_broker_get_a_rayq_error_and_change_nothing(
     ctx: ClientContext, case: str, method: str, build: Callable[[], Any]
 ) -> None:
@@ -106,8 +127,11 @@ def test_malformed_requests_to_the_broker_get_a_rayq_error_and_change_nothing(
 def test_malformed_requests_to_the_hold_service_get_a_rayq_error(
     ctx: ClientContext, method: str
 ) -> None:
-    bad = (PullRequest(group="g", topic="bt", queue_id=0, queue_offset=1.5) if method == "pull"
-           else PullManyRequest(group="g", items=[PullItem("bt", 0, -1)]))  # fmt: skip
+    bad = (
+        PullRequest(group="g", topic="bt", queue_id=0, queue_offset=1.5)
+        if method == "pull"
+        else PullManyRequest(group="g", items=[PullItem("bt", 0, -1)])
+    )
     err = raised(getattr(raw(hold_actor_name(BROKER)), method).remote(bad))
     assert isinstance(err, InvalidRequestError)
     good = PullRequest(group="g", topic="bt", queue_id=0, queue_offset=0, suspend_ms=0)
@@ -119,13 +143,17 @@ def test_a_bad_commit_never_erases_offsets_across_a_restart(
 ) -> None:
     """The landed bug: a float offset was persisted, and the next start lost every
     group's offsets. Now it is refused at the boundary and the table reloads whole."""
-    raised(raw(broker_actor_name(BROKER)).commit_offsets.remote(
-        CommitOffsetsRequest(group="other", topic="bt", offsets={0: 1.5})))  # fmt: skip
+    raised(
+        raw(broker_actor_name(BROKER)).commit_offsets.remote(
+            CommitOffsetsRequest(group="other", topic="bt", offsets={0: 1.5})
+        )
+    )
     time.sleep(1)  # the offset table is persisted every 100 ms here
     ray.kill(raw(broker_actor_name(BROKER)), no_restart=False)
     req = QueryOffsetsRequest(group="keep", topic="bt")
-    got = retried(lambda: ClientContext(namespace=NAMESPACE).broker(BROKER)
-                  .query_offsets(req).result(30))  # fmt: skip
+    got = retried(
+        lambda: ClientContext(namespace=NAMESPACE).broker(BROKER).query_offsets(req).result(30)
+    )
     assert got.offsets == {0: 1, 1: 2}
 
 

@@ -40,13 +40,17 @@ def new_topic(admin: Admin, queues: int) -> str:
     return topic
 
 
-def put(topic: str, queue_id: int, bodies: list[bytes], tags: list[str | None] | None = None
-        ) -> list[int]:  # fmt: skip
+def put(
+    topic: str, queue_id: int, bodies: list[bytes], tags: list[str | None] | None = None
+) -> list[int]:
     """Append one batch straight to the broker; returns the queue offsets."""
     tags = tags or [None] * len(bodies)
-    msgs = [InnerMessage(topic=topic, queue_id=queue_id, body=b, tags=t,
-                         uniq_key=uuid.uuid4().hex.upper())
-            for b, t in zip(bodies, tags, strict=True)]  # fmt: skip
+    msgs = [
+        InnerMessage(
+            topic=topic, queue_id=queue_id, body=b, tags=t, uniq_key=uuid.uuid4().hex.upper()
+        )
+        for b, t in zip(bodies, tags, strict=True)
+    ]
     batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
     return ClientContext().broker(BROKER).put(batch).result().queue_offsets
 
@@ -86,8 +90,12 @@ def test_poll_reads_everything_exactly_once_in_queue_order(admin: Admin) -> None
     with started(unique("g"), topic, consume_from=FIRST) as consumer:
         assert consumer.assignment() == [MessageQueue(topic, BROKER, q) for q in range(4)]
         got = drain(consumer, 1620)
-    assert by_queue(got) == {0: list(range(1530)), 1: list(range(30)), 2: list(range(30)),
-                             3: list(range(30))}  # fmt: skip
+    assert by_queue(got) == {
+        0: list(range(1530)),
+        1: list(range(30)),
+        2: list(range(30)),
+        3: list(range(30)),
+    }
     ones = [m for m in got if m.queue_id == 1]
     assert [m.body for m in ones] == [f"1-{b}-{i}".encode() for b in range(3) for i in range(10)]
     assert {(m.topic, m.broker_name) for m in got} == {(topic, BROKER)}
@@ -102,8 +110,10 @@ def test_last_offset_skips_old_messages_for_a_new_group(admin: Admin) -> None:
         assert consumer.poll(timeout=0.3) == []
         put(topic, 1, [b"new-1", b"new-2"])
         got = drain(consumer, 2)
-    assert [(m.queue_id, m.queue_offset, m.body) for m in got] == [(1, 2, b"new-1"),
-                                                                   (1, 3, b"new-2")]  # fmt: skip
+    assert [(m.queue_id, m.queue_offset, m.body) for m in got] == [
+        (1, 2, b"new-1"),
+        (1, 3, b"new-2"),
+    ]
 
 
 def test_first_offset_reads_from_the_start(admin: Admin) -> None:
@@ -119,8 +129,9 @@ def test_timestamp_starts_at_the_first_message_stored_at_or_after_it(admin: Admi
     ts = admin.topic_stats(topic)[0].last_store_timestamp + 1
     time.sleep(0.01)
     put(topic, 0, [b"after-1", b"after-2"])
-    with started(unique("g"), topic, consume_from=ConsumeFromWhere.TIMESTAMP,
-                 consume_timestamp_ms=ts) as consumer:  # fmt: skip
+    with started(
+        unique("g"), topic, consume_from=ConsumeFromWhere.TIMESTAMP, consume_timestamp_ms=ts
+    ) as consumer:
         got = drain(consumer, 2)
     assert [(m.queue_offset, m.body) for m in got] == [(2, b"after-1"), (3, b"after-2")]
 
@@ -207,8 +218,11 @@ def test_pause_holds_a_queue_back_until_resume(admin: Admin) -> None:
         consumer.pause([mq0])
         assert {m.queue_id for m in drain(consumer, 2)} == {1}
         consumer.resume([mq0])
-        assert [(m.queue_id, m.queue_offset) for m in drain(consumer, 3)] == [(0, 0), (0, 1),
-                                                                              (0, 2)]  # fmt: skip
+        assert [(m.queue_id, m.queue_offset) for m in drain(consumer, 3)] == [
+            (0, 0),
+            (0, 1),
+            (0, 2),
+        ]
         consumer.pause([mq0, mq1])
         put(topic, 1, [b"later"])
         assert consumer.poll(timeout=0.3) == []
@@ -309,9 +323,15 @@ def test_calls_after_shutdown_raise_closed_error(admin: Admin) -> None:
     consumer = started(unique("g"), topic)
     consumer.shutdown()
     consumer.shutdown()  # idempotent
-    for closed_call in (lambda: consumer.poll(), consumer.commit, consumer.start,
-                        lambda: consumer.subscribe(topic), lambda: consumer.seek(mq, 0),
-                        lambda: consumer.committed(mq), lambda: consumer.pause([mq])):  # fmt: skip
+    for closed_call in (
+        lambda: consumer.poll(),
+        consumer.commit,
+        consumer.start,
+        lambda: consumer.subscribe(topic),
+        lambda: consumer.seek(mq, 0),
+        lambda: consumer.committed(mq),
+        lambda: consumer.pause([mq]),
+    ):
         with pytest.raises(rayq.ClosedError):
             closed_call()
 

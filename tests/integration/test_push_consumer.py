@@ -40,8 +40,13 @@ class Recorder:
 class Listener:
     """Records every message; bodies in ``fail`` fail that many times first."""
 
-    def __init__(self, recorder: object, name: str, fail: dict[bytes, int] | None = None,
-                 orderly: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        recorder: object,
+        name: str,
+        fail: dict[bytes, int] | None = None,
+        orderly: bool = False,
+    ) -> None:
         self.recorder = recorder
         self.name = name
         self.fail = dict(fail or {})
@@ -62,12 +67,25 @@ class Listener:
             failing = [m for m in msgs if self.fail.get(m.body, 0) > 0]
             for m in failing:
                 self.fail[m.body] -= 1
-        rows = [(self.name, m.topic, m.queue_id, m.queue_offset, m.body, m.reconsume_times,
-                 bool(failing)) for m in msgs]  # fmt: skip
+        rows = [
+            (
+                self.name,
+                m.topic,
+                m.queue_id,
+                m.queue_offset,
+                m.body,
+                m.reconsume_times,
+                bool(failing),
+            )
+            for m in msgs
+        ]
         self.recorder.add.remote(rows)  # type: ignore[attr-defined]
         if failing:
-            return (ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT if self.orderly
-                    else ConsumeStatus.RECONSUME_LATER)  # fmt: skip
+            return (
+                ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                if self.orderly
+                else ConsumeStatus.RECONSUME_LATER
+            )
         return ConsumeOrderlyStatus.SUCCESS if self.orderly else ConsumeStatus.CONSUME_SUCCESS
 
 
@@ -117,8 +135,12 @@ def test_three_consumers_share_eight_queues_and_consume_each_message_once(
     admin.create_topic(topic, queues=8)
     consumers = [consumer(group, topic, Listener(recorder, f"c{i}")) for i in range(3)]
     try:
-        wait_for(lambda: sum(len([q for q in c.assignment() if q.topic == topic])
-                             for c in consumers) == 8, what="assignment")  # fmt: skip
+        wait_for(
+            lambda: (
+                sum(len([q for q in c.assignment() if q.topic == topic]) for c in consumers) == 8
+            ),
+            what="assignment",
+        )
         sizes = sorted(len([q for q in c.assignment() if q.topic == topic]) for c in consumers)
         assert sizes == [2, 3, 3]
         owned = [q for c in consumers for q in c.assignment() if q.topic == topic]
@@ -145,11 +167,15 @@ def test_broadcasting_gives_every_consumer_every_message(
     admin.create_topic(topic, queues=2)
     config = rayq.ClientConfig(offset_store_dir=str(tmp_path))
     consumers = [
-        consumer(group, topic, Listener(recorder, f"b{i}"), model=MessageModel.BROADCASTING,
-                 config=rayq.ClientConfig(offset_store_dir=str(tmp_path),
-                                          instance_name=f"i{i}"))
+        consumer(
+            group,
+            topic,
+            Listener(recorder, f"b{i}"),
+            model=MessageModel.BROADCASTING,
+            config=rayq.ClientConfig(offset_store_dir=str(tmp_path), instance_name=f"i{i}"),
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     try:
         bodies = [f"b{i}".encode() for i in range(50)]
         send(topic, bodies)
@@ -271,10 +297,15 @@ def test_join_leave_and_kill_lose_nothing_and_never_share_a_queue(
         ray.kill(c0.actor)
         spans += intervals(c0_stats, time.monotonic())
         sender.join()
-        wait_for(lambda: set(bodies) <= {r[4] for r in ray.get(recorder.get.remote())},
-                 timeout=60, what="every message consumed")  # fmt: skip
-        wait_for(lambda: len([q for q in c2.assignment() if q.topic == topic]) == 4,
-                 what="the survivor owning every queue")  # fmt: skip
+        wait_for(
+            lambda: set(bodies) <= {r[4] for r in ray.get(recorder.get.remote())},
+            timeout=60,
+            what="every message consumed",
+        )
+        wait_for(
+            lambda: len([q for q in c2.assignment() if q.topic == topic]) == 4,
+            what="the survivor owning every queue",
+        )
         spans += intervals(c2.stats(), time.monotonic())
     finally:
         stop.wait(30)
@@ -321,8 +352,9 @@ def test_orderly_consumption_keeps_send_order_per_key_through_failures_and_a_reb
                     wait_for(k1_3_consumed, timeout=60, what="k1:3 consumed after 2 retries")
                     second = consumer(group, topic, Listener(recorder, "o1", fail, orderly=True))
                 for key in keys:
-                    producer.send_orderly(rayq.Message(topic, f"{key}:{seq}".encode()),
-                                          sharding_key=key)  # fmt: skip
+                    producer.send_orderly(
+                        rayq.Message(topic, f"{key}:{seq}".encode()), sharding_key=key
+                    )
 
         def done() -> list[tuple]:
             return [r for r in ray.get(recorder.get.remote()) if not r[6]]
@@ -367,8 +399,9 @@ def test_the_broker_refuses_commits_of_an_older_generation_and_leases_queue_lock
     assert commit({0: 7}, 300) == []
 
     def lock(client: str, *queues: int, unlock: bool = False) -> LockQueuesReply:
-        req = LockQueuesRequest(group=group, client_id=client,
-                                queues=[QueueRef(topic, q) for q in queues])  # fmt: skip
+        req = LockQueuesRequest(
+            group=group, client_id=client, queues=[QueueRef(topic, q) for q in queues]
+        )
         return (broker.unlock_queues if unlock else broker.lock_queues)(req).result(30)
 
     offsets = broker.query_offsets(QueryOffsetsRequest(group=group, topic=topic)).result(30)
@@ -402,8 +435,9 @@ def test_failed_messages_are_retried_through_the_retry_topic_then_dead_lettered(
         wait_for(lambda: len(seen(b"poison")) == 3, timeout=60, what="poison retried")
         dlq = f"%DLQ%{group}"
         wait_for(lambda: dlq in admin.topics(), timeout=30, what="the dead-letter topic")
-        with rayq.PullConsumer(unique("dlq-reader"),
-                               consume_from=ConsumeFromWhere.FIRST_OFFSET) as reader:  # fmt: skip
+        with rayq.PullConsumer(
+            unique("dlq-reader"), consume_from=ConsumeFromWhere.FIRST_OFFSET
+        ) as reader:
             reader.subscribe(dlq)
             reader.start()
             got: list[rayq.MessageExt] = []
@@ -426,8 +460,20 @@ class Slow:
         self.hung = False
 
     def __call__(self, msgs: list[rayq.MessageExt]) -> ConsumeStatus:
-        self.recorder.add.remote([("s", m.topic, m.queue_id, m.queue_offset, m.body,  # type: ignore[attr-defined]
-                                   m.reconsume_times, False) for m in msgs])  # fmt: skip
+        self.recorder.add.remote(
+            [
+                (
+                    "s",
+                    m.topic,
+                    m.queue_id,
+                    m.queue_offset,
+                    m.body,  # type: ignore[attr-defined]
+                    m.reconsume_times,
+                    False,
+                )
+                for m in msgs
+            ]
+        )
         if msgs[0].body == b"slow" and not self.hung:
             self.hung = True
             time.sleep(4.0)
@@ -449,9 +495,14 @@ def test_a_message_stuck_in_the_listener_past_consume_timeout_is_sent_back(
 
         wait_for(lambda: len(slow_calls()) == 2, timeout=30, what="the stuck message again")
         assert [r[5] for r in slow_calls()] == [0, 1]
-        wait_for(lambda: any(p.queue.topic == topic and p.committed_offset == 2
-                             for p in admin.consumer_progress(group)),
-                 timeout=30, what="the offset past the stuck message")  # fmt: skip
+        wait_for(
+            lambda: any(
+                p.queue.topic == topic and p.committed_offset == 2
+                for p in admin.consumer_progress(group)
+            ),
+            timeout=30,
+            what="the offset past the stuck message",
+        )
     finally:
         c.shutdown()
 
@@ -464,8 +515,20 @@ class Sluggish:
 
     def __call__(self, msgs: list[rayq.MessageExt]) -> ConsumeStatus:
         time.sleep(0.02)
-        self.recorder.add.remote([("f", m.topic, m.queue_id, m.queue_offset, m.body,  # type: ignore[attr-defined]
-                                   m.reconsume_times, False) for m in msgs])  # fmt: skip
+        self.recorder.add.remote(
+            [
+                (
+                    "f",
+                    m.topic,
+                    m.queue_id,
+                    m.queue_offset,
+                    m.body,  # type: ignore[attr-defined]
+                    m.reconsume_times,
+                    False,
+                )
+                for m in msgs
+            ]
+        )
         return ConsumeStatus.CONSUME_SUCCESS
 
 
@@ -528,10 +591,14 @@ def test_a_killed_consumer_stuck_on_one_message_redelivers_only_what_it_had_in_f
     config = rayq.ClientConfig(auto_commit_interval_ms=200, consume_message_batch_max_size=16)
     first = consumer(group, topic, StuckOn(recorder, "first", b"s5"), config=config)
     try:
-        wait_for(lambda: {r[4] for r in ray.get(recorder.get.remote())} == set(bodies),
-                 what="every message in the listener once")  # fmt: skip
-        wait_for(lambda: committed()[1][-1:] and committed()[1][-1][1] == 2001,
-                 what="the ranges done past the slow message committed")  # fmt: skip
+        wait_for(
+            lambda: {r[4] for r in ray.get(recorder.get.remote())} == set(bodies),
+            what="every message in the listener once",
+        )
+        wait_for(
+            lambda: committed()[1][-1:] and committed()[1][-1][1] == 2001,
+            what="the ranges done past the slow message committed",
+        )
     finally:
         ray.kill(first.actor)
         first._closed = True  # killed: nothing to shut down

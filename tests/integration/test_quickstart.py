@@ -17,8 +17,11 @@ def test_quickstart_sends_reads_back_and_leaves_no_lag() -> None:
     """quickstart.py sends sync and async, reads every message back, commits (lag 0)."""
     run = subprocess.run(
         [sys.executable, str(EXAMPLES / "quickstart.py"), "--messages", "200"],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     out = run.stdout
     # only what the example prints: no Ray start-up notices, no rayq log lines
     assert run.stderr.strip() == "", run.stderr

@@ -33,8 +33,12 @@ def topic(cluster: Cluster) -> str:
     admin.create_topic("copy", queues=2)
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         for i in range(10):
-            producer.send_batch([rayq.Message("events", f"e{i}-{j}".encode(), tags=f"t{j % 2}",
-                                              keys=[f"k{i}"]) for j in range(10)])  # fmt: skip
+            producer.send_batch(
+                [
+                    rayq.Message("events", f"e{i}-{j}".encode(), tags=f"t{j % 2}", keys=[f"k{i}"])
+                    for j in range(10)
+                ]
+            )
     return "events"
 
 
@@ -55,8 +59,9 @@ def test_read_topic_with_exact_block_metadata(topic: str) -> None:
 
 def test_write_datasink_and_retried_tasks_do_not_duplicate(topic: str) -> None:
     ds = rayq.data.read_topic(topic, namespace=NAMESPACE).select_columns(["body", "tags", "keys"])
-    sink = rayq.data.TopicDatasink("copy", body_col="body", tags_col="tags", keys_col="keys",
-                                   namespace=NAMESPACE)  # fmt: skip
+    sink = rayq.data.TopicDatasink(
+        "copy", body_col="body", tags_col="tags", keys_col="keys", namespace=NAMESPACE
+    )
     ds.write_datasink(sink)
     assert sink.rows_written == 100
     assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == 100
@@ -206,8 +211,16 @@ def test_page_readers_serve_the_brokers_pages_and_stop_with_the_cluster(
     assert set(names) <= set(running_actors(NAMESPACE))
     broker_actor = ray.get_actor(broker_actor_name(broker), namespace=NAMESPACE)
     for columns in (None, [], ["body", "msg_id"]):
-        req = json.dumps({"topic": big_topic, "queue_id": 0, "start": 3, "end": 250,
-                          "max_bytes": 1 << 16, "columns": columns}).encode()  # fmt: skip
+        req = json.dumps(
+            {
+                "topic": big_topic,
+                "queue_id": 0,
+                "start": 3,
+                "end": 250,
+                "max_bytes": 1 << 16,
+                "columns": columns,
+            }
+        ).encode()
         want = ray.get(broker_actor.read_arrow_ipc.remote(req), timeout=30)
         for name in names:
             reader = ray.get_actor(name, namespace=NAMESPACE)
@@ -230,8 +243,15 @@ def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> N
         return sink.getvalue().to_pybytes()
 
     def put_call(rows: bytes, **fields: object) -> ray.ObjectRef:
-        req = {"topic": "jvm-sink", "queue_id": 0, "producer_id": "p1", "first_sequence": 0,
-               "group": "g", "body": "body", **fields}  # fmt: skip
+        req = {
+            "topic": "jvm-sink",
+            "queue_id": 0,
+            "producer_id": "p1",
+            "first_sequence": 0,
+            "group": "g",
+            "body": "body",
+            **fields,
+        }
         return actor.put_arrow.remote(json.dumps(req).encode(), rows)
 
     def put(rows: bytes, **fields: object) -> dict:

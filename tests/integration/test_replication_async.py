@@ -93,8 +93,9 @@ def test_a_slave_whose_master_is_missing_says_so_and_keeps_trying(dep) -> None:
     from rayq.actors.broker import spawn_broker
     from rayq.actors.protocol import ReplicationRequest
 
-    config = rayq.BrokerConfig(broker_name="ghost", broker_id=1, broker_role=rayq.BrokerRole.SLAVE,
-                               store=dep.rayq_store)  # fmt: skip
+    config = rayq.BrokerConfig(
+        broker_name="ghost", broker_id=1, broker_role=rayq.BrokerRole.SLAVE, store=dep.rayq_store
+    )
     slave = spawn_broker(config, str(dep.root / "ghost#1"), NAMESPACE, dep.slave_node.node_id)
     try:
         deadline = time.monotonic() + 30

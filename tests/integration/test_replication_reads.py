@@ -30,9 +30,13 @@ GROUP = "slave-readers"
 
 
 def consume(count: int, timeout_s: float = 60) -> list[bytes]:
-    consumer = rayq.PullConsumer(GROUP, namespace=NAMESPACE, auto_commit=False,
-                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-                                 config=rayq.ClientConfig(poll_max_messages=100))  # fmt: skip
+    consumer = rayq.PullConsumer(
+        GROUP,
+        namespace=NAMESPACE,
+        auto_commit=False,
+        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+        config=rayq.ClientConfig(poll_max_messages=100),
+    )
     consumer.subscribe("Reads")
     consumer.start()
     got: list[bytes] = []
@@ -58,8 +62,9 @@ def test_a_consumer_far_behind_reads_from_the_slave_the_master_suggests(dep) -> 
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         producer.send_batch([rayq.Message("Slow", b) for b in bodies])
     dep.caught_up()
-    consumer = rayq.PullConsumer("slow-group", namespace=NAMESPACE,
-                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer = rayq.PullConsumer(
+        "slow-group", namespace=NAMESPACE, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe("Slow")
     consumer.start()
     got: list[bytes] = []
@@ -97,8 +102,10 @@ def test_slave_serves_reads_and_keeps_commits_while_the_master_is_lost(dep) -> N
     # what Spark's JVM reads are planned with (they reach the actor by name)
     assert RayTransport(NAMESPACE).serving_replica("broker-a") == "broker-a#1"
     assert ray.get(slave.query_offsets.remote(req)).offsets == {0: 500}  # committed on the slave
-    with (rayq.Producer(group="pg", namespace=NAMESPACE) as producer,
-          pytest.raises(rayq.BrokerUnavailableError)):  # fmt: skip
+    with (
+        rayq.Producer(group="pg", namespace=NAMESPACE) as producer,
+        pytest.raises(rayq.BrokerUnavailableError),
+    ):
         producer.send(rayq.Message("Reads", b"nowhere to write"))
     assert dep.info("broker-a#1").role == "SLAVE"  # not promoted
 

@@ -42,10 +42,13 @@ def test_slave_on_another_node_has_the_same_log_byte_for_byte(dep, replication_k
     upto = master.written_offset
     log_bytes = replication_kit.log_bytes
     assert log_bytes(dep.root / "broker-a#1", upto) == log_bytes(dep.root / "broker-a", upto)
-    stats = [ray.get(dep.actor(r).topic_stats.remote(TopicRequest(topic="Rep")))
-             for r in ("broker-a", "broker-a#1")]  # fmt: skip
+    stats = [
+        ray.get(dep.actor(r).topic_stats.remote(TopicRequest(topic="Rep")))
+        for r in ("broker-a", "broker-a#1")
+    ]
     assert [(q.queue, q.max_offset) for q in stats[0].queues] == [
-        (q.queue, q.max_offset) for q in stats[1].queues]  # fmt: skip
+        (q.queue, q.max_offset) for q in stats[1].queues
+    ]
     assert sum(q.max_offset for q in stats[1].queues) == 10_000
     [status] = master.replicas
     assert (status.broker_id, status.connected, status.lag_bytes) == (1, True, 0)
@@ -97,7 +100,11 @@ def test_master_node_lost_slave_promoted_no_acknowledged_message_lost(dep, repli
     assert after, "no send was answered after the master's node was lost"
     new = dep.info("broker-a")
     assert (new.node_id, new.broker_id, new.role, new.epoch) == (
-        dep.slave_node.node_id, 0, "SYNC_MASTER", 1)  # fmt: skip
+        dep.slave_node.node_id,
+        0,
+        "SYNC_MASTER",
+        1,
+    )
     assert after[-1].status is SendStatus.SLAVE_NOT_AVAILABLE  # stored; no slave is left
     acked = {b for _, b, r in sender.results if r.status is SendStatus.SEND_OK}
     stored = {b for _, b, r in sender.results}
@@ -119,8 +126,10 @@ def test_old_master_returns_as_slave_its_divergent_tail_cut(dep, replication_kit
     while time.monotonic() < deadline:
         try:
             slave = dep.info("broker-a#1")
-            if slave.store_dir == str(old_dir) and slave.written_offset == dep.info(
-                    "broker-a").written_offset:  # fmt: skip
+            if (
+                slave.store_dir == str(old_dir)
+                and slave.written_offset == dep.info("broker-a").written_offset
+            ):
                 break
         except (ValueError, ray.exceptions.RayError):
             pass

@@ -117,8 +117,10 @@ class Traffic:
             if self.paused.is_set():
                 time.sleep(0.05)
                 continue
-            msgs = [rayq.Message(self.topic, self.body, keys=[f"k{next(_N)}"])
-                    for _ in range(self.batch)]  # fmt: skip
+            msgs = [
+                rayq.Message(self.topic, self.body, keys=[f"k{next(_N)}"])
+                for _ in range(self.batch)
+            ]
             try:
                 results = self.producer.send_batch(msgs)
             except rayq.RayqError:  # not acknowledged: may or may not be stored
@@ -126,8 +128,7 @@ class Traffic:
                 time.sleep(0.1)
                 continue
             with self.lock:
-                self.acked.update(r.msg_id for r in results
-                                  if r.status is rayq.SendStatus.SEND_OK)  # fmt: skip
+                self.acked.update(r.msg_id for r in results if r.status is rayq.SendStatus.SEND_OK)
             time.sleep(0.05)
 
     def snapshot(self) -> set[str]:
@@ -194,15 +195,19 @@ def flowing(admin: rayq.Admin, *, pull: bool = True) -> Iterator[Flow]:
     topic = unique("restart")
     admin.create_topic(topic, queues=2)
     recorder = Recorder.remote()
-    push = rayq.PushConsumer(unique("cg"), consume_from=ConsumeFromWhere.FIRST_OFFSET,
-                             config=CLIENT_CONFIG)  # fmt: skip
+    push = rayq.PushConsumer(
+        unique("cg"), consume_from=ConsumeFromWhere.FIRST_OFFSET, config=CLIENT_CONFIG
+    )
     push.subscribe(topic)
     push.register_listener(Listener(recorder))
     push.start()
     flow = Flow(Traffic(topic), push, recorder, PullLoop(topic) if pull else None)
     try:
-        wait_for(lambda: flow.pushed() and (not pull or flow.pulled()), RECOVER_S,
-                 "both consumers to receive")  # fmt: skip
+        wait_for(
+            lambda: flow.pushed() and (not pull or flow.pulled()),
+            RECOVER_S,
+            "both consumers to receive",
+        )
         yield flow
         acked = flow.traffic.stop()
         assert acked, "nothing was acknowledged"
@@ -250,24 +255,31 @@ def test_a_restarted_flusher_goes_on_flushing(admin: rayq.Admin) -> None:
         ray.kill(flusher, no_restart=False)
         acked_after(flow.traffic, flow.traffic.snapshot())
         written = ray.get(broker.flush_targets.remote(), timeout=30).written  # type: ignore[attr-defined]
-        wait_for(lambda: durable(flusher) >= written, RECOVER_S,
-                 f"the durable offset to pass {written}")  # fmt: skip
+        wait_for(
+            lambda: durable(flusher) >= written, RECOVER_S, f"the durable offset to pass {written}"
+        )
 
 
 def test_a_restarted_hold_service_answers_held_pulls(admin: rayq.Admin) -> None:
     with flowing(admin) as flow:
         ray.kill(actor(hold_actor_name(BROKER)), no_restart=False)
         after = acked_after(flow.traffic, flow.traffic.snapshot())
-        wait_for(lambda: after <= flow.pulled() and after <= flow.pushed(), RECOVER_S,
-                 "both consumers to receive what was sent after the kill")  # fmt: skip
+        wait_for(
+            lambda: after <= flow.pulled() and after <= flow.pushed(),
+            RECOVER_S,
+            "both consumers to receive what was sent after the kill",
+        )
         # Quiet: both consumers' pulls are parked in the restarted hold service; one
         # message must wake them (long before the 15 s suspend time runs out).
         flow.traffic.paused.set()
         time.sleep(1.5)
         with rayq.Producer(group="pg-wake") as producer:
             one = producer.send(rayq.Message(flow.traffic.topic, b"wake")).msg_id
-        wait_for(lambda: one in flow.pulled() and one in flow.pushed(), 10.0,
-                 "the held pulls to be answered")  # fmt: skip
+        wait_for(
+            lambda: one in flow.pulled() and one in flow.pushed(),
+            10.0,
+            "the held pulls to be answered",
+        )
         flow.traffic.paused.clear()
 
 
@@ -295,8 +307,11 @@ def test_a_restarted_coordinator_serves_routes_and_groups_at_once(admin: rayq.Ad
             members = ray.get(coordinator.group_members.remote(members_of), timeout=30).members
             return members == owned
 
-        wait_for(group_served, max(1.0, RECOVER_S - (time.monotonic() - killed)),
-                 "the push consumer to own its queues again")  # fmt: skip
+        wait_for(
+            group_served,
+            max(1.0, RECOVER_S - (time.monotonic() - killed)),
+            "the push consumer to own its queues again",
+        )
         after = acked_after(flow.traffic, flow.traffic.snapshot())
         wait_for(lambda: after <= flow.pushed(), RECOVER_S, "push consumption to go on")
 
@@ -306,10 +321,16 @@ def test_a_restarted_broker_recovers_and_serves(admin: rayq.Admin) -> None:
     with flowing(admin) as flow:
         ray.kill(actor(broker_actor_name(BROKER)), no_restart=False)
         after = acked_after(flow.traffic, flow.traffic.snapshot())
-        wait_for(lambda: after <= flow.pulled() and after <= flow.pushed(), RECOVER_S,
-                 "both consumers to receive what was sent after the restart")  # fmt: skip
+        wait_for(
+            lambda: after <= flow.pulled() and after <= flow.pushed(),
+            RECOVER_S,
+            "both consumers to receive what was sent after the restart",
+        )
         broker = actor(broker_actor_name(BROKER))
         written = ray.get(broker.flush_targets.remote(), timeout=30).written  # type: ignore[attr-defined]
-        wait_for(lambda: durable(flusher) >= written, RECOVER_S,
-                 "the flusher to flush the restarted broker")  # fmt: skip
+        wait_for(
+            lambda: durable(flusher) >= written,
+            RECOVER_S,
+            "the flusher to flush the restarted broker",
+        )
         assert flow.traffic.topic in rayq.Admin().topics()

@@ -29,9 +29,16 @@ def ctx(cluster: Cluster) -> ClientContext:
 
 def batch(queue_id: int, first: int, n: int, pid: str = ""):  # type: ignore[no-untyped-def]
     props = sequence_properties(pid, first, first + n - 1) if pid else {}
-    msgs = [InnerMessage(topic="split", queue_id=queue_id, uniq_key=f"{pid}u{first + i}",
-                         body=(b"%08d" % (first + i)) * (BODY // 8), properties=props)
-            for i in range(n)]  # fmt: skip
+    msgs = [
+        InnerMessage(
+            topic="split",
+            queue_id=queue_id,
+            uniq_key=f"{pid}u{first + i}",
+            body=(b"%08d" % (first + i)) * (BODY // 8),
+            properties=props,
+        )
+        for i in range(n)
+    ]
     encoded = encode_batch(msgs, max_body_bytes=1 << 20, max_properties_bytes=4096)
     if pid:
         encoded = msgspec.structs.replace(encoded, producer_id=pid, first_sequence=first)
@@ -47,8 +54,14 @@ def read(ctx: ClientContext, queue_id: int) -> list[int]:
     """The sequence numbers in queue ``queue_id``, in queue order."""
     out: list[int] = []
     while True:
-        req = PullRequest(group="g", topic="split", queue_id=queue_id, queue_offset=len(out),
-                          max_nums=1000, suspend_ms=0)  # fmt: skip
+        req = PullRequest(
+            group="g",
+            topic="split",
+            queue_id=queue_id,
+            queue_offset=len(out),
+            max_nums=1000,
+            suspend_ms=0,
+        )
         resp = ctx.broker("broker-a").pull(req).result(30)
         got = [int(m.body[:8]) for m in decode_records(resp.buffer)]
         if not got:
@@ -66,8 +79,9 @@ def test_a_batch_over_the_inline_limit_is_one_call_of_chunks_appended_whole_in_o
     assert read(ctx, 0) == list(range(60))
     producer = rayq.Producer("split-p", namespace=NAMESPACE)
     try:
-        results = producer.send_batch([rayq.Message("split", b"%08d" % i * (BODY // 8))
-                                       for i in range(60, 360)])  # fmt: skip
+        results = producer.send_batch(
+            [rayq.Message("split", b"%08d" % i * (BODY // 8)) for i in range(60, 360)]
+        )
     finally:
         producer.shutdown()
     q, start = results[0].queue.queue_id, results[0].queue_offset

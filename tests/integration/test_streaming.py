@@ -70,7 +70,9 @@ def test_plan_ranges_specs(ctx: ClientContext) -> None:
     per_queue = {q: sum(r.queue.queue_id == q for r in sent) for q in (0, 1)}
     ranges = plan_ranges(ctx, "plan")
     assert [(r.queue_id, r.start, r.end) for r in ranges] == [
-        (0, 0, per_queue[0]), (1, 0, per_queue[1])]  # fmt: skip
+        (0, 0, per_queue[0]),
+        (1, 0, per_queue[1]),
+    ]
     pieces = plan_ranges(ctx, "plan", max_messages_per_partition=2)
     assert max(r.count for r in pieces) == 2 and sum(r.count for r in pieces) == 10
     assert sum(r.count for r in plan_ranges(ctx, "plan", "latest")) == 0
@@ -114,7 +116,11 @@ def test_batches_commit_after_processing(ctx: ClientContext) -> None:
     assert [p["batchId"] for p in progress[:2]] == [0, 1]
     assert [p["numInputRows"] for p in progress[:2]] == [6, 4]
     assert set(progress[0]["durationMs"]) == {
-        "latestOffset", "addBatch", "commitOffsets", "triggerExecution"}  # fmt: skip
+        "latestOffset",
+        "addBatch",
+        "commitOffsets",
+        "triggerExecution",
+    }
     assert progress[0]["timestamp"].endswith("Z") and progress[0]["processedRowsPerSecond"] > 0
     assert sum(committed(ctx, "s1").values()) == 10
 
@@ -171,8 +177,13 @@ def test_offsets_moved_by_someone_else_stop_the_query(ctx: ClientContext) -> Non
 def test_latest_is_pinned_when_the_query_starts(ctx: ClientContext) -> None:
     produce("s4", 3)  # before the query: not read
     got: list[int] = []
-    q = StreamingQuery("s4", "fresh", lambda ranges, batch_id: got.append(
-        sum(r.count for r in ranges)), starting="latest", namespace=NAMESPACE)  # fmt: skip
+    q = StreamingQuery(
+        "s4",
+        "fresh",
+        lambda ranges, batch_id: got.append(sum(r.count for r in ranges)),
+        starting="latest",
+        namespace=NAMESPACE,
+    )
     assert q.run_once() is None
     produce("s4", 5)  # after the first trigger: read, though no batch committed yet
     assert q.run_once()["num_input_rows"] == 5 and got == [5]
@@ -180,8 +191,12 @@ def test_latest_is_pinned_when_the_query_starts(ctx: ClientContext) -> None:
 
 def test_the_query_thread_stop_and_progress(ctx: ClientContext) -> None:
     got: list[int] = []
-    q = query("s1", lambda ranges, batch_id: got.append(sum(r.count for r in ranges)),
-              trigger_interval=0.1, starting="latest")  # fmt: skip
+    q = query(
+        "s1",
+        lambda ranges, batch_id: got.append(sum(r.count for r in ranges)),
+        trigger_interval=0.1,
+        starting="latest",
+    )
     q.start()
     produce("s1", 3)
     deadline = time.monotonic() + 30

@@ -24,8 +24,10 @@ def test_concurrent_sync_sends_are_durable_when_acknowledged(cluster: Cluster) -
     broker = ctx.broker("broker-a")
 
     def send(q: int) -> tuple[SendStatus, int]:
-        msgs = [InnerMessage(topic="durable", queue_id=q % 4, body=b"x" * 1024,
-                             uniq_key=IDS.next_id()) for _ in range(100)]  # fmt: skip
+        msgs = [
+            InnerMessage(topic="durable", queue_id=q % 4, body=b"x" * 1024, uniq_key=IDS.next_id())
+            for _ in range(100)
+        ]
         batch = encode_batch(msgs, max_body_bytes=4 << 20, max_properties_bytes=32767)
         result = broker.put(batch).result(30)
         offset_ids = result.offset_msg_ids[-1]

@@ -21,8 +21,11 @@ from rayq.actors.protocol import broker_actor_name
 pytestmark = pytest.mark.integration
 
 NAMESPACE = "test-transactions"
-BROKER_OVERRIDES = {"transaction_timeout": 500, "transaction_check_interval": 500,
-                    "transaction_check_max": 1000}  # fmt: skip
+BROKER_OVERRIDES = {
+    "transaction_timeout": 500,
+    "transaction_check_interval": 500,
+    "transaction_check_max": 1000,
+}
 POLL = rayq.ClientConfig(check_request_poll_ms=100)
 DEADLINE_S = 60.0
 
@@ -101,10 +104,12 @@ def topic(cluster: rayq.Cluster) -> str:
 
 def test_commit_rollback_and_checked(cluster: rayq.Cluster, topic: str) -> None:
     # each its own group: the checks of the open half go to ``unknown`` alone
-    commit = rayq.TransactionProducer(unique("txg"), Listener(rayq.TransactionStatus.COMMIT),
-                                      config=POLL)  # fmt: skip
-    rollback = rayq.TransactionProducer(unique("txg"), Listener(rayq.TransactionStatus.ROLLBACK),
-                                        config=POLL)  # fmt: skip
+    commit = rayq.TransactionProducer(
+        unique("txg"), Listener(rayq.TransactionStatus.COMMIT), config=POLL
+    )
+    rollback = rayq.TransactionProducer(
+        unique("txg"), Listener(rayq.TransactionStatus.ROLLBACK), config=POLL
+    )
     later = Listener(rayq.TransactionStatus.UNKNOWN)  # checks answered UNKNOWN for now
     unknown = rayq.TransactionProducer(unique("txg"), later, config=POLL)
     reader = Reader(topic)

@@ -28,10 +28,16 @@ def _fill(root: Path, count: int) -> list[int]:
         offsets: list[int] = []
         for start in range(0, count, 7):
             batch = [
-                InnerMessage(topic=f"T{i % 2}", queue_id=i % 3, body=bytes([i % 251]) * (50 + i),
-                             tags=f"t{i % 4}", keys=f"k{i} j{i}", uniq_key=ids.next_id())
+                InnerMessage(
+                    topic=f"T{i % 2}",
+                    queue_id=i % 3,
+                    body=bytes([i % 251]) * (50 + i),
+                    tags=f"t{i % 4}",
+                    keys=f"k{i} j{i}",
+                    uniq_key=ids.next_id(),
+                )
                 for i in range(start, min(start + 7, count))
-            ]  # fmt: skip
+            ]
             result = store.put_messages(batch)
             assert result.ok, result.error
             offsets += result.commitlog_offsets

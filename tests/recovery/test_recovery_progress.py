@@ -17,8 +17,9 @@ CFG = StoreConfig.for_tests(commitlog_segment_size_bytes=64 * 1024)
 def filled_store(root: Path, crash: bool = True) -> None:
     store = MessageStore(root, CFG)
     for i in range(40):
-        store.put_messages([InnerMessage(topic="T", queue_id=0, body=bytes(2000), keys=f"k{i}")
-                            for _ in range(10)])  # fmt: skip
+        store.put_messages(
+            [InnerMessage(topic="T", queue_id=0, body=bytes(2000), keys=f"k{i}") for _ in range(10)]
+        )
     if not crash:
         store.close()
         return
@@ -30,8 +31,9 @@ def progress_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("recovery: re")]
 
 
-def test_long_walks_log_progress(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_long_walks_log_progress(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     crashed, cut = tmp_path / "crashed", tmp_path / "cut"
     filled_store(crashed)  # re-validated from the log's start
     filled_store(cut, crash=False)

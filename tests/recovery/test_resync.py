@@ -314,9 +314,12 @@ def _cut_restart_write(kit, root: Path, sent: list, _second: str) -> list:
         (_flip_size_and, "consume queues deleted"),
         (_cut_restart_write, "checkpoint deleted"),
     ],
-    ids=["size byte + checkpoint deleted", "size byte + consume queues deleted",
-         "cut tail, restart, 300 sends, checkpoint deleted"],
-)  # fmt: skip
+    ids=[
+        "size byte + checkpoint deleted",
+        "size byte + consume queues deleted",
+        "cut tail, restart, 300 sends, checkpoint deleted",
+    ],
+)
 def test_the_issue_table_loses_no_complete_acknowledged_record(
     kit, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage, second: str
 ) -> None:

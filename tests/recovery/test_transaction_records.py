@@ -21,9 +21,14 @@ CFG = StoreConfig.for_tests()
 
 
 def msg(topic: str, kind: int, body: bytes = b"b", prepared: int = 0) -> InnerMessage:
-    return InnerMessage(topic=topic, queue_id=0, body=body, sys_flag=kind,
-                        properties={"TRAN_MSG": "true"},
-                        prepared_transaction_offset=prepared)  # fmt: skip
+    return InnerMessage(
+        topic=topic,
+        queue_id=0,
+        body=body,
+        sys_flag=kind,
+        properties={"TRAN_MSG": "true"},
+        prepared_transaction_offset=prepared,
+    )
 
 
 def fill(store: MessageStore) -> int:

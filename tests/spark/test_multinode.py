@@ -33,10 +33,14 @@ pytestmark = [
 ]
 NAMESPACE = "rayq-test-multinode"
 SMALL_STORE = StoreConfig.for_tests(
-    commitlog_segment_size_bytes=1 << 20, cq_entries_per_file=4096, index_hash_slots=1024,
-    index_entries_max=16384, disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0,
+    commitlog_segment_size_bytes=1 << 20,
+    cq_entries_per_file=4096,
+    index_hash_slots=1024,
+    index_entries_max=16384,
+    disk_max_used_space_ratio=1.0,
+    disk_clean_forcibly_ratio=1.0,
     disk_warning_ratio=1.0,
-)  # fmt: skip
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +54,12 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
     deployment = None
     try:
-        deployment = rayq.start(tmp_path_factory.mktemp("stores"), placement="resource",
-                                namespace=NAMESPACE,
-                                config=rayq.BrokerConfig(store=SMALL_STORE))  # fmt: skip
+        deployment = rayq.start(
+            tmp_path_factory.mktemp("stores"),
+            placement="resource",
+            namespace=NAMESPACE,
+            config=rayq.BrokerConfig(store=SMALL_STORE),
+        )
         yield {"cluster": cluster, "b1": b1, "b2": b2, "rayq": deployment}
     finally:
         if deployment is not None:
@@ -70,8 +77,9 @@ def test_brokers_are_pinned_and_serve_across_nodes(nodes: dict) -> None:
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         sent = [producer.send(rayq.Message("spread", f"m{i}".encode())) for i in range(60)]
     assert {r.queue.broker_name for r in sent} == {"broker-b1", "broker-b2"}
-    consumer = rayq.PullConsumer(group="mc", namespace=NAMESPACE,
-                                 consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer = rayq.PullConsumer(
+        group="mc", namespace=NAMESPACE, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe("spread")
     consumer.start()
     got: list[bytes] = []

@@ -32,12 +32,29 @@ pytestmark = [
 ]
 NAMESPACE = "rayq-test-spark"
 SMALL_STORE = StoreConfig.for_tests(
-    commitlog_segment_size_bytes=1 << 20, cq_entries_per_file=4096, index_hash_slots=1024,
-    index_entries_max=16384, disk_max_used_space_ratio=1.0, disk_clean_forcibly_ratio=1.0,
-    disk_warning_ratio=1.0, max_message_size_bytes=64 * 1024,  # the 20 KB rows of a test
-)  # fmt: skip
-COLUMNS = ["topic", "broker", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body",
-           "properties", "born_timestamp", "store_timestamp", "reconsume_times"]  # fmt: skip
+    commitlog_segment_size_bytes=1 << 20,
+    cq_entries_per_file=4096,
+    index_hash_slots=1024,
+    index_entries_max=16384,
+    disk_max_used_space_ratio=1.0,
+    disk_clean_forcibly_ratio=1.0,
+    disk_warning_ratio=1.0,
+    max_message_size_bytes=64 * 1024,  # the 20 KB rows of a test
+)
+COLUMNS = [
+    "topic",
+    "broker",
+    "queue_id",
+    "queue_offset",
+    "msg_id",
+    "tags",
+    "keys",
+    "body",
+    "properties",
+    "born_timestamp",
+    "store_timestamp",
+    "reconsume_times",
+]
 
 
 class Crash(BaseException):
@@ -49,11 +66,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     ray.init(address="local", num_cpus=2, namespace=NAMESPACE, log_to_driver=False)
-    cluster = rayq.start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE,
-                         config=rayq.BrokerConfig(store=SMALL_STORE))  # fmt: skip
+    cluster = rayq.start(
+        tmp_path_factory.mktemp("store"),
+        namespace=NAMESPACE,
+        config=rayq.BrokerConfig(store=SMALL_STORE),
+    )
     try:
-        session = rqspark.session("rayq-tests", num_executors=1, executor_cores=2,
-                                  executor_memory="1g")  # fmt: skip
+        session = rqspark.session(
+            "rayq-tests", num_executors=1, executor_cores=2, executor_memory="1g"
+        )
         assert rqspark.session("again") is session  # one session per process
         admin = rayq.Admin()
         for topic in ("orders", "copy", "clicks"):
@@ -69,9 +90,16 @@ def send(topic: str, n: int, start: int = 0) -> list[rayq.SendResult]:
     with rayq.Producer(group="pg") as producer:
         out = []
         for i in range(start, start + n, 50):
-            msgs = [rayq.Message(topic, json.dumps({"i": j}).encode(), tags=f"t{j % 3}",
-                                 keys=[f"k{j}"], properties={"src": "test"})
-                    for j in range(i, min(i + 50, start + n))]  # fmt: skip
+            msgs = [
+                rayq.Message(
+                    topic,
+                    json.dumps({"i": j}).encode(),
+                    tags=f"t{j % 3}",
+                    keys=[f"k{j}"],
+                    properties={"src": "test"},
+                )
+                for j in range(i, min(i + 50, start + n))
+            ]
             out += producer.send_batch(msgs)
         return out
 
@@ -141,8 +169,10 @@ def test_executors_read_bodies_from_the_commit_log_and_check_them(
     df = rqspark.read(spark, "local").select("queue_id", "queue_offset", "body")
 
     def pages() -> dict[str, int]:
-        readers = [ray.get_actor(page_reader_actor_name("broker-a", i), namespace=NAMESPACE)
-                   for i in range(PAGE_READERS)]  # fmt: skip
+        readers = [
+            ray.get_actor(page_reader_actor_name("broker-a", i), namespace=NAMESPACE)
+            for i in range(PAGE_READERS)
+        ]
         stats = ray.get([r.stats.remote() for r in readers])
         return {kind: sum(s[kind] for s in stats) for kind in ("refs", "whole")}
 
@@ -193,8 +223,17 @@ def flip_body_byte(commitlog_dir: Path, offset: int, segment_size: int) -> None:
 
 def test_write_round_trip(spark: object) -> None:
     src = rqspark.read(spark, "orders").select("body", "tags", "keys", "properties")
-    assert rqspark.write(src, "copy", body_col="body", keys_col="keys", tags_col="tags",
-                         properties_col="properties") == 300  # fmt: skip
+    assert (
+        rqspark.write(
+            src,
+            "copy",
+            body_col="body",
+            keys_col="keys",
+            tags_col="tags",
+            properties_col="properties",
+        )
+        == 300
+    )
     back = rqspark.read(spark, "copy").collect()
     assert len(back) == 300 and {r.properties["src"] for r in back} == {"test"}
     got = {json.loads(bytes(r.body))["i"]: r for r in back}
@@ -240,8 +279,9 @@ def test_executors_on_the_brokers_node_hand_rows_over_in_shared_memory(spark: ob
             time.sleep(0.5)
     assert rqspark.write(rows("b"), "handover") == 2000
     assert ray.get(broker.put_arrow_stats.remote())["inline"] >= 1  # the slots it lost
-    assert stored() == sorted([f"a-{i}".encode() for i in range(2000)]
-                              + [f"b-{i}".encode() for i in range(2000)])  # fmt: skip
+    assert stored() == sorted(
+        [f"a-{i}".encode() for i in range(2000)] + [f"b-{i}".encode() for i in range(2000)]
+    )
 
 
 @pytest.mark.parametrize("sink", ["jvm", "python"])
@@ -345,8 +385,15 @@ def test_stream_crash_mid_batch_reruns_identical_ranges(spark: object) -> None:
         seen.append((batch_id, sorted(r.queue_offset * 10 + r.queue_id for r in df.collect())))
         raise Crash
 
-    query = rqspark.stream(spark, "clicks", "etl", crash, trigger_interval=0.2,
-                           max_messages_per_trigger=50, starting="earliest")  # fmt: skip
+    query = rqspark.stream(
+        spark,
+        "clicks",
+        "etl",
+        crash,
+        trigger_interval=0.2,
+        max_messages_per_trigger=50,
+        starting="earliest",
+    )
     with pytest.raises(Crash):
         query.await_termination(120)
     send("clicks", 30, start=120)
@@ -357,8 +404,9 @@ def test_stream_crash_mid_batch_reruns_identical_ranges(spark: object) -> None:
         partitions.append(df.rdd.getNumPartitions())  # type: ignore[attr-defined]
         seen.append((batch_id, sorted(r.queue_offset * 10 + r.queue_id for r in df.collect())))
 
-    query = rqspark.stream(spark, "clicks", "etl", collect, trigger_interval=0.2,
-                           max_messages_per_trigger=50)  # fmt: skip
+    query = rqspark.stream(
+        spark, "clicks", "etl", collect, trigger_interval=0.2, max_messages_per_trigger=50
+    )
     try:
         end = time.monotonic() + 120
         while sum(len(s[1]) for s in seen[1:]) < 150:
@@ -392,8 +440,11 @@ def test_acl_read_stream_and_write_sign_with_credentials(spark: object, tmp_path
     when read, stream and write carry credentials, then the driver and the executors sign
     every broker call; without credentials, read and write raise PermissionDeniedError;
     the secret shows in no plan or error."""
-    cluster = rayq.start(tmp_path, namespace=ACL_NAMESPACE,
-                         config=rayq.BrokerConfig(store=SMALL_STORE, acl_enable=True))  # fmt: skip
+    cluster = rayq.start(
+        tmp_path,
+        namespace=ACL_NAMESPACE,
+        config=rayq.BrokerConfig(store=SMALL_STORE, acl_enable=True),
+    )
     try:
         for name in cluster.broker_names:
             (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(ACL_RULES)
@@ -414,13 +465,21 @@ def test_acl_read_stream_and_write_sign_with_credentials(spark: object, tmp_path
         df = rqspark.read(spark, "acl-in", namespace=ACL_NAMESPACE, config=config)
         plan = df._jdf.queryExecution().toString()  # type: ignore[attr-defined]
         assert ACL_APP.secret_key not in plan
-        written = rqspark.write(df.select("body"), "acl-out", namespace=ACL_NAMESPACE,
-                                config=config)  # fmt: skip
+        written = rqspark.write(
+            df.select("body"), "acl-out", namespace=ACL_NAMESPACE, config=config
+        )
         assert written == 30
         seen: list[int] = []
-        query = rqspark.stream(spark, "acl-out", "acl-etl", lambda d, _: seen.append(d.count()),
-                               trigger_interval=0.2, starting="earliest",
-                               namespace=ACL_NAMESPACE, config=config)  # fmt: skip
+        query = rqspark.stream(
+            spark,
+            "acl-out",
+            "acl-etl",
+            lambda d, _: seen.append(d.count()),
+            trigger_interval=0.2,
+            starting="earliest",
+            namespace=ACL_NAMESPACE,
+            config=config,
+        )
         try:
             end = time.monotonic() + 120
             while sum(seen) < 30:

@@ -21,15 +21,21 @@ CONSUMERS = ["a", "b", "c", "d"]
 def test_averagely_matches_rocketmq_for_10_queues_and_4_consumers() -> None:
     """10 queues over 4 consumers: contiguous blocks of 3, 3, 2, 2."""
     assert allocate_averagely(QUEUES, CONSUMERS) == {
-        "a": [0, 1, 2], "b": [3, 4, 5], "c": [6, 7], "d": [8, 9],
-    }  # fmt: skip
+        "a": [0, 1, 2],
+        "b": [3, 4, 5],
+        "c": [6, 7],
+        "d": [8, 9],
+    }
 
 
 def test_by_circle_deals_queues_in_turn() -> None:
     """10 queues over 4 consumers: dealt round robin, sizes 3, 3, 2, 2."""
     assert allocate_averagely_by_circle(QUEUES, CONSUMERS) == {
-        "a": [0, 4, 8], "b": [1, 5, 9], "c": [2, 6], "d": [3, 7],
-    }  # fmt: skip
+        "a": [0, 4, 8],
+        "b": [1, 5, 9],
+        "c": [2, 6],
+        "d": [3, 7],
+    }
 
 
 def test_more_consumers_than_queues_leaves_some_idle() -> None:
@@ -45,8 +51,10 @@ def test_input_order_does_not_matter() -> None:
     )
 
 
-@given(st.integers(0, 64), st.lists(st.text("abcdef", min_size=1, max_size=4), unique=True,
-                                    min_size=1, max_size=12))  # fmt: skip
+@given(
+    st.integers(0, 64),
+    st.lists(st.text("abcdef", min_size=1, max_size=4), unique=True, min_size=1, max_size=12),
+)
 def test_every_strategy_gives_each_queue_exactly_one_owner(n: int, consumers: list[str]) -> None:
     """A partition: no queue lost, none owned twice, only group members own queues."""
     queues = list(range(n))
@@ -71,8 +79,9 @@ def test_consistent_hash_moves_only_some_queues_when_a_consumer_joins() -> None:
 def test_by_config_rejects_unknown_and_doubly_owned_queues() -> None:
     """An explicit allocation is checked against the topic's queues."""
     assert allocate_by_config(QUEUES, ["a", "b"], {"a": [0, 1], "b": [2]}) == {
-        "a": [0, 1], "b": [2],
-    }  # fmt: skip
+        "a": [0, 1],
+        "b": [2],
+    }
     with pytest.raises(ConfigError, match="does not exist"):
         allocate_by_config(QUEUES, ["a"], {"a": [99]})
     with pytest.raises(ConfigError, match="gives queue 1 to a and b"):

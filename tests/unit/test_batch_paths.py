@@ -11,15 +11,23 @@ IDS = UniqIdGenerator().next_ids(21)
 def _msgs(odd_one_out: bool) -> list[InnerMessage]:
     shared = {"PGROUP": "pg", "color": "blue"}
     msgs = [
-        InnerMessage(topic="T", queue_id=0, body=bytes([i]) * (10 + i),
-                     tags=("A" if i % 3 else None),
-                     keys=("" if i % 4 == 0 else f"k{i}"), uniq_key=IDS[i],
-                     properties=dict(shared))
+        InnerMessage(
+            topic="T",
+            queue_id=0,
+            body=bytes([i]) * (10 + i),
+            tags=("A" if i % 3 else None),
+            keys=("" if i % 4 == 0 else f"k{i}"),
+            uniq_key=IDS[i],
+            properties=dict(shared),
+        )
         for i in range(20)
-    ]  # fmt: skip
+    ]
     if odd_one_out:  # a different property dict sends the whole batch down the general path
-        msgs.append(InnerMessage(topic="T", queue_id=0, body=b"z", uniq_key=IDS[20],
-                                 properties={"PGROUP": "other"}))  # fmt: skip
+        msgs.append(
+            InnerMessage(
+                topic="T", queue_id=0, body=b"z", uniq_key=IDS[20], properties={"PGROUP": "other"}
+            )
+        )
     return msgs
 
 

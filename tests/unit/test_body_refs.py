@@ -34,9 +34,17 @@ class Damaged(Exception):
 
 
 def _msgs(n: int, queue_id: int = 0, size: int = 300) -> list[InnerMessage]:
-    return [InnerMessage(topic="T", queue_id=queue_id, body=bytes([i % 251]) * (size + i % 7),
-                         tags=f"t{i % 3}", keys=f"k{i}", properties={"n": str(i)})
-            for i in range(n)]  # fmt: skip
+    return [
+        InnerMessage(
+            topic="T",
+            queue_id=queue_id,
+            body=bytes([i % 251]) * (size + i % 7),
+            tags=f"t{i % 3}",
+            keys=f"k{i}",
+            properties={"n": str(i)},
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -53,11 +61,24 @@ def reader(store: MessageStore) -> PageReaderService:
     service.files.close()
 
 
-def _request(start: int, end: int, local_node: str, columns: list[str] | None = COLUMNS,
-             max_bytes: int = 1 << 20) -> bytes:  # fmt: skip
-    return msgspec.json.encode(ReadArrowRequest(topic="T", queue_id=1, start=start, end=end,
-                                                max_bytes=max_bytes, columns=columns,
-                                                local_node=local_node))  # fmt: skip
+def _request(
+    start: int,
+    end: int,
+    local_node: str,
+    columns: list[str] | None = COLUMNS,
+    max_bytes: int = 1 << 20,
+) -> bytes:
+    return msgspec.json.encode(
+        ReadArrowRequest(
+            topic="T",
+            queue_id=1,
+            start=start,
+            end=end,
+            max_bytes=max_bytes,
+            columns=columns,
+            local_node=local_node,
+        )
+    )
 
 
 def _split(page: bytes) -> tuple[int, int, pa.RecordBatch | None]:
@@ -83,8 +104,9 @@ def resolve(batch: pa.RecordBatch, columns: list[str] = COLUMNS) -> pa.RecordBat
     at = batch.column(columnar.RECORD_AT).to_numpy().astype(np.int64)
     head = np.array([codec.PREFIX_CRC.unpack_from(data, a) for a in at.tolist()], dtype=np.int64)
     sizes = head[:, 0] if len(at) else np.empty(0, np.int64)
-    if len(at) and ((head[:, 1] != codec.MAGIC).any()
-                    or (head[:, 2] != record_crcs(data, at, sizes)).any()):  # fmt: skip
+    if len(at) and (
+        (head[:, 1] != codec.MAGIC).any() or (head[:, 2] != record_crcs(data, at, sizes)).any()
+    ):
         raise Damaged
     bodies = []
     for a in at.tolist():
@@ -124,10 +146,12 @@ def test_other_nodes_counts_and_compressed_bodies_get_the_whole_page(
     store: MessageStore, reader: PageReaderService
 ) -> None:
     bodies = [zlib.compress(b"x" * 5000), b"plain"]
-    assert store.put_messages([
-        InnerMessage(topic="T", queue_id=1, body=bodies[0], sys_flag=COMPRESSED_FLAG),
-        InnerMessage(topic="T", queue_id=1, body=bodies[1]),
-    ]).ok  # fmt: skip
+    assert store.put_messages(
+        [
+            InnerMessage(topic="T", queue_id=1, body=bodies[0], sys_flag=COMPRESSED_FLAG),
+            InnerMessage(topic="T", queue_id=1, body=bodies[1]),
+        ]
+    ).ok
     assert _kind(_split(reader.read_arrow_ipc(_request(0, 2, "ffff")))[2]) == "whole"
     _, rows, batch = _split(reader.read_arrow_ipc(_request(0, 2, NODE)))
     assert _kind(batch) == "whole" and rows == 2

@@ -66,11 +66,13 @@ def producer(cluster: FakeCluster, **kwargs: Any) -> rayq.Producer:
     return rayq.Producer("pg", transport=FakeTransport(cluster), **kwargs)
 
 
-def consumer(cluster: FakeCluster, consume_from: ConsumeFromWhere = ConsumeFromWhere.FIRST_OFFSET,
-             **kwargs: Any) -> PullConsumer:  # fmt: skip
+def consumer(
+    cluster: FakeCluster,
+    consume_from: ConsumeFromWhere = ConsumeFromWhere.FIRST_OFFSET,
+    **kwargs: Any,
+) -> PullConsumer:
     kwargs.setdefault("config", FAST)
-    return PullConsumer("cg", consume_from=consume_from, transport=FakeTransport(cluster),
-                        **kwargs)  # fmt: skip
+    return PullConsumer("cg", consume_from=consume_from, transport=FakeTransport(cluster), **kwargs)
 
 
 def stored(cluster: FakeCluster, topic: str = TOPIC) -> list[MessageExt]:
@@ -124,8 +126,9 @@ def test_held_pull_answers_no_new_msg_at_its_suspend_time(cluster: FakeCluster) 
 
 def test_held_pull_many_answers_when_any_of_its_queues_grows(cluster: FakeCluster) -> None:
     create(cluster, queues=2)
-    req = PullManyRequest(group="cg", items=[PullItem(TOPIC, 0, 0), PullItem(TOPIC, 1, 0)],
-                          suspend_ms=10_000)  # fmt: skip
+    req = PullManyRequest(
+        group="cg", items=[PullItem(TOPIC, 0, 0), PullItem(TOPIC, 1, 0)], suspend_ms=10_000
+    )
     transport = FakeTransport(cluster)
     reply = transport.hold("broker-a").pull_many(req)
     assert transport.wait([reply], 0.05) == []
@@ -235,9 +238,11 @@ def test_sends_avoid_a_stopped_broker(two: FakeCluster) -> None:
 def test_send_orderly_to_a_stopped_broker_raises_without_moving(two: FakeCluster) -> None:
     create(two)
     with producer(two) as p:
-        key = next(k for k in (f"k{i}" for i in range(100))
-                   if p.send_orderly(rayq.Message(TOPIC, b"warm"), k).queue.broker_name
-                   == "broker-a")  # fmt: skip
+        key = next(
+            k
+            for k in (f"k{i}" for i in range(100))
+            if p.send_orderly(rayq.Message(TOPIC, b"warm"), k).queue.broker_name == "broker-a"
+        )
         two.stop("broker-a", keep_route=True)  # before the coordinator notices
         n = len(two.calls_of("put"))
         with pytest.raises(BrokerUnavailableError):
@@ -306,7 +311,8 @@ def test_committed_offset_wins_over_consume_from(cluster: FakeCluster) -> None:
     create(cluster, queues=1)
     send_all(cluster, b"a", b"b", b"c", b"d")
     FakeTransport(cluster).broker("broker-a").commit_offsets(
-        CommitOffsetsRequest(group="cg", topic=TOPIC, offsets={0: 2})).result()  # fmt: skip
+        CommitOffsetsRequest(group="cg", topic=TOPIC, offsets={0: 2})
+    ).result()
     for where in ConsumeFromWhere:
         c = consumer(cluster, where, consume_timestamp_ms=0, auto_commit=False)
         c.subscribe(TOPIC)
@@ -439,14 +445,20 @@ def test_malformed_request_is_refused_and_nothing_is_written(
     broker = FakeTransport(cluster).broker("broker-a")
     broker.commit_offsets(CommitOffsetsRequest(group="cg", topic=TOPIC, offsets={0: 1})).result()
     srv = cluster.server()
-    before = ({q: srv.store.max_offset(TOPIC, q) for q in (0, 1)},
-              srv.tables.consumer_offsets.query_all("cg", TOPIC),
-              srv.tables.topics.topics(), srv.tables.topics.data_version)  # fmt: skip
+    before = (
+        {q: srv.store.max_offset(TOPIC, q) for q in (0, 1)},
+        srv.tables.consumer_offsets.query_all("cg", TOPIC),
+        srv.tables.topics.topics(),
+        srv.tables.topics.data_version,
+    )
     with pytest.raises(InvalidRequestError):
         getattr(broker, method)(request_).result()
-    after = ({q: srv.store.max_offset(TOPIC, q) for q in (0, 1)},
-             srv.tables.consumer_offsets.query_all("cg", TOPIC),
-             srv.tables.topics.topics(), srv.tables.topics.data_version)  # fmt: skip
+    after = (
+        {q: srv.store.max_offset(TOPIC, q) for q in (0, 1)},
+        srv.tables.consumer_offsets.query_all("cg", TOPIC),
+        srv.tables.topics.topics(),
+        srv.tables.topics.data_version,
+    )
     assert after == before
 
 

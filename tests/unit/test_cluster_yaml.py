@@ -44,8 +44,9 @@ def test_broker_nodes_are_pinned_by_a_resource_named_in_a_host_local_file() -> N
 def test_the_commented_cloud_variant_is_valid_yaml() -> None:
     text = (ROOT / "cluster.yaml").read_text().split("# --- Cloud variant")[1]
     lines = [ln[2:] for ln in text.splitlines()[1:] if ln.startswith("# ")]
-    cloud = yaml.safe_load("\n".join(ln for ln in lines if not ln.startswith("each ")
-                                     and not ln.startswith("and its")))  # fmt: skip
+    cloud = yaml.safe_load(
+        "\n".join(ln for ln in lines if not ln.startswith("each ") and not ln.startswith("and its"))
+    )
     types = cloud["available_node_types"]
     assert {"rayq_broker:broker-a", "rayq_broker:broker-b"} <= {
         r for t in types.values() for r in t["resources"]

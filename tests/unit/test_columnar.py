@@ -22,11 +22,19 @@ def _msgs(n: int, queue_id: int = 0) -> list[InnerMessage]:
     out = []
     for i in range(n):
         body = f"body-{i}".encode() * (1 + i % 3)
-        out.append(InnerMessage(
-            topic="T", queue_id=queue_id, body=body, tags=f"tag{i % 2}" if i % 3 else None,
-            keys="k1 k2" if i % 2 else "", uniq_key=f"U{i:04d}" if i % 5 else "",
-            properties={"a": str(i)}, born_timestamp=1000 + i, reconsume_times=i % 4,
-        ))  # fmt: skip
+        out.append(
+            InnerMessage(
+                topic="T",
+                queue_id=queue_id,
+                body=body,
+                tags=f"tag{i % 2}" if i % 3 else None,
+                keys="k1 k2" if i % 2 else "",
+                uniq_key=f"U{i:04d}" if i % 5 else "",
+                properties={"a": str(i)},
+                born_timestamp=1000 + i,
+                reconsume_times=i % 4,
+            )
+        )
     return out
 
 

@@ -49,10 +49,18 @@ def fill(cluster: FakeCluster, n: int) -> None:
     kit.fill_topic(cluster, TOPIC, n, b"x" * 100)
 
 
-def service(cluster: FakeCluster, client_id: str, listener: Callable[..., Any],
-            **config: Any) -> ConsumeService:  # fmt: skip
-    return kit.consume_service(cluster, listener, group=GROUP, topic=TOPIC, client_id=client_id,
-                               max_reconsume_times=16, config=ClientConfig(**config))  # fmt: skip
+def service(
+    cluster: FakeCluster, client_id: str, listener: Callable[..., Any], **config: Any
+) -> ConsumeService:
+    return kit.consume_service(
+        cluster,
+        listener,
+        group=GROUP,
+        topic=TOPIC,
+        client_id=client_id,
+        max_reconsume_times=16,
+        config=ClientConfig(**config),
+    )
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
@@ -92,8 +100,9 @@ def test_after_a_crash_only_the_messages_in_flight_come_again_not_all_after_a_sl
     total = 10_001
     fill(cluster, total)
     first = Recorder(stuck=5)
-    svc = service(cluster, "c1", first, pull_threshold_for_queue=32,
-                  consume_concurrently_max_span=2 * total)  # fmt: skip
+    svc = service(
+        cluster, "c1", first, pull_threshold_for_queue=32, consume_concurrently_max_span=2 * total
+    )
     held_at_kill: set[int] = set()
 
     async def run_and_die() -> None:
@@ -187,11 +196,13 @@ def test_malformed_acked_ranges_are_refused_and_change_nothing(
     """Through the broker's boundary: an InvalidOffsetError naming the range, and the
     group's committed offset and ranges stay as they were."""
     broker = FakeTransport(cluster).broker("broker-a")
-    broker.commit_offsets(CommitOffsetsRequest(group=GROUP, topic=TOPIC, offsets={0: 2},
-                                               acked={0: [(3, 4)]})).result(WAIT_S)  # fmt: skip
+    broker.commit_offsets(
+        CommitOffsetsRequest(group=GROUP, topic=TOPIC, offsets={0: 2}, acked={0: [(3, 4)]})
+    ).result(WAIT_S)
     with pytest.raises(InvalidOffsetError, match="acked range"):
-        broker.commit_offsets(CommitOffsetsRequest(group=GROUP, topic=TOPIC, offsets={0: 5},
-                                                   acked=acked)).result(WAIT_S)  # fmt: skip
+        broker.commit_offsets(
+            CommitOffsetsRequest(group=GROUP, topic=TOPIC, offsets={0: 5}, acked=acked)
+        ).result(WAIT_S)
     assert committed(cluster) == (2, [(3, 4)])
 
 
@@ -238,10 +249,24 @@ def test_commits_ride_on_the_pulls_without_a_separate_commit_call(cluster: FakeC
 
 
 def _msg(offset: int) -> MessageExt:
-    return MessageExt(topic=TOPIC, body=b"x", tags=None, keys=[], properties={}, msg_id="",
-                      offset_msg_id="", queue_id=0, queue_offset=offset, commitlog_offset=0,
-                      store_size=0, born_timestamp=0, store_timestamp=0, born_host="",
-                      store_host="", reconsume_times=0)  # fmt: skip
+    return MessageExt(
+        topic=TOPIC,
+        body=b"x",
+        tags=None,
+        keys=[],
+        properties={},
+        msg_id="",
+        offset_msg_id="",
+        queue_id=0,
+        queue_offset=offset,
+        commitlog_offset=0,
+        store_size=0,
+        born_timestamp=0,
+        store_timestamp=0,
+        born_host="",
+        store_host="",
+        reconsume_times=0,
+    )
 
 
 def test_a_damaged_acked_range_is_dropped_on_load_and_the_offsets_kept(tmp_path: Path) -> None:

@@ -363,27 +363,41 @@ def _fill_all_tables(root: Path) -> None:
 # Per table: the file, its table field, a bad entry, and how to read back what survived.
 POISONS = {
     "topics": (
-        TOPICS_FILE_NAME, "topic_config_table", "bad", {"topic_name": "bad", "perm": 1.5},
+        TOPICS_FILE_NAME,
+        "topic_config_table",
+        "bad",
+        {"topic_name": "bad", "perm": 1.5},
         lambda s: (s.topics.topics(), s.topics.get("good").write_queue_nums),
         (["good", "other"], 2),
     ),
     "subscription-groups": (
-        SUBSCRIPTION_GROUP_FILE_NAME, "subscription_group_table", "x", {"group_name": "y"},
+        SUBSCRIPTION_GROUP_FILE_NAME,
+        "subscription_group_table",
+        "x",
+        {"group_name": "y"},
         lambda s: (s.subscription_groups.groups(), s.subscription_groups.get("cg").broker_id),
         (["cg", "cg2"], 2),
     ),
     "consumer-offsets": (
-        CONSUMER_OFFSET_FILE_NAME, "offset_table", "good@cg", {"0": 1.5, "1": 40, "x": 3, "2": -1},
-        lambda s: (s.consumer_offsets.query_all("cg", "good"),
-                   s.consumer_offsets.query_all("cg2", "other")),
+        CONSUMER_OFFSET_FILE_NAME,
+        "offset_table",
+        "good@cg",
+        {"0": 1.5, "1": 40, "x": 3, "2": -1},
+        lambda s: (
+            s.consumer_offsets.query_all("cg", "good"),
+            s.consumer_offsets.query_all("cg2", "other"),
+        ),
         ({1: 40}, {0: 10}),
     ),
     "delay-offsets": (
-        DELAY_OFFSET_FILE_NAME, "offset_table", "3", True,
+        DELAY_OFFSET_FILE_NAME,
+        "offset_table",
+        "3",
+        True,
         lambda s: (s.delay_offsets.levels(), s.delay_offsets.get(1), s.delay_offsets.get(2)),
         ([1, 2], 14, 16),
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("table", POISONS.values(), ids=POISONS.keys())
@@ -402,8 +416,10 @@ def test_damaged_main_and_bak_load_every_valid_entry_drop_the_bad_and_keep_copie
         store = ConfigStore(tmp_path)
 
     assert read_back(store) == expected
-    assert any(r.levelno == logging.ERROR and name in r.getMessage() and "dropped" in
-               r.getMessage() for r in caplog.records)  # fmt: skip
+    assert any(
+        r.levelno == logging.ERROR and name in r.getMessage() and "dropped" in r.getMessage()
+        for r in caplog.records
+    )
     copies = damaged_copies(tmp_path, name)
     assert len(copies) == 2
     assert poisoned in [c.read_bytes() for c in copies]

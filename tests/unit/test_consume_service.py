@@ -107,15 +107,25 @@ def fill(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x" * 100) -> 
             producer.send_batch([rayq.Message(topic, body)] * min(100, n - start))
 
 
-def service(transport: FakeTransport, listener: Callable[..., Any], orderly: bool = False,
-            **config: Any) -> ConsumeService:  # fmt: skip
+def service(
+    transport: FakeTransport, listener: Callable[..., Any], orderly: bool = False, **config: Any
+) -> ConsumeService:
     return ConsumeService(
-        group=GROUP, client_id="c1", subscriptions=dict.fromkeys(TOPICS, "*"),
-        listener=listener, orderly=orderly, model=MessageModel.CLUSTERING,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, consume_timestamp_ms=0,
-        max_reconsume_times=16, strategy=AllocateStrategy.AVERAGELY, allocation=[],
-        config=ClientConfig(**config), namespace="rayq-fake", transport=transport,
-    )  # fmt: skip
+        group=GROUP,
+        client_id="c1",
+        subscriptions=dict.fromkeys(TOPICS, "*"),
+        listener=listener,
+        orderly=orderly,
+        model=MessageModel.CLUSTERING,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        consume_timestamp_ms=0,
+        max_reconsume_times=16,
+        strategy=AllocateStrategy.AVERAGELY,
+        allocation=[],
+        config=ClientConfig(**config),
+        namespace="rayq-fake",
+        transport=transport,
+    )
 
 
 async def started(svc: ConsumeService) -> None:
@@ -208,8 +218,7 @@ def test_a_pulled_batch_is_one_pool_task_acked_in_slices_and_failures_go_back(
     fill(cluster, "a", 200)
     gate = Gate(result=lambda msgs: (ConsumeStatus.CONSUME_SUCCESS, 6))  # 7 of each 10 ok
     sent_back: list[int] = []
-    svc = service(SpyTransport(cluster), gate, consume_message_batch_max_size=10,
-                  consume_thread=1)  # fmt: skip
+    svc = service(SpyTransport(cluster), gate, consume_message_batch_max_size=10, consume_thread=1)
     submits = 0
 
     async def run() -> None:
@@ -283,8 +292,13 @@ def test_orderly_consumption_of_large_rounds_keeps_queue_order(cluster: FakeClus
         seen.extend(m.queue_offset for m in msgs)
         return ConsumeOrderlyStatus.SUCCESS
 
-    svc = service(FakeTransport(cluster), listener, orderly=True, pull_threshold_for_queue=100,
-                  consume_message_batch_max_size=7)  # fmt: skip
+    svc = service(
+        FakeTransport(cluster),
+        listener,
+        orderly=True,
+        pull_threshold_for_queue=100,
+        consume_message_batch_max_size=7,
+    )
     peak = 0
 
     async def run() -> None:

@@ -15,8 +15,13 @@ BLOCK = codec.STORE_BLOCK_SIZE
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.binary(min_size=BLOCK, max_size=BLOCK)),
-                min_size=1, max_size=20))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**32 - 1), st.binary(min_size=BLOCK, max_size=BLOCK)),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_fold_equals_crc32c_from_the_producer_crc(rows: list[tuple[int, bytes]]) -> None:
     producer = np.array([p for p, _ in rows], dtype=np.uint32)
     blocks = np.frombuffer(b"".join(b for _, b in rows), dtype=np.uint8).reshape(-1, BLOCK)

@@ -23,8 +23,16 @@ CONFIG = StoreConfig.for_tests()
 
 def _batch(pid: str, first: int, n: int, queue_id: int = 0):
     props = {"PGROUP": "pg", **sequence_properties(pid, first, first + n - 1)}
-    msgs = [InnerMessage(topic="T", queue_id=queue_id, body=f"m{first + i}".encode(),
-                         uniq_key=f"U{first + i}", properties=props) for i in range(n)]  # fmt: skip
+    msgs = [
+        InnerMessage(
+            topic="T",
+            queue_id=queue_id,
+            body=f"m{first + i}".encode(),
+            uniq_key=f"U{first + i}",
+            properties=props,
+        )
+        for i in range(n)
+    ]
     batch = encode_batch(msgs, max_body_bytes=4096, max_properties_bytes=4096)
     return msgspec.structs.replace(batch, producer_id=pid, first_sequence=first)
 
@@ -32,13 +40,15 @@ def _batch(pid: str, first: int, n: int, queue_id: int = 0):
 def _append(store: MessageStore, seqs: ProducerSequences, batch) -> bool:
     """What the broker does (actors/broker.py): check, append, record."""
     last = batch.first_sequence + batch.count - 1
-    verdict, _ = seqs.check(batch.producer_id, batch.topic, batch.queue_id,
-                            batch.first_sequence, last)  # fmt: skip
+    verdict, _ = seqs.check(
+        batch.producer_id, batch.topic, batch.queue_id, batch.first_sequence, last
+    )
     if verdict is not Verdict.NEW:
         return False
     assert store.put_encoded(batch).ok
-    seqs.appended(batch.producer_id, batch.topic, batch.queue_id, batch.first_sequence, last,
-                  "result", 0)  # fmt: skip
+    seqs.appended(
+        batch.producer_id, batch.topic, batch.queue_id, batch.first_sequence, last, "result", 0
+    )
     return True
 
 

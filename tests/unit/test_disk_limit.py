@@ -205,8 +205,9 @@ def test_a_broker_put_on_a_full_disk_raises_disk_full_error(tmp_path: Path) -> N
     """BrokerServer.put surfaces DISK_FULL as DiskFullError (retriable), nothing appended."""
     srv = BrokerServer(BrokerConfig(store=CONFIG), str(tmp_path))
     try:
-        srv.create_topic(CreateTopicRequest(topic="t", read_queue_nums=1, write_queue_nums=1,
-                                            perm=6))  # fmt: skip
+        srv.create_topic(
+            CreateTopicRequest(topic="t", read_queue_nums=1, write_queue_nums=1, perm=6)
+        )
 
         def batch() -> object:
             msgs = [InnerMessage(topic="t", queue_id=0, body=b"x" * 100)]

@@ -21,8 +21,16 @@ CONFIG = StoreConfig.for_tests(commitlog_segment_size_bytes=64 * 1024, cq_entrie
 
 
 def _msgs(n: int, queue_id: int = 0, size: int = 300) -> list[InnerMessage]:
-    return [InnerMessage(topic="T", queue_id=queue_id, body=bytes([i % 251]) * (size + i % 7),
-                         tags="a", keys=f"k{i}") for i in range(n)]  # fmt: skip
+    return [
+        InnerMessage(
+            topic="T",
+            queue_id=queue_id,
+            body=bytes([i % 251]) * (size + i % 7),
+            tags="a",
+            keys=f"k{i}",
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture

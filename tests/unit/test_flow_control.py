@@ -60,16 +60,27 @@ class Stuck:
 
 
 def service(cluster: FakeCluster, listener: Callable[..., Any], **config: Any) -> ConsumeService:
-    return kit.consume_service(cluster, listener, group="fg", topic=TOPIC,
-                               config=ClientConfig(pull_batch_size=BATCH, **config))  # fmt: skip
+    return kit.consume_service(
+        cluster,
+        listener,
+        group="fg",
+        topic=TOPIC,
+        config=ClientConfig(pull_batch_size=BATCH, **config),
+    )
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
     await kit.until(check, timeout_s)
 
 
-def held_back(cluster: FakeCluster, total: int, body: bytes, listener: Stuck,
-              full: Callable[[Any], bool], **config: Any) -> dict[str, int]:  # fmt: skip
+def held_back(
+    cluster: FakeCluster,
+    total: int,
+    body: bytes,
+    listener: Stuck,
+    full: Callable[[Any], bool],
+    **config: Any,
+) -> dict[str, int]:
     """Fill ``total`` messages, consume with ``listener`` stuck until ``full(pq)``
     and a while after; the queue's peak count, bytes and pulled span then. Then let the
     listener go and check that everything is consumed."""
@@ -97,16 +108,28 @@ def held_back(cluster: FakeCluster, total: int, body: bytes, listener: Stuck,
 
 
 def test_a_queue_holds_about_pull_threshold_for_queue_messages(cluster: FakeCluster) -> None:
-    peak = held_back(cluster, 400, b"x", Stuck(lambda off: True),
-                     lambda pq: pq.count >= 50, pull_threshold_for_queue=50)  # fmt: skip
+    peak = held_back(
+        cluster,
+        400,
+        b"x",
+        Stuck(lambda off: True),
+        lambda pq: pq.count >= 50,
+        pull_threshold_for_queue=50,
+    )
     assert 50 <= peak["count"] < 50 + BATCH
 
 
 def test_a_queue_holds_about_pull_threshold_size_of_bodies(cluster: FakeCluster) -> None:
     mib = 1024 * 1024
     body = b"x" * (64 * 1024)
-    peak = held_back(cluster, 100, body, Stuck(lambda off: True),
-                     lambda pq: pq.bytes >= mib, pull_threshold_size_for_queue_mib=1)  # fmt: skip
+    peak = held_back(
+        cluster,
+        100,
+        body,
+        Stuck(lambda off: True),
+        lambda pq: pq.bytes >= mib,
+        pull_threshold_size_for_queue_mib=1,
+    )
     assert mib <= peak["bytes"] < mib + BATCH * len(body)
 
 
@@ -115,7 +138,14 @@ def test_a_concurrent_queue_pulls_at_most_the_span_past_a_slow_message(
 ) -> None:
     """Offset 0 is stuck while the rest is consumed: pulls stop about
     consume_concurrently_max_span past it (not at the count threshold: the rest is done)."""
-    peak = held_back(cluster, 1000, b"x", Stuck(lambda off: off == 0),
-                     lambda pq: pq.next_pull >= 100, consume_concurrently_max_span=100,
-                     consume_message_batch_max_size=1, consume_thread=4)  # fmt: skip
+    peak = held_back(
+        cluster,
+        1000,
+        b"x",
+        Stuck(lambda off: off == 0),
+        lambda pq: pq.next_pull >= 100,
+        consume_concurrently_max_span=100,
+        consume_message_batch_max_size=1,
+        consume_thread=4,
+    )
     assert 100 <= peak["span"] <= 100 + BATCH

@@ -52,8 +52,9 @@ def fill(cluster: FakeCluster, n: int) -> None:
     kit.fill_topic(cluster, TOPIC, n)
 
 
-def service(cluster: FakeCluster, listener: Callable[..., Any], model: MessageModel,
-            tmp_path: Path) -> ConsumeService:  # fmt: skip
+def service(
+    cluster: FakeCluster, listener: Callable[..., Any], model: MessageModel, tmp_path: Path
+) -> ConsumeService:
     return kit.consume_service(
         cluster,
         listener,
@@ -84,8 +85,9 @@ def scheduled(cluster: FakeCluster) -> int:
 
 def fail_everything(cluster: FakeCluster, tmp_path: Path) -> None:
     """A push consumer whose listener fails the one message of TOPIC (no limit of its own)."""
-    svc = service(cluster, lambda msgs: ConsumeStatus.RECONSUME_LATER,
-                  MessageModel.CLUSTERING, tmp_path)  # fmt: skip
+    svc = service(
+        cluster, lambda msgs: ConsumeStatus.RECONSUME_LATER, MessageModel.CLUSTERING, tmp_path
+    )
 
     async def run() -> None:
         await svc.open()
@@ -138,13 +140,15 @@ def test_a_group_without_broadcast_refuses_broadcasting_consumers(
     """consume_broadcast_enable=False: a broadcasting consumer fails to start, naming the
     setting, and a broadcasting pull is refused; clustering consumers go on."""
     admin(cluster).create_group(GROUP, consume_broadcast_enable=False)
-    svc = service(cluster, lambda msgs: ConsumeStatus.CONSUME_SUCCESS,
-                  MessageModel.BROADCASTING, tmp_path)  # fmt: skip
+    svc = service(
+        cluster, lambda msgs: ConsumeStatus.CONSUME_SUCCESS, MessageModel.BROADCASTING, tmp_path
+    )
     with pytest.raises(PermissionDeniedError, match="consume_broadcast_enable"):
         asyncio.run(svc.open())
     svc.pool.shutdown()
-    pull = PullManyRequest(group=GROUP, items=[PullItem(TOPIC, 0, 0)], suspend_ms=0,
-                           broadcasting=True)  # fmt: skip
+    pull = PullManyRequest(
+        group=GROUP, items=[PullItem(TOPIC, 0, 0)], suspend_ms=0, broadcasting=True
+    )
     broker = FakeTransport(cluster).broker("broker-a")
     with pytest.raises(PermissionDeniedError, match="broadcasting"):
         broker.pull_many(pull).result(WAIT_S)

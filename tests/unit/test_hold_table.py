@@ -19,13 +19,20 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.pull_hold import HoldTable, PullHoldActor
 
-REQ = PullRequest(group="g", topic="t", queue_id=0, queue_offset=5, suspend_ms=30_000,
-                  client_id="c1")  # fmt: skip
+REQ = PullRequest(
+    group="g", topic="t", queue_id=0, queue_offset=5, suspend_ms=30_000, client_id="c1"
+)
 
 
 def found(first: int, n: int) -> PullResponse:
-    return PullResponse(status=PullStatus.FOUND, next_offset=first + n, min_offset=0,
-                        max_offset=first + n, buffer=b"r" * n, count=n)  # fmt: skip
+    return PullResponse(
+        status=PullStatus.FOUND,
+        next_offset=first + n,
+        min_offset=0,
+        max_offset=first + n,
+        buffer=b"r" * n,
+        count=n,
+    )
 
 
 def test_a_delivered_answer_reaches_its_waiter_even_if_it_came_first() -> None:
@@ -37,8 +44,12 @@ def test_a_delivered_answer_reaches_its_waiter_even_if_it_came_first() -> None:
         await asyncio.sleep(0.01)
         assert not waiter.done()
         assert table.deliver(late, found(5, 1))  # a caller waited: True
-        return await table.wait(early, timeout_s=0), await waiter, waited_early, (
-            table.deliver(late, "again"))  # fmt: skip
+        return (
+            await table.wait(early, timeout_s=0),
+            await waiter,
+            waited_early,
+            (table.deliver(late, "again")),
+        )
 
     assert asyncio.run(run()) == ("early answer", found(5, 1), False, False)
 
@@ -101,8 +112,12 @@ class FakeBroker:
         self.calls.append((method, req))
         if park is not None:  # sent as to_wire bytes, as the broker gets it
             self.parked = (check(park, Park).token, req)
-        return PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=req.queue_offset,
-                            min_offset=0, max_offset=self.offset)  # fmt: skip
+        return PullResponse(
+            status=PullStatus.NO_NEW_MSG,
+            next_offset=req.queue_offset,
+            min_offset=0,
+            max_offset=self.offset,
+        )
 
     async def append(self, n: int) -> None:
         assert self.parked is not None

@@ -7,8 +7,10 @@ from rayq.store import InnerMessage, encode_batch
 
 
 def batch(n: int, size: int):  # type: ignore[no-untyped-def]
-    msgs = [InnerMessage(topic="t", queue_id=0, body=bytes([i % 251]) * size, uniq_key=f"u{i}")
-            for i in range(n)]  # fmt: skip
+    msgs = [
+        InnerMessage(topic="t", queue_id=0, body=bytes([i % 251]) * size, uniq_key=f"u{i}")
+        for i in range(n)
+    ]
     return encode_batch(msgs, max_body_bytes=1 << 20, max_properties_bytes=4096)
 
 

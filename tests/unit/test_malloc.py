@@ -40,8 +40,9 @@ print(json.dumps({"tuned": tuned, "mmapped": living.hblkhd - before.hblkhd,
 
 
 def probe(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)
 
 

@@ -87,8 +87,9 @@ def test_record_tally_labels_each_key_and_skips_zero_amounts(fakes) -> None:
     tally = Tally()
     tally.count(("orders",), 3, 0)
     tally.observe(("orders",), 0.25)
-    record_tally(tally, {"broker": "b"}, ("rayq_put_messages", "rayq_put_bytes"),
-                 "rayq_put_latency_seconds")  # fmt: skip
+    record_tally(
+        tally, {"broker": "b"}, ("rayq_put_messages", "rayq_put_bytes"), "rayq_put_latency_seconds"
+    )
     tags = {"broker": "b", "topic": "orders"}
     assert fakes["rayq_put_messages"].calls == [("inc", 3, tags)]
     assert "rayq_put_bytes" not in fakes
@@ -127,8 +128,10 @@ def server(tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 def _send(srv: BrokerServer, topic: str, queue_id: int, n: int) -> None:
-    msgs = [InnerMessage(topic=topic, queue_id=queue_id, body=b"x", uniq_key=IDS.next_id())
-            for _ in range(n)]  # fmt: skip
+    msgs = [
+        InnerMessage(topic=topic, queue_id=queue_id, body=b"x", uniq_key=IDS.next_id())
+        for _ in range(n)
+    ]
     srv.put(encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096))
 
 

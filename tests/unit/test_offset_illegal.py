@@ -56,13 +56,20 @@ class Listener:
         return ConsumeOrderlyStatus.SUCCESS if self.orderly else ConsumeStatus.CONSUME_SUCCESS
 
 
-def service(cluster: FakeCluster, listener: Listener, model: MessageModel,
-            offsets_dir: Path) -> ConsumeService:  # fmt: skip
+def service(
+    cluster: FakeCluster, listener: Listener, model: MessageModel, offsets_dir: Path
+) -> ConsumeService:
     return kit.consume_service(
-        cluster, listener, group=GROUP, topic=TOPIC, orderly=listener.orderly, model=model,
-        consume_from=ConsumeFromWhere.LAST_OFFSET, max_reconsume_times=16,
+        cluster,
+        listener,
+        group=GROUP,
+        topic=TOPIC,
+        orderly=listener.orderly,
+        model=model,
+        consume_from=ConsumeFromWhere.LAST_OFFSET,
+        max_reconsume_times=16,
         config=ClientConfig(offset_store_dir=str(offsets_dir)),
-    )  # fmt: skip
+    )
 
 
 async def until(check: Callable[[], bool]) -> None:

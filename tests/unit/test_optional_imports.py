@@ -17,8 +17,9 @@ print(",".join(heavy) or "none")
 
 
 def test_import_rayq_does_not_import_spark() -> None:
-    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
-                         timeout=120, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert out.strip() == "none"
 
 
@@ -38,6 +39,7 @@ RAY_FREE = [
 def test_the_server_objects_the_protocol_and_the_fake_transport_do_not_import_ray() -> None:
     """Client tests run on rayq.testing without Ray; the actor shells wrap Ray-free objects."""
     code = f"import sys\nfor m in {RAY_FREE!r}: __import__(m)\nprint('ray' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     assert out.strip() == "False"

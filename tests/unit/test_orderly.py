@@ -52,11 +52,24 @@ def fill(cluster: FakeCluster, n: int) -> None:
     kit.fill_topic(cluster, TOPIC, n)
 
 
-def service(cluster: FakeCluster, listener: Callable[..., Any], *, auto_commit: bool = True,
-            max_reconsume_times: int = -1, **config: Any) -> ConsumeService:  # fmt: skip
-    return kit.consume_service(cluster, listener, group=GROUP, topic=TOPIC, orderly=True,
-                               max_reconsume_times=max_reconsume_times, auto_commit=auto_commit,
-                               config=ClientConfig(**config))  # fmt: skip
+def service(
+    cluster: FakeCluster,
+    listener: Callable[..., Any],
+    *,
+    auto_commit: bool = True,
+    max_reconsume_times: int = -1,
+    **config: Any,
+) -> ConsumeService:
+    return kit.consume_service(
+        cluster,
+        listener,
+        group=GROUP,
+        topic=TOPIC,
+        orderly=True,
+        max_reconsume_times=max_reconsume_times,
+        auto_commit=auto_commit,
+        config=ClientConfig(**config),
+    )
 
 
 async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:

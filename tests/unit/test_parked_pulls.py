@@ -69,8 +69,7 @@ def test_the_follow_up_of_a_pull_is_the_same_pull_at_the_next_offsets() -> None:
     answer = PullResponse(status=PullStatus.FOUND, next_offset=9, min_offset=0, max_offset=9)
     assert follow_up(one, answer) == msgspec.structs.replace(one, queue_offset=9)
     many = PullManyRequest(group="g", items=[PullItem("t", 0, 1), PullItem("t", 1, 2)])
-    nothing = PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=2, min_offset=0,
-                           max_offset=2)  # fmt: skip
+    nothing = PullResponse(status=PullStatus.NO_NEW_MSG, next_offset=2, min_offset=0, max_offset=2)
     got = follow_up(many, PullManyResponse(results=[answer, nothing]))
     assert [i.queue_offset for i in got.items] == [9, 2] and got.group == "g"
     assert follow_up(many, PullManyResponse(results=[answer, InvalidOffsetError("x")])) is None

@@ -13,10 +13,24 @@ from rayq.store.message import MessageExt
 
 
 def msg(offset: int, body: bytes = b"x") -> MessageExt:
-    return MessageExt(topic="t", body=body, tags=None, keys=[], properties={}, msg_id="",
-                      offset_msg_id="", queue_id=0, queue_offset=offset, commitlog_offset=0,
-                      store_size=0, born_timestamp=0, store_timestamp=0, born_host="",
-                      store_host="", reconsume_times=0)  # fmt: skip
+    return MessageExt(
+        topic="t",
+        body=body,
+        tags=None,
+        keys=[],
+        properties={},
+        msg_id="",
+        offset_msg_id="",
+        queue_id=0,
+        queue_offset=offset,
+        commitlog_offset=0,
+        store_size=0,
+        born_timestamp=0,
+        store_timestamp=0,
+        born_host="",
+        store_host="",
+        reconsume_times=0,
+    )
 
 
 def test_a_message_pulled_twice_is_held_and_counted_once() -> None:

@@ -47,12 +47,14 @@ class FakeBrokers:
             if errors:
                 return FakeReply.failed(errors.pop(0))
             n = batch.count
-            return FakeReply.of(BatchSendResult(
-                status=SendStatus.SEND_OK,
-                msg_ids=batch.msg_ids,
-                offset_msg_ids=[""] * n,
-                queue_offsets=list(range(n)),
-            ))  # fmt: skip
+            return FakeReply.of(
+                BatchSendResult(
+                    status=SendStatus.SEND_OK,
+                    msg_ids=batch.msg_ids,
+                    offset_msg_ids=[""] * n,
+                    queue_offsets=list(range(n)),
+                )
+            )
 
         return SimpleNamespace(put=put)
 

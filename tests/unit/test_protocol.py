@@ -70,10 +70,12 @@ def test_no_actor_has_a_generic_dispatch(actor: type) -> None:
 
 @pytest.mark.parametrize(
     ("actor", "client", "internal"),
-    [(BrokerActor, BrokerClient, INTERNAL | set(JVM)),
-     (CoordinatorActor, CoordinatorClient, COORDINATOR_INTERNAL)],
+    [
+        (BrokerActor, BrokerClient, INTERNAL | set(JVM)),
+        (CoordinatorActor, CoordinatorClient, COORDINATOR_INTERNAL),
+    ],
     ids=["broker", "coordinator"],
-)  # fmt: skip
+)
 def test_every_client_method_takes_one_protocol_struct_and_the_transport_mirrors_it(
     actor: type, client: type, internal: set[str]
 ) -> None:
@@ -103,8 +105,10 @@ def test_jvm_methods_take_and_answer_bytes() -> None:
         assert hints.pop("return") is bytes and set(hints.values()) == {bytes}, name
         assert request.__struct_config__.forbid_unknown_fields, name
     with pytest.raises(InvalidRequestError, match="malformed ReadArrowRequest"):
-        protocol.check_json(b'{"topic": "t", "queue_id": 0, "start": 0, "end": 1, '
-                            b'"max_bytes": 1, "nope": 1}', protocol.ReadArrowRequest)  # fmt: skip
+        protocol.check_json(
+            b'{"topic": "t", "queue_id": 0, "start": 0, "end": 1, "max_bytes": 1, "nope": 1}',
+            protocol.ReadArrowRequest,
+        )
     with pytest.raises(InvalidRequestError, match="expected a ArrowPutRequest as JSON"):
         protocol.check_json("{}", protocol.ArrowPutRequest)
 
@@ -116,14 +120,22 @@ BAD = [
     ("negative offset", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={0: -1})),
     ("offset past 2**63", lambda: CommitOffsetsRequest(group="g", topic="t", offsets={0: 2**63})),
     ("group not a str", lambda: CommitOffsetsRequest(group=5, topic="t", offsets={})),
-    ("queue count 0", lambda: CreateTopicRequest(topic="t", read_queue_nums=0,
-                                                 write_queue_nums=1, perm=6)),
-    ("perm 8", lambda: CreateTopicRequest(topic="t", read_queue_nums=1, write_queue_nums=1,
-                                          perm=8)),
-    ("pull max_nums 0", lambda: PullRequest(group="g", topic="t", queue_id=0, queue_offset=0,
-                                            max_nums=0)),
-    ("pull negative offset", lambda: PullRequest(group="g", topic="t", queue_id=0,
-                                                 queue_offset=-1)),
+    (
+        "queue count 0",
+        lambda: CreateTopicRequest(topic="t", read_queue_nums=0, write_queue_nums=1, perm=6),
+    ),
+    (
+        "perm 8",
+        lambda: CreateTopicRequest(topic="t", read_queue_nums=1, write_queue_nums=1, perm=8),
+    ),
+    (
+        "pull max_nums 0",
+        lambda: PullRequest(group="g", topic="t", queue_id=0, queue_offset=0, max_nums=0),
+    ),
+    (
+        "pull negative offset",
+        lambda: PullRequest(group="g", topic="t", queue_id=0, queue_offset=-1),
+    ),
     ("pull_many no items", lambda: PullManyRequest(group="g", items=[])),
     ("pull item offset str", lambda: PullManyRequest(group="g", items=[PullItem("t", 0, "1")])),
     ("send-back no items", lambda: SendBackRequest(group="g", items=[])),
@@ -131,7 +143,7 @@ BAD = [
     ("lock queue id -1", lambda: LockQueuesRequest(group="g", queues=[QueueRef("t", -1)])),
     ("query max_num 0", lambda: QueryMessageRequest(topic="t", key="k", max_num=0)),
     ("client id too long", lambda: QueryMessageRequest(topic="t", key="k", client_id="x" * 5000)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "build"), BAD, ids=[c[0] for c in BAD])

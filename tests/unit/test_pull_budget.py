@@ -32,16 +32,31 @@ def server(tmp_path: Path) -> Iterator[BrokerServer]:
     srv = BrokerServer(BrokerConfig(store=StoreConfig.for_tests()), str(tmp_path))
     srv.create_topic(CreateTopicRequest(topic="t", read_queue_nums=2, write_queue_nums=2, perm=6))
     for q in (0, 1):
-        msgs = [InnerMessage(topic="t", queue_id=q, body=bytes([i]) * BODY, uniq_key=f"{q}-{i:04d}",
-                             tags="odd" if i % 2 else "even") for i in range(200)]  # fmt: skip
+        msgs = [
+            InnerMessage(
+                topic="t",
+                queue_id=q,
+                body=bytes([i]) * BODY,
+                uniq_key=f"{q}-{i:04d}",
+                tags="odd" if i % 2 else "even",
+            )
+            for i in range(200)
+        ]
         srv.put(encode_batch(msgs, max_body_bytes=1 << 20, max_properties_bytes=4096))
     yield srv
     srv.close()
 
 
 def pull(server: BrokerServer, offset: int, max_bytes: int | None, expression: str = "*"):  # type: ignore[no-untyped-def]
-    req = PullRequest(group="g", topic="t", queue_id=0, queue_offset=offset, max_nums=1000,
-                      expression=expression, suspend_ms=0)  # fmt: skip
+    req = PullRequest(
+        group="g",
+        topic="t",
+        queue_id=0,
+        queue_offset=offset,
+        max_nums=1000,
+        expression=expression,
+        suspend_ms=0,
+    )
     return server.pull(req, max_bytes)
 
 
@@ -76,8 +91,9 @@ def test_a_budget_with_a_tag_filter_moves_past_the_records_it_skipped(server: Br
 
 
 def test_a_budget_spans_the_queues_of_a_pull_many(server: BrokerServer) -> None:
-    req = PullManyRequest(group="g", items=[PullItem("t", 0, 0), PullItem("t", 1, 0)],
-                          max_nums=1000, suspend_ms=0)  # fmt: skip
+    req = PullManyRequest(
+        group="g", items=[PullItem("t", 0, 0), PullItem("t", 1, 0)], max_nums=1000, suspend_ms=0
+    )
     first, second = server.pull_many(req, HOLD_REPLY_BYTES).results
     assert len(first.buffer) + len(second.buffer) <= HOLD_REPLY_BYTES + len(second.buffer)
     assert first.count >= 1 and second.count == 1  # the first filled it; the second has one

@@ -37,8 +37,9 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
 
 def consumer(cluster: FakeCluster, **kwargs: Any) -> PullConsumer:
     kwargs.setdefault("config", FAST)
-    return PullConsumer("cg", consume_from=ConsumeFromWhere.FIRST_OFFSET,
-                        transport=FakeTransport(cluster), **kwargs)  # fmt: skip
+    return PullConsumer(
+        "cg", consume_from=ConsumeFromWhere.FIRST_OFFSET, transport=FakeTransport(cluster), **kwargs
+    )
 
 
 def send(cluster: FakeCluster, n: int, prefix: str = "m") -> list[bytes]:
@@ -155,8 +156,9 @@ def test_config_strategy_reads_exactly_the_configured_queues(cluster: FakeCluste
         c.start()
     rebalance(*cs)
     assert [c.assignment() for c in cs] == [mine[0], mine[1]]
-    overlapping = consumer(cluster, allocate_strategy=AllocateStrategy.CONFIG,
-                           allocate_queues=[QUEUES[3]])  # fmt: skip
+    overlapping = consumer(
+        cluster, allocate_strategy=AllocateStrategy.CONFIG, allocate_queues=[QUEUES[3]]
+    )
     with pytest.raises(ConfigError, match="queue"):
         overlapping.subscribe(TOPIC)
     overlapping.shutdown()
@@ -199,8 +201,9 @@ class Recorder(rayq.MessageQueueListener):
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[MessageQueue], list[MessageQueue]]] = []
 
-    def message_queue_changed(self, topic: str, all_queues: list[MessageQueue],
-                              assigned: list[MessageQueue]) -> None:  # fmt: skip
+    def message_queue_changed(
+        self, topic: str, all_queues: list[MessageQueue], assigned: list[MessageQueue]
+    ) -> None:
         self.calls.append((topic, all_queues, assigned))
 
 
@@ -253,8 +256,12 @@ def test_broadcasting_consumers_each_read_everything_and_keep_offsets_locally(
     offsets_dir = tmp_path / "offsets"
 
     def local(instance: str) -> PullConsumer:
-        cfg = ClientConfig(rebalance_interval_ms=1, auto_commit_interval_ms=1_000_000,
-                           offset_store_dir=str(offsets_dir), instance_name=instance)  # fmt: skip
+        cfg = ClientConfig(
+            rebalance_interval_ms=1,
+            auto_commit_interval_ms=1_000_000,
+            offset_store_dir=str(offsets_dir),
+            instance_name=instance,
+        )
         c = consumer(cluster, model=MessageModel.BROADCASTING, config=cfg)
         c.subscribe(TOPIC)
         c.start()

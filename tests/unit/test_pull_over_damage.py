@@ -65,8 +65,7 @@ def damage(srv: BrokerServer, queue_id: int, offsets: range) -> None:
 
 
 def setup_broker(srv: BrokerServer) -> None:
-    srv.create_topic(CreateTopicRequest(topic=TOPIC, read_queue_nums=2, write_queue_nums=2,
-                                        perm=6))  # fmt: skip
+    srv.create_topic(CreateTopicRequest(topic=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6))
     append(srv, 0, [f"m{i}".encode() for i in range(GOOD + DAMAGED)])
     append(srv, 1, [b"other"])
     damage(srv, 0, range(GOOD, GOOD + DAMAGED))
@@ -81,8 +80,14 @@ def server(tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 def request(offset: int, max_nums: int = 32, suspend_ms: int = 15_000) -> PullRequest:
-    return PullRequest(group="g", topic=TOPIC, queue_id=0, queue_offset=offset,
-                       max_nums=max_nums, suspend_ms=suspend_ms)  # fmt: skip
+    return PullRequest(
+        group="g",
+        topic=TOPIC,
+        queue_id=0,
+        queue_offset=offset,
+        max_nums=max_nums,
+        suspend_ms=suspend_ms,
+    )
 
 
 def test_a_pull_from_before_the_damage_returns_what_is_readable_and_moves_past_it(
@@ -110,8 +115,9 @@ def test_a_pull_over_only_damaged_records_is_no_matched_msg_past_them(
 
 
 def test_pull_many_answers_a_damaged_queue_at_once_per_queue(server: BrokerServer) -> None:
-    req = PullManyRequest(group="g", items=[PullItem(TOPIC, 0, GOOD), PullItem(TOPIC, 1, 1)],
-                          suspend_ms=15_000)  # fmt: skip
+    req = PullManyRequest(
+        group="g", items=[PullItem(TOPIC, 0, GOOD), PullItem(TOPIC, 1, 1)], suspend_ms=15_000
+    )
     results = server.pull_many(req).results
     assert [(r.status, r.next_offset) for r in results] == [  # type: ignore[union-attr]
         (PullStatus.NO_MATCHED_MSG, GOOD + DAMAGED),
@@ -134,8 +140,11 @@ class ParkingBroker:
         self.calls += 1
         token = check(park, Park).token if park is not None else None
         if token is not None:
-            keys = tuple((i.topic, i.queue_id) for i in req.items) if method == "pull_many" \
-                else ((req.topic, req.queue_id),)  # fmt: skip
+            keys = (
+                tuple((i.topic, i.queue_id) for i in req.items)
+                if method == "pull_many"
+                else ((req.topic, req.queue_id),)
+            )
             self.parked.park(token, req, keys, 15.0)
         reply = getattr(self.srv, method)(req)
         if token is not None and not nothing_new(
@@ -155,9 +164,11 @@ def test_the_hold_service_answers_a_long_poll_over_damage_at_once(server: Broker
         broker = ParkingBroker(server)
         hold._call = broker  # type: ignore[method-assign]
         one = await hold.pull(request(GOOD, suspend_ms=2_000))
-        many = await hold.pull_many(PullManyRequest(
-            group="g", items=[PullItem(TOPIC, 0, GOOD), PullItem(TOPIC, 1, 1)],
-            suspend_ms=2_000))  # fmt: skip
+        many = await hold.pull_many(
+            PullManyRequest(
+                group="g", items=[PullItem(TOPIC, 0, GOOD), PullItem(TOPIC, 1, 1)], suspend_ms=2_000
+            )
+        )
         return one, many, broker.calls, len(broker.parked)
 
     one, many, calls, parked = asyncio.run(run())
@@ -189,17 +200,25 @@ def test_a_pull_consumer_moves_past_the_damage_and_gets_the_later_messages(
     """Positioned at the damage, one poll moves the consumer past it with no new message
     sent (a held pull would have kept it there); later messages then arrive."""
     mq = MessageQueue(TOPIC, "broker-a", 0)
-    consumer = PullConsumer("cg", transport=FakeTransport(cluster),
-                            config=ClientConfig(auto_commit_interval_ms=1_000_000))  # fmt: skip
+    consumer = PullConsumer(
+        "cg",
+        transport=FakeTransport(cluster),
+        config=ClientConfig(auto_commit_interval_ms=1_000_000),
+    )
     consumer.assign([mq])
     consumer.start()
     try:
         consumer.seek(mq, GOOD)
         assert consumer.poll(0.2) == []
         assert consumer.position(mq) == GOOD + DAMAGED
-        batch = encode_batch([InnerMessage(topic=TOPIC, queue_id=0, body=b"later1"),
-                              InnerMessage(topic=TOPIC, queue_id=0, body=b"later2")],
-                             max_body_bytes=1 << 20, max_properties_bytes=4096)  # fmt: skip
+        batch = encode_batch(
+            [
+                InnerMessage(topic=TOPIC, queue_id=0, body=b"later1"),
+                InnerMessage(topic=TOPIC, queue_id=0, body=b"later2"),
+            ],
+            max_body_bytes=1 << 20,
+            max_properties_bytes=4096,
+        )
         cluster.call_broker("broker-a", "put", batch).result(5)  # wakes the held pull
         got: list[bytes] = []
         for _ in range(50):

@@ -41,15 +41,17 @@ def append(srv: BrokerServer, queue_id: int, count: int) -> None:
 
 
 def request(offset: int, queue_id: int = 0, suspend_ms: int = 15_000) -> PullRequest:
-    return PullRequest(group="g", topic=TOPIC, queue_id=queue_id, queue_offset=offset,
-                       suspend_ms=suspend_ms)  # fmt: skip
+    return PullRequest(
+        group="g", topic=TOPIC, queue_id=queue_id, queue_offset=offset, suspend_ms=suspend_ms
+    )
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
     with FakeCluster(tmp_path, brokers=("broker-a",)) as c:
-        c.server().create_topic(CreateTopicRequest(topic=TOPIC, read_queue_nums=2,
-                                                   write_queue_nums=2, perm=6))  # fmt: skip
+        c.server().create_topic(
+            CreateTopicRequest(topic=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6)
+        )
         yield c
 
 
@@ -98,8 +100,11 @@ def test_a_pull_consumer_moves_over_removed_records_to_the_live_ones(
 ) -> None:
     first_live = remove_first_commitlog_segment(cluster.server())
     mq = MessageQueue(TOPIC, "broker-a", 0)
-    consumer = PullConsumer("cg", transport=FakeTransport(cluster),
-                            config=ClientConfig(auto_commit_interval_ms=1_000_000))  # fmt: skip
+    consumer = PullConsumer(
+        "cg",
+        transport=FakeTransport(cluster),
+        config=ClientConfig(auto_commit_interval_ms=1_000_000),
+    )
     consumer.assign([mq])
     consumer.start()
     try:
@@ -167,11 +172,13 @@ def test_a_slave_moves_nothing_backwards(tmp_path: Path) -> None:
     start), and one at an offset of a queue it has nothing of yet waits there."""
     store = StoreConfig.for_tests()
     master = BrokerServer(BrokerConfig(store=store), str(tmp_path / "m"))
-    slave = BrokerServer(BrokerConfig(store=store, broker_id=1, broker_role=BrokerRole.SLAVE),
-                         str(tmp_path / "s"))  # fmt: skip
+    slave = BrokerServer(
+        BrokerConfig(store=store, broker_id=1, broker_role=BrokerRole.SLAVE), str(tmp_path / "s")
+    )
     try:
-        master.create_topic(CreateTopicRequest(topic=TOPIC, read_queue_nums=2,
-                                               write_queue_nums=2, perm=6))  # fmt: skip
+        master.create_topic(
+            CreateTopicRequest(topic=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6)
+        )
         append(master, 0, 5)
         assert slave.slave is not None and master.master is not None
         while (chunk := master.master.fetch(slave.slave.request(), 0)) is not None:

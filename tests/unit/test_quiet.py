@@ -37,6 +37,10 @@ def test_notices_are_dropped_and_the_rest_kept(capfd: pytest.CaptureFixture[str]
         time.sleep(0.05)
     assert "a real line on stdout" in out and "the parent's own line" in out
     assert "a real error" in err and "no newline at the end" in err
-    for notice in ("Setting default log level", "StatusConsoleListener", "Your hostname",
-                   "GcsClient has no Cluster ID"):  # fmt: skip
+    for notice in (
+        "Setting default log level",
+        "StatusConsoleListener",
+        "Your hostname",
+        "GcsClient has no Cluster ID",
+    ):
         assert notice not in out + err

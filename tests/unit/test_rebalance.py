@@ -14,8 +14,10 @@ from rayq.process_queue import ProcessQueue
 from rayq.store.errors import ConfigError
 from rayq.store.message import MessageExt
 
-QUEUES = {"t": [MessageQueue("t", "b", q) for q in range(10)],
-          "%RETRY%g": [MessageQueue("%RETRY%g", "b", 0)]}  # fmt: skip
+QUEUES = {
+    "t": [MessageQueue("t", "b", q) for q in range(10)],
+    "%RETRY%g": [MessageQueue("%RETRY%g", "b", 0)],
+}
 SPEC = MemberSpec(subscriptions=(("%RETRY%g", "*"), ("t", "*")))
 
 
@@ -29,9 +31,11 @@ def sizes(plan_assign: dict[str, list[MessageQueue]], topic: str = "t") -> list[
 
 @pytest.mark.parametrize(
     ("strategy", "expected"),
-    [(AllocateStrategy.AVERAGELY, [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]),
-     (AllocateStrategy.AVERAGELY_BY_CIRCLE, [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]])],
-)  # fmt: skip
+    [
+        (AllocateStrategy.AVERAGELY, [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]),
+        (AllocateStrategy.AVERAGELY_BY_CIRCLE, [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]),
+    ],
+)
 def test_ten_queues_over_four_consumers_match_rocketmq(
     strategy: AllocateStrategy, expected: list[list[int]]
 ) -> None:
@@ -98,10 +102,14 @@ def test_broadcasting_gives_everyone_everything_and_config_what_each_asked() -> 
     assert plan is not None and sizes(plan.assign) == [10, 10]
     mine = (QUEUES["t"][0], QUEUES["t"][3])
     c = Rebalancer()
-    c.join("g", "a", MemberSpec(subscriptions=(("t", "*"),), strategy=AllocateStrategy.CONFIG,
-                                allocation=mine))  # fmt: skip
-    taken = MemberSpec(subscriptions=(("t", "*"),), strategy=AllocateStrategy.CONFIG,
-                       allocation=mine[:1])  # fmt: skip
+    c.join(
+        "g",
+        "a",
+        MemberSpec(subscriptions=(("t", "*"),), strategy=AllocateStrategy.CONFIG, allocation=mine),
+    )
+    taken = MemberSpec(
+        subscriptions=(("t", "*"),), strategy=AllocateStrategy.CONFIG, allocation=mine[:1]
+    )
     with pytest.raises(ConfigError, match="already has"):
         c.join("g", "b", taken)
     plan = c.plan("g", queues_of, now_ms=1)
@@ -122,10 +130,24 @@ def test_queue_locks_are_leases() -> None:
 
 
 def msg(offset: int, body: bytes = b"x") -> MessageExt:
-    return MessageExt(topic="t", body=body, tags=None, keys=[], properties={}, msg_id="",
-                      offset_msg_id="", queue_id=0, queue_offset=offset, commitlog_offset=0,
-                      store_size=0, born_timestamp=0, store_timestamp=0, born_host="",
-                      store_host="", reconsume_times=0)  # fmt: skip
+    return MessageExt(
+        topic="t",
+        body=body,
+        tags=None,
+        keys=[],
+        properties={},
+        msg_id="",
+        offset_msg_id="",
+        queue_id=0,
+        queue_offset=offset,
+        commitlog_offset=0,
+        store_size=0,
+        born_timestamp=0,
+        store_timestamp=0,
+        born_host="",
+        store_host="",
+        reconsume_times=0,
+    )
 
 
 def test_process_queue_commits_up_to_the_smallest_offset_in_flight() -> None:

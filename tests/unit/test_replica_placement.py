@@ -13,8 +13,11 @@ from rayq.store.errors import ConfigError
 
 def test_masters_first_then_slaves_each_on_its_node() -> None:
     plan = resource_plan({"broker-b": "n2", "broker-a#1": "n3", "broker-a": "n1"}, 10911)
-    assert plan == [("broker-a", 0, 10911, "n1"), ("broker-b", 0, 10912, "n2"),
-                    ("broker-a", 1, 10911, "n3")]  # fmt: skip
+    assert plan == [
+        ("broker-a", 0, 10911, "n1"),
+        ("broker-b", 0, 10912, "n2"),
+        ("broker-a", 1, 10911, "n3"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -31,8 +34,10 @@ def test_a_slave_without_master_or_a_bad_id_is_refused(pinned: dict, message: st
 
 
 def test_two_masters_for_one_broker_name_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes = [{"Alive": True, "NodeID": n, "Resources": {"rayq_broker:broker-a": 1.0}}
-             for n in ("n1", "n2")]  # fmt: skip
+    nodes = [
+        {"Alive": True, "NodeID": n, "Resources": {"rayq_broker:broker-a": 1.0}}
+        for n in ("n1", "n2")
+    ]
     monkeypatch.setattr(rayq.cluster.ray, "nodes", lambda: nodes)
     with pytest.raises(ConfigError, match="two nodes carry resource 'rayq_broker:broker-a'"):
         rayq.cluster.broker_nodes()

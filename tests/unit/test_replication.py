@@ -229,10 +229,12 @@ def test_a_pull_far_behind_is_pointed_at_the_slave_with_slave_read_enable(tmp_pa
     from rayq.store.reader import MEMORY_BYTES
 
     store = STORE.replace(access_message_in_memory_max_ratio=20_000 / MEMORY_BYTES)
-    master = BrokerServer(msgspec.structs.replace(MASTER, store=store, slave_read_enable=True),
-                          str(tmp_path / "m"))  # fmt: skip
-    slave = BrokerServer(msgspec.structs.replace(SLAVE, store=store, slave_read_enable=True),
-                         str(tmp_path / "s"))  # fmt: skip
+    master = BrokerServer(
+        msgspec.structs.replace(MASTER, store=store, slave_read_enable=True), str(tmp_path / "m")
+    )
+    slave = BrokerServer(
+        msgspec.structs.replace(SLAVE, store=store, slave_read_enable=True), str(tmp_path / "s")
+    )
     master.create_topic(topic("Rep", 1))
     msgs = [InnerMessage(topic="Rep", queue_id=0, body=b"x" * 1000) for _ in range(100)]
     master.put(encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096))
@@ -266,19 +268,36 @@ def test_a_slave_follows_its_masters_open_transactions(pair) -> None:
     master.create_topic(topic("Tx", 1))
 
     def half(body: bytes) -> int:
-        msg = InnerMessage(topic="Tx", queue_id=0, body=body, uniq_key=body.hex() * 4,
-                           properties={"TRAN_MSG": "true"})  # fmt: skip
+        msg = InnerMessage(
+            topic="Tx",
+            queue_id=0,
+            body=body,
+            uniq_key=body.hex() * 4,
+            properties={"TRAN_MSG": "true"},
+        )
         batch = encode_batch([msg], max_body_bytes=1 << 14, max_properties_bytes=4096)
         res = master.put_half(HalfSendRequest(group="txg", batch=batch))
         return int(res.offset_msg_ids[0][-16:], 16)
 
     keys = [half(b"a"), half(b"b"), half(b"c")]
-    master.end_transaction(EndTransactionRequest(group="txg", topic="Tx", commit=True,
-                                                 transaction_offset=keys[0],
-                                                 msg_id=(b"a".hex() * 4).upper()))  # fmt: skip
-    master.end_transaction(EndTransactionRequest(group="txg", topic="Tx", commit=False,
-                                                 transaction_offset=keys[1],
-                                                 msg_id=(b"b".hex() * 4).upper()))  # fmt: skip
+    master.end_transaction(
+        EndTransactionRequest(
+            group="txg",
+            topic="Tx",
+            commit=True,
+            transaction_offset=keys[0],
+            msg_id=(b"a".hex() * 4).upper(),
+        )
+    )
+    master.end_transaction(
+        EndTransactionRequest(
+            group="txg",
+            topic="Tx",
+            commit=False,
+            transaction_offset=keys[1],
+            msg_id=(b"b".hex() * 4).upper(),
+        )
+    )
     master.transactions.timeout_ms = 0
     master.transaction_tick()  # "c" is put back with one check
     catch_up(master, slave)

@@ -71,15 +71,30 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     b.close()
 
 
-def msg(body: bytes = b"x", *, level: int = 0, at: int | None = None, key: str = "k",
-        topic: str = "t", queue_id: int = 0, **props: str) -> InnerMessage:  # fmt: skip
+def msg(
+    body: bytes = b"x",
+    *,
+    level: int = 0,
+    at: int | None = None,
+    key: str = "k",
+    topic: str = "t",
+    queue_id: int = 0,
+    **props: str,
+) -> InnerMessage:
     properties = dict(props)
     if level:
         properties[P.DELAY] = str(level)
     if at is not None:
         properties[P.DELIVER_AT_MS] = str(at)
-    return InnerMessage(topic=topic, queue_id=queue_id, body=body, tags="TagA", keys=key,
-                        uniq_key=IDS.next_id(), properties=properties)  # fmt: skip
+    return InnerMessage(
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        tags="TagA",
+        keys=key,
+        uniq_key=IDS.next_id(),
+        properties=properties,
+    )
 
 
 # ---------------------------------------------------------------- delay table
@@ -176,8 +191,14 @@ def test_a_level_delivers_in_arrival_order_only_what_is_due(broker: Broker) -> N
 
 def test_compressed_bodies_and_record_fields_survive_the_detour(broker: Broker) -> None:
     body = b"compress me " * 100
-    m = msgspec.structs.replace(msg(level=1), body=zlib.compress(body), sys_flag=COMPRESSED_FLAG,
-                                flag=7, born_timestamp=123, reconsume_times=2)  # fmt: skip
+    m = msgspec.structs.replace(
+        msg(level=1),
+        body=zlib.compress(body),
+        sys_flag=COMPRESSED_FLAG,
+        flag=7,
+        born_timestamp=123,
+        reconsume_times=2,
+    )
     broker.svc.put([m])
     broker.advance_and_tick(1000)
     [got] = broker.read()
@@ -197,8 +218,12 @@ def test_next_wait_sleeps_until_the_head_is_due_but_at_most_one_tick(broker: Bro
 
 def test_bad_schedule_properties_are_refused_and_nothing_is_written(broker: Broker) -> None:
     now = broker.clock.now_ms()
-    for bad in (msg(**{P.DELAY: "soon"}), msg(at=now + 4 * 86_400_000),
-                msg(**{P.DELIVER_AT_MS: "x"}), msg(level=1, at=now)):  # fmt: skip
+    for bad in (
+        msg(**{P.DELAY: "soon"}),
+        msg(at=now + 4 * 86_400_000),
+        msg(**{P.DELIVER_AT_MS: "x"}),
+        msg(level=1, at=now),
+    ):
         res = broker.svc.put([msg(b"fine"), bad])
         assert res.status is PutStatus.MESSAGE_ILLEGAL, bad
         assert res.error
@@ -214,8 +239,9 @@ def test_a_deleted_real_topic_drops_its_due_messages(tmp_path: Path) -> None:
     clock = FakeClock()
     store = MessageStore(tmp_path, CONFIG, clock=clock)
     tables = ConfigStore(tmp_path)
-    svc = ScheduleService(store, tables.delay_offsets, DelayLevels.parse("1s"),
-                          accept=lambda topic: topic != "gone")  # fmt: skip
+    svc = ScheduleService(
+        store, tables.delay_offsets, DelayLevels.parse("1s"), accept=lambda topic: topic != "gone"
+    )
     svc.put([msg(level=1, topic="gone"), msg(level=1)])
     clock.advance(1000)
     assert svc.tick() == {("t", 0): 1}

@@ -51,8 +51,17 @@ def server(tmp_path: Path) -> Iterator[BrokerServer]:
 
 
 def send(srv: BrokerServer, *bodies: bytes, topic: str = "orders") -> list[MessageExt]:
-    msgs = [InnerMessage(topic=topic, queue_id=0, body=b, tags="T", keys="key-" + b.decode(),
-                         uniq_key=IDS.next_id()) for b in bodies]  # fmt: skip
+    msgs = [
+        InnerMessage(
+            topic=topic,
+            queue_id=0,
+            body=b,
+            tags="T",
+            keys="key-" + b.decode(),
+            uniq_key=IDS.next_id(),
+        )
+        for b in bodies
+    ]
     srv.put(encode_batch(msgs, max_body_bytes=1 << 14, max_properties_bytes=4096))
     return read(srv, topic)
 
@@ -63,8 +72,9 @@ def read(srv: BrokerServer, topic: str) -> list[MessageExt]:
 
 
 def back(srv: BrokerServer, *items: tuple[int, int], group: str = "cg", max_times: int = 2):  # type: ignore[no-untyped-def]
-    req = SendBackRequest(group=group, items=[SendBackItem(o, lv) for o, lv in items],
-                          max_reconsume_times=max_times)  # fmt: skip
+    req = SendBackRequest(
+        group=group, items=[SendBackItem(o, lv) for o, lv in items], max_reconsume_times=max_times
+    )
     return srv.send_back(req)
 
 
@@ -140,31 +150,59 @@ def test_max_reconsume_times_zero_sends_the_first_failure_to_the_dlq(
 
 
 BAD_REQUESTS = [
-    ("unknown offset", lambda o: SendBackRequest(group="cg", items=[SendBackItem(10**9)]),
-     InvalidOffsetError),
-    ("offset inside a record", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o + 3)]),
-     InvalidOffsetError),
-    ("offset as str", lambda o: SendBackRequest(group="cg", items=[SendBackItem(str(o))]),  # type: ignore[arg-type]
-     InvalidRequestError),
-    ("negative offset", lambda o: SendBackRequest(group="cg", items=[SendBackItem(-1)]),
-     InvalidRequestError),
-    ("level as str", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o, "1")]),  # type: ignore[arg-type]
-     InvalidRequestError),
-    ("bad group", lambda o: SendBackRequest(group="a b", items=[SendBackItem(o)]),
-     InvalidGroupError),
-    ("group too long for a topic", lambda o: SendBackRequest(group="g" * 200,
-                                                             items=[SendBackItem(o)]),
-     InvalidGroupError),
+    (
+        "unknown offset",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(10**9)]),
+        InvalidOffsetError,
+    ),
+    (
+        "offset inside a record",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(o + 3)]),
+        InvalidOffsetError,
+    ),
+    (
+        "offset as str",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(str(o))]),  # type: ignore[arg-type]
+        InvalidRequestError,
+    ),
+    (
+        "negative offset",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(-1)]),
+        InvalidRequestError,
+    ),
+    (
+        "level as str",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(o, "1")]),  # type: ignore[arg-type]
+        InvalidRequestError,
+    ),
+    (
+        "bad group",
+        lambda o: SendBackRequest(group="a b", items=[SendBackItem(o)]),
+        InvalidGroupError,
+    ),
+    (
+        "group too long for a topic",
+        lambda o: SendBackRequest(group="g" * 200, items=[SendBackItem(o)]),
+        InvalidGroupError,
+    ),
     ("no items", lambda o: SendBackRequest(group="cg", items=[]), InvalidRequestError),
-    ("items not SendBackItem", lambda o: SendBackRequest(group="cg", items=[(o, 0)]),  # type: ignore[list-item]
-     InvalidRequestError),
-    ("max times below -1", lambda o: SendBackRequest(group="cg", items=[SendBackItem(o)],
-                                                     max_reconsume_times=-2),
-     InvalidRequestError),
+    (
+        "items not SendBackItem",
+        lambda o: SendBackRequest(group="cg", items=[(o, 0)]),  # type: ignore[list-item]
+        InvalidRequestError,
+    ),
+    (
+        "max times below -1",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(o)], max_reconsume_times=-2),
+        InvalidRequestError,
+    ),
     ("not a request", lambda o: [(o, 0)], InvalidRequestError),
-    ("a good item then a bad one", lambda o: SendBackRequest(
-        group="cg", items=[SendBackItem(o), SendBackItem(o + 1)]), InvalidOffsetError),
-]  # fmt: skip
+    (
+        "a good item then a bad one",
+        lambda o: SendBackRequest(group="cg", items=[SendBackItem(o), SendBackItem(o + 1)]),
+        InvalidOffsetError,
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "build", "error"), BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
@@ -183,8 +221,9 @@ def test_bad_send_backs_raise_and_write_nothing(
 
 
 def test_a_parked_message_cannot_be_sent_back(server: BrokerServer) -> None:
-    msg = InnerMessage(topic="orders", queue_id=0, body=b"x", uniq_key=IDS.next_id(),
-                       properties={P.DELAY: "1"})  # fmt: skip
+    msg = InnerMessage(
+        topic="orders", queue_id=0, body=b"x", uniq_key=IDS.next_id(), properties={P.DELAY: "1"}
+    )
     server.put(encode_batch([msg], max_body_bytes=1 << 14, max_properties_bytes=4096))
     got = server.store.get_messages("g", SCHEDULE_TOPIC, 0, 0, 1)
     [parked] = decode_records(got.buffer)

@@ -112,11 +112,21 @@ def test_idle_mappings_are_dropped_and_their_unlinked_files_then_refused(
 
 
 def test_the_request_names_only_slot_files() -> None:
-    base = {"topic": "t", "queue_id": 0, "producer_id": "p", "first_sequence": 0,
-            "group": "g", "body": "body"}  # fmt: skip
+    base = {
+        "topic": "t",
+        "queue_id": 0,
+        "producer_id": "p",
+        "first_sequence": 0,
+        "group": "g",
+        "body": "body",
+    }
     good = f"/dev/shm/rayq-put-{uuid.uuid4().hex}"
-    assert check_json(msgspec.json.encode({**base, "rows_file": good, "rows_length": 9}),
-                      ArrowPutRequest).rows_file == good  # fmt: skip
+    assert (
+        check_json(
+            msgspec.json.encode({**base, "rows_file": good, "rows_length": 9}), ArrowPutRequest
+        ).rows_file
+        == good
+    )
     for bad in ("/etc/passwd", "/dev/shm/../etc/passwd", good + "/x", "/tmp/rayq-put-" + "a" * 32):
         with pytest.raises(InvalidRequestError, match="rows_file"):
             check_json(msgspec.json.encode({**base, "rows_file": bad}), ArrowPutRequest)
@@ -132,8 +142,9 @@ def test_rows_are_copied_out_of_the_slot_before_the_put_is_answered(tmp_path: Pa
     data = bytearray(sink.getvalue().to_pybytes())
     server = BrokerServer(BrokerConfig(store=StoreConfig.for_tests()), str(tmp_path / "s"))
     try:
-        req = ArrowPutRequest(topic="t", queue_id=0, producer_id="p", first_sequence=0,
-                              group="g", body="body")  # fmt: skip
+        req = ArrowPutRequest(
+            topic="t", queue_id=0, producer_id="p", first_sequence=0, group="g", body="body"
+        )
         view = memoryview(data)
         batches = server.arrow_batches(req, view)
         del view

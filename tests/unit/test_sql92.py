@@ -113,19 +113,31 @@ def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
     with FakeCluster(tmp_path, config=config) as c:
         rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
         with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
-            producer.send_batch([
-                rayq.Message(TOPIC, f"m{i}".encode(), tags="even" if i % 2 == 0 else "odd",
-                             properties={"n": str(i), "kind": "big" if i >= 50 else "small"})
-                for i in range(100)
-            ])  # fmt: skip
+            producer.send_batch(
+                [
+                    rayq.Message(
+                        TOPIC,
+                        f"m{i}".encode(),
+                        tags="even" if i % 2 == 0 else "odd",
+                        properties={"n": str(i), "kind": "big" if i >= 50 else "small"},
+                    )
+                    for i in range(100)
+                ]
+            )
         yield c
 
 
 def test_the_broker_filters_a_pull_by_properties(cluster: FakeCluster) -> None:
     server = cluster.server()
-    req = PullRequest(group="g", topic=TOPIC, queue_id=0, queue_offset=0, max_nums=10,
-                      expression="n >= 95 OR (kind = 'small' AND TAGS = 'odd' AND n < 5)",
-                      expression_type="SQL92")  # fmt: skip
+    req = PullRequest(
+        group="g",
+        topic=TOPIC,
+        queue_id=0,
+        queue_offset=0,
+        max_nums=10,
+        expression="n >= 95 OR (kind = 'small' AND TAGS = 'odd' AND n < 5)",
+        expression_type="SQL92",
+    )
     resp = server.pull(req)
     got = [m.body for m in rayq.store.decode_records(resp.buffer)]
     assert got == [b"m1", b"m3", b"m95", b"m96", b"m97", b"m98", b"m99"]
@@ -137,8 +149,14 @@ def test_the_broker_filters_a_pull_by_properties(cluster: FakeCluster) -> None:
 def test_a_broker_without_property_filtering_refuses_clearly(tmp_path: Path) -> None:
     with FakeCluster(tmp_path) as c:
         rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        req = PullRequest(group="g", topic=TOPIC, queue_id=0, queue_offset=0,
-                          expression="a > 1", expression_type="SQL92")  # fmt: skip
+        req = PullRequest(
+            group="g",
+            topic=TOPIC,
+            queue_id=0,
+            queue_offset=0,
+            expression="a > 1",
+            expression_type="SQL92",
+        )
         with pytest.raises(InvalidFilterError, match="enable_property_filter"):
             c.server().pull(req)
         consumer = rayq.PullConsumer("g", transport=FakeTransport(c))
@@ -148,8 +166,9 @@ def test_a_broker_without_property_filtering_refuses_clearly(tmp_path: Path) -> 
 
 
 def test_a_pull_consumer_with_an_sql_selector(cluster: FakeCluster) -> None:
-    consumer = rayq.PullConsumer("g", transport=FakeTransport(cluster),
-                                 consume_from=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer = rayq.PullConsumer(
+        "g", transport=FakeTransport(cluster), consume_from=ConsumeFromWhere.FIRST_OFFSET
+    )
     consumer.subscribe(TOPIC, rayq.MessageSelector.by_sql("kind = 'big' AND n BETWEEN 60 AND 64"))
     consumer.start()
     got: list[bytes] = []
@@ -170,13 +189,21 @@ def test_a_push_consumer_service_with_an_sql_selector(cluster: FakeCluster) -> N
         return rayq.ConsumeStatus.CONSUME_SUCCESS
 
     svc = ConsumeService(
-        group="pg-sql", client_id="c1",
+        group="pg-sql",
+        client_id="c1",
         subscriptions={TOPIC: rayq.MessageSelector.by_sql("n < 3 OR n = 99")},
-        listener=listener, orderly=False, model=MessageModel.CLUSTERING,
-        consume_from=ConsumeFromWhere.FIRST_OFFSET, consume_timestamp_ms=0,
-        max_reconsume_times=16, strategy=AllocateStrategy.AVERAGELY, allocation=[],
-        config=rayq.ClientConfig(), namespace="rayq-fake", transport=FakeTransport(cluster),
-    )  # fmt: skip
+        listener=listener,
+        orderly=False,
+        model=MessageModel.CLUSTERING,
+        consume_from=ConsumeFromWhere.FIRST_OFFSET,
+        consume_timestamp_ms=0,
+        max_reconsume_times=16,
+        strategy=AllocateStrategy.AVERAGELY,
+        allocation=[],
+        config=rayq.ClientConfig(),
+        namespace="rayq-fake",
+        transport=FakeTransport(cluster),
+    )
 
     async def run() -> None:
         await svc.open()

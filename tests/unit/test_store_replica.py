@@ -20,10 +20,15 @@ def fill(store: MessageStore, rng: random.Random, count: int) -> None:
     while n < count:
         k = rng.randint(1, 5)
         msgs = [
-            InnerMessage(topic=t, queue_id=q, body=rng.randbytes(rng.randint(10, 3000)),
-                         keys=f"k{n + i}", tags=f"t{(n + i) % 3}")
+            InnerMessage(
+                topic=t,
+                queue_id=q,
+                body=rng.randbytes(rng.randint(10, 3000)),
+                keys=f"k{n + i}",
+                tags=f"t{(n + i) % 3}",
+            )
             for i, (t, q) in enumerate(rng.choice(QUEUES) for _ in range(k))
-        ]  # fmt: skip
+        ]
         assert store.put_messages(msgs).ok
         n += k
 
@@ -46,9 +51,11 @@ def queue_view(store: MessageStore) -> dict:
     for topic in store.topics():
         for q in store.queue_ids(topic):
             got = store.get_messages("g", topic, q, 0, max_nums=10_000)
-            out[(topic, q)] = (store.min_offset(topic, q), store.max_offset(topic, q),
-                               [(m.queue_offset, m.commitlog_offset, m.body)
-                                for m in decode_records(got.buffer)])  # fmt: skip
+            out[(topic, q)] = (
+                store.min_offset(topic, q),
+                store.max_offset(topic, q),
+                [(m.queue_offset, m.commitlog_offset, m.body) for m in decode_records(got.buffer)],
+            )
     return out
 
 

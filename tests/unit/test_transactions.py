@@ -40,12 +40,14 @@ from rayq.testing import FakeCluster, FakeTransport
 TOPIC = "tx-orders"
 GROUP = "txg"
 # checks at once (timeout 1 ms); ticks are driven by hand (FakeCluster.transaction_tick)
-CONFIG = BrokerConfig(store=StoreConfig.for_tests(), transaction_timeout=1,
-                      transaction_check_max=3)  # fmt: skip
+CONFIG = BrokerConfig(store=StoreConfig.for_tests(), transaction_timeout=1, transaction_check_max=3)
 NO_POLL = ClientConfig(check_request_poll_ms=3_600_000)  # checks answered by check_now()
 
-COMMIT, ROLLBACK, UNKNOWN = (rayq.TransactionStatus.COMMIT, rayq.TransactionStatus.ROLLBACK,
-                             rayq.TransactionStatus.UNKNOWN)  # fmt: skip
+COMMIT, ROLLBACK, UNKNOWN = (
+    rayq.TransactionStatus.COMMIT,
+    rayq.TransactionStatus.ROLLBACK,
+    rayq.TransactionStatus.UNKNOWN,
+)
 
 
 class Listener:
@@ -70,14 +72,16 @@ class Listener:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
     with FakeCluster(tmp_path, config=CONFIG) as c:
-        c.server().create_topic(CreateTopicRequest(topic=TOPIC, read_queue_nums=1,
-                                                   write_queue_nums=1, perm=6))  # fmt: skip
+        c.server().create_topic(
+            CreateTopicRequest(topic=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)
+        )
         yield c
 
 
 def producer(cluster: FakeCluster, listener: Listener) -> rayq.TransactionProducer:
-    return rayq.TransactionProducer(GROUP, listener, config=NO_POLL,
-                                    transport=FakeTransport(cluster))  # fmt: skip
+    return rayq.TransactionProducer(
+        GROUP, listener, config=NO_POLL, transport=FakeTransport(cluster)
+    )
 
 
 def tick(cluster: FakeCluster) -> None:
@@ -89,8 +93,9 @@ def tick(cluster: FakeCluster) -> None:
 
 def visible(cluster: FakeCluster) -> list[bytes]:
     """Every body a consumer of TOPIC can read now."""
-    resp = cluster.server().pull(PullRequest(group="cg", topic=TOPIC, queue_id=0,
-                                             queue_offset=0, max_nums=1024))  # fmt: skip
+    resp = cluster.server().pull(
+        PullRequest(group="cg", topic=TOPIC, queue_id=0, queue_offset=0, max_nums=1024)
+    )
     return [m.body for m in decode_records(resp.buffer)]
 
 
@@ -103,8 +108,11 @@ def test_commit_appends_exactly_one_visible_copy(cluster: FakeCluster) -> None:
     assert result.transaction_id == result.msg_id and result.transaction_offset >= 0
     assert result.queue_offset == -1
     assert visible(cluster) == [b"paid"]
-    [msg] = decode_records(cluster.server().pull(
-        PullRequest(group="cg", topic=TOPIC, queue_id=0, queue_offset=0)).buffer)  # fmt: skip
+    [msg] = decode_records(
+        cluster.server()
+        .pull(PullRequest(group="cg", topic=TOPIC, queue_id=0, queue_offset=0))
+        .buffer
+    )
     assert msg.msg_id == result.msg_id and msg.keys == ["o-1"]
     assert msg.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE
     assert msg.prepared_transaction_offset == result.transaction_offset
@@ -182,8 +190,9 @@ def test_check_of_another_group_is_not_handed_out(cluster: FakeCluster) -> None:
     tick(cluster)
     reply = cluster.server().transaction_checks(TransactionChecksRequest(group="someone-else"))
     assert reply.checks == []
-    assert len(cluster.server().transaction_checks(
-        TransactionChecksRequest(group=GROUP)).checks) == 1  # fmt: skip
+    assert (
+        len(cluster.server().transaction_checks(TransactionChecksRequest(group=GROUP)).checks) == 1
+    )
 
 
 def two_halves_one_ended(
@@ -196,9 +205,15 @@ def two_halves_one_ended(
         p.send_in_transaction(rayq.Message(TOPIC, ended))
     srv = cluster.server()
     other = next(k for k in srv.transactions.open if k != keep.transaction_offset)
-    srv.end_transaction(EndTransactionRequest(
-        group=GROUP, topic=TOPIC, transaction_offset=other,
-        msg_id=srv.transactions.open[other].msg_id, commit=commit))  # fmt: skip
+    srv.end_transaction(
+        EndTransactionRequest(
+            group=GROUP,
+            topic=TOPIC,
+            transaction_offset=other,
+            msg_id=srv.transactions.open[other].msg_id,
+            commit=commit,
+        )
+    )
     return srv, keep.transaction_offset
 
 
@@ -258,8 +273,9 @@ def test_discarded_after_the_last_check(cluster: FakeCluster) -> None:
     srv = cluster.server()
     assert srv.transactions.open == {}
     assert visible(cluster) == []
-    resp = srv.pull(PullRequest(group="ops", topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0,
-                                queue_offset=0))  # fmt: skip
+    resp = srv.pull(
+        PullRequest(group="ops", topic=TRANS_CHECK_MAX_TIME_TOPIC, queue_id=0, queue_offset=0)
+    )
     [dropped] = decode_records(resp.buffer)
     assert dropped.body == b"lost" and dropped.msg_id == result.msg_id
     assert dropped.properties["REAL_TOPIC"] == TOPIC
@@ -277,8 +293,9 @@ def test_checks_wait_for_the_timeout(tmp_path: Path) -> None:
 
 def test_check_poller_thread_answers(cluster: FakeCluster) -> None:
     fast = ClientConfig(check_request_poll_ms=20)
-    p = rayq.TransactionProducer(GROUP, Listener(local=UNKNOWN, check=COMMIT), config=fast,
-                                 transport=FakeTransport(cluster))  # fmt: skip
+    p = rayq.TransactionProducer(
+        GROUP, Listener(local=UNKNOWN, check=COMMIT), config=fast, transport=FakeTransport(cluster)
+    )
     try:
         p.send_in_transaction(rayq.Message(TOPIC, b"polled"))
         tick(cluster)
@@ -322,9 +339,18 @@ def test_end_of_an_unknown_offset_is_refused(cluster: FakeCluster) -> None:
         dict(topic="another-topic"),
     ]
     for change in bad:
-        req = EndTransactionRequest(**{
-            **dict(group=GROUP, topic=TOPIC, transaction_offset=result.transaction_offset,
-                   msg_id=result.msg_id, commit=True), **change})  # fmt: skip
+        req = EndTransactionRequest(
+            **{
+                **dict(
+                    group=GROUP,
+                    topic=TOPIC,
+                    transaction_offset=result.transaction_offset,
+                    msg_id=result.msg_id,
+                    commit=True,
+                ),
+                **change,
+            }
+        )
         with pytest.raises(InvalidRequestError):
             srv.end_transaction(req)
     assert visible(cluster) == []
@@ -334,8 +360,13 @@ def test_end_of_an_unknown_offset_is_refused(cluster: FakeCluster) -> None:
 def test_forged_transaction_records_are_refused(cluster: FakeCluster) -> None:
     """A producer cannot write PREPARED/COMMIT records or the half topic itself."""
     srv = cluster.server()
-    forged = InnerMessage(topic=TOPIC, queue_id=0, body=b"x", sys_flag=TRANSACTION_COMMIT_TYPE,
-                          properties={"TRAN_MSG": "true"})  # fmt: skip
+    forged = InnerMessage(
+        topic=TOPIC,
+        queue_id=0,
+        body=b"x",
+        sys_flag=TRANSACTION_COMMIT_TYPE,
+        properties={"TRAN_MSG": "true"},
+    )
     batch = encode_batch([forged], max_body_bytes=1 << 20, max_properties_bytes=32767)
     with pytest.raises(InvalidMessageError, match="transaction type"):
         srv.put(batch)
@@ -349,8 +380,7 @@ def test_forged_transaction_records_are_refused(cluster: FakeCluster) -> None:
 
 
 def test_send_in_transaction_to_a_slave_is_refused(tmp_path: Path) -> None:
-    slave_cfg = msgspec.structs.replace(CONFIG, broker_id=1,
-                                        broker_role=rayq.BrokerRole.SLAVE)  # fmt: skip
+    slave_cfg = msgspec.structs.replace(CONFIG, broker_id=1, broker_role=rayq.BrokerRole.SLAVE)
     with FakeCluster(tmp_path, config=slave_cfg) as c:
         inner = InnerMessage(topic=TOPIC, queue_id=0, body=b"x")
         batch = encode_batch([inner], max_body_bytes=1 << 20, max_properties_bytes=32767)

@@ -21,8 +21,14 @@ MiB = 1 << 20
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
 
@@ -106,8 +112,9 @@ def test_the_warmer_follows_the_writer_into_the_next_segment_and_stops(tmp_path:
 
 
 def test_a_store_warms_ahead_of_its_appends_and_stops_with_it(tmp_path: Path) -> None:
-    config = StoreConfig.for_tests(commitlog_segment_size_bytes=16 * MiB,
-                                   commitlog_warm_ahead_bytes=4 * MiB)  # fmt: skip
+    config = StoreConfig.for_tests(
+        commitlog_segment_size_bytes=16 * MiB, commitlog_warm_ahead_bytes=4 * MiB
+    )
     before = len(warmers())
     with MessageStore(tmp_path / "s", config, broker_name="warm") as store:
         assert len(warmers()) == before  # started by the first append
