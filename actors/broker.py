@@ -29,15 +29,10 @@ from typing import Any, TypeVar
 import msgspec
 import ray
 
-from rayq.store import SYSTEM_CLOCK, EncodedBatch
-from rayq.store.errors import ClosedError, InvalidRequestError
-from rayq.store.names import is_dlq_topic
-
-from .config import BrokerConfig
-from .malloc import keep_freed_memory
-from .metrics import REPORT_INTERVAL_S, BrokerMetrics
-from .peers import PEER_LOST_ERRORS, Peer
-from .protocol import (
+from rayq.actors.malloc import keep_freed_memory
+from rayq.actors.metrics import REPORT_INTERVAL_S, BrokerMetrics
+from rayq.actors.peers import PEER_LOST_ERRORS, Peer
+from rayq.actors.protocol import (
     HOLD_REPLY_BYTES,
     ArrowPage,
     ArrowPutRequest,
@@ -103,13 +98,17 @@ from .protocol import (
     nothing_new,
     to_wire,
 )
-from .server import columnar
-from .server.broker_server import BrokerServer
-from .server.dedupe import Verdict
-from .server.parked_pulls import ParkedPulls
-from .server.schedule import SCHEDULE_TICK_MS
-from .server.shared_rows import IDLE_S as SHARED_IDLE_S
-from .server.shared_rows import SharedRows
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.server import columnar
+from rayq.actors.server.broker_server import BrokerServer
+from rayq.actors.server.dedupe import Verdict
+from rayq.actors.server.parked_pulls import ParkedPulls
+from rayq.actors.server.schedule import SCHEDULE_TICK_MS
+from rayq.actors.server.shared_rows import IDLE_S as SHARED_IDLE_S
+from rayq.actors.server.shared_rows import SharedRows
+from rayq.store import SYSTEM_CLOCK, EncodedBatch
+from rayq.store.errors import ClosedError, InvalidRequestError
+from rayq.store.names import is_dlq_topic
 
 R = TypeVar("R")
 
@@ -137,7 +136,7 @@ class BrokerActor:
     def __init__(
         self, config: BrokerConfig, store_dir: str, namespace: str, epoch: int = 0
     ) -> None:
-        from .protocol import (
+        from rayq.actors.protocol import (
             COORDINATOR_NAME,
             broker_actor_name,
             flusher_actor_name,
@@ -469,7 +468,7 @@ class BrokerActor:
 
     @ray.method(concurrency_group="send")
     async def put_arrow(self, req: bytes, rows: bytes) -> bytes:
-        """Rows from the JVM (rayq/jvm, Spark's rayq sink; a Ray cross-language call): the
+        """Rows from the JVM (connectors/jvm, Spark's rayq sink; a Ray cross-language call): the
         request as JSON (an ``ArrowPutRequest``), the rows as an Arrow IPC stream. They are
         encoded here column-wise (store/arrow_puts.py) and appended as idempotent batches,
         each as ``put`` appends one (a batch appended before is not appended again).
@@ -743,7 +742,7 @@ class BrokerActor:
     async def page_readers(self, req: PageReadersRequest) -> PageReadersReply:
         """This replica's page readers (actors/page_reader.py: Spark's JVM reads its pages
         from them), started on the first call; answered once they run."""
-        from .page_reader import spawn_page_readers
+        from rayq.actors.page_reader import spawn_page_readers
 
         reply = await self._serve(self.server.page_readers, req, PageReadersRequest)
         readers = spawn_page_readers(
@@ -956,7 +955,7 @@ def spawn_broker(
     replica: the master under the broker name, a slave under ``<name>#<id>``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .protocol import broker_actor_name
+    from rayq.actors.protocol import broker_actor_name
 
     os.makedirs(store_dir, exist_ok=True)
     # "watch": the coordinator's never-returning park calls; one per coordinator life, so

@@ -1,7 +1,7 @@
 """The Consumer actor: one per push consumer instance, running its consume service.
 
 A thin Ray shell: it builds the service from a picklable factory (the service is
-client logic in ``rayq.consume_service``; this module never imports it), hands the
+client logic in ``rayq.consumer.service``; this module never imports it), hands the
 coordinator's ``assign``/``revoke`` calls through, and runs the timers: offset
 commits, orderly lock renewal, membership heartbeats and the consume-timeout scan.
 A restarted coordinator asks it to ``rejoin`` at once (no waiting for the heartbeat).
@@ -21,7 +21,7 @@ from typing import Any
 
 import ray
 
-from .metrics import REPORT_INTERVAL_S, record_tally
+from rayq.actors.metrics import REPORT_INTERVAL_S, record_tally
 
 logger = logging.getLogger(__name__)
 

@@ -22,12 +22,9 @@ from typing import Any
 
 import ray
 
-from rayq.store.clock import SYSTEM_CLOCK
-from rayq.store.errors import ClosedError, InvalidRequestError
-
-from .failover import RESTART_GRACE_S, node_alive, place_replicas, promote
-from .metrics import metric
-from .protocol import (
+from rayq.actors.failover import RESTART_GRACE_S, node_alive, place_replicas, promote
+from rayq.actors.metrics import metric
+from rayq.actors.protocol import (
     BROKER_ACTOR_PREFIX,
     CONSUMER_ACTOR_PREFIX,
     BrokerEntry,
@@ -58,9 +55,11 @@ from .protocol import (
     check,
     consumer_actor_name,
 )
-from .server.rebalance import Plan, Rebalancer
-from .server.routes import GroupTable, RouteTable
-from .server.stream_plans import StreamPlans
+from rayq.actors.server.rebalance import Plan, Rebalancer
+from rayq.actors.server.routes import GroupTable, RouteTable
+from rayq.actors.server.stream_plans import StreamPlans
+from rayq.store.clock import SYSTEM_CLOCK
+from rayq.store.errors import ClosedError, InvalidRequestError
 
 logger = logging.getLogger(__name__)
 
@@ -586,7 +585,7 @@ def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
     """Start (or get) the coordinator; pinned to ``node_id`` (the head) when given."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .protocol import COORDINATOR_NAME
+    from rayq.actors.protocol import COORDINATOR_NAME
 
     where = NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id else "DEFAULT"
     return (

@@ -41,13 +41,12 @@ from typing import Any
 import msgspec
 import ray
 
+from rayq.actors.broker import spawn_broker
+from rayq.actors.flusher import spawn_flusher
+from rayq.actors.protocol import BrokerInfo, broker_actor_name, replica_actor_names
+from rayq.actors.protocol.config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
+from rayq.actors.pull_hold import spawn_hold
 from rayq.store.errors import ConfigError
-
-from .broker import spawn_broker
-from .config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
-from .flusher import spawn_flusher
-from .protocol import BrokerInfo, broker_actor_name, replica_actor_names
-from .pull_hold import spawn_hold
 
 logger = logging.getLogger(__name__)
 

@@ -21,12 +21,11 @@ from typing import Any
 
 import ray
 
+from rayq.actors.metrics import metric, record_tally
+from rayq.actors.peers import PEER_LOST_ERRORS, Peer
+from rayq.actors.protocol import FlushTargets, broker_actor_name
 from rayq.store import DiskFlusher, StoreConfig
-
-from .metrics import metric, record_tally
-from .peers import PEER_LOST_ERRORS, Peer
-from .protocol import FlushTargets, broker_actor_name
-from .server.tally import Tally
+from rayq.store.tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +156,7 @@ def spawn_flusher(
 ) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .protocol import flusher_actor_name
+    from rayq.actors.protocol import flusher_actor_name
 
     return (
         ray.remote(FlusherActor)

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from .server.tally import Tally
+from rayq.store.tally import Tally
 
 REPORT_INTERVAL_S: Final[float] = 2.0  # how often an actor hands its tally to Ray
 

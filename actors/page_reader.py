@@ -16,7 +16,7 @@ files is empty. Its ranges come from the broker's queue ends (``plan_ranges``), 
 bound what it may read (file_view.py).
 
 Records left in the files: a caller on the reader's own node (``local_node`` is this
-node's id: Spark's executors, rayq/jvm RayqReader) gets the page without its bodies,
+node's id: Spark's executors, rayq/connectors/jvm RayqReader) gets the page without its bodies,
 only where each record lies in the commit-log runs the page was cut from
 (``columnar.refs_page``), and reads those runs from the files itself. The page then
 never crosses Ray's object store (a page of 1 KiB records is ~1/250 of its records'
@@ -35,14 +35,19 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from rayq.actors.malloc import keep_freed_memory
+from rayq.actors.protocol import (
+    PAGE_READERS,
+    ReadArrowRequest,
+    check,
+    check_json,
+    page_reader_actor_name,
+)
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.server import columnar
+from rayq.actors.server.broker_server import acl_service
 from rayq.store.bulk_reader import RecordPage
 from rayq.store.file_view import StoreFiles
-
-from .config import BrokerConfig
-from .malloc import keep_freed_memory
-from .protocol import PAGE_READERS, ReadArrowRequest, check, check_json, page_reader_actor_name
-from .server import columnar
-from .server.broker_server import acl_service
 
 
 class _Upto:
@@ -129,7 +134,7 @@ class PageReaderActor:
         self.service = PageReaderService(config, store_dir, node_id)
 
     def read_arrow_ipc(self, req: bytes) -> bytes:
-        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: rayq/jvm RayqReader), records
+        """As ``BrokerActor.read_arrow_ipc`` (the JVM's call: connectors/jvm RayqReader), records
         left in the files for a caller on this node."""
         return self.service.read_arrow_ipc(req)
 

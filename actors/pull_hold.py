@@ -23,11 +23,8 @@ from typing import Any
 import msgspec
 import ray
 
-from rayq.store.errors import BrokerUnavailableError
-
-from .config import BrokerConfig
-from .peers import PEER_LOST_ERRORS, Peer
-from .protocol import (
+from rayq.actors.peers import PEER_LOST_ERRORS, Peer
+from rayq.actors.protocol import (
     Park,
     PullManyRequest,
     PullManyResponse,
@@ -41,6 +38,8 @@ from .protocol import (
     nothing_new,
     to_wire,
 )
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.store.errors import BrokerUnavailableError
 
 logger = logging.getLogger(__name__)
 _encode = msgspec.msgpack.Encoder().encode
@@ -232,7 +231,7 @@ class PullHoldActor:
 def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from .protocol import hold_actor_name
+    from rayq.actors.protocol import hold_actor_name
 
     return (
         ray.remote(PullHoldActor)

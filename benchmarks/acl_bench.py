@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rayq.actors.auth import Credentials, Signer
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import CreateTopicRequest, check, to_wire
+from rayq.actors.protocol.auth import Credentials, Signer
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import EncodedBatch, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch

@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/arrow_encode_bench.py [--quick]
 
 Each round encodes one Arrow batch of ``--rows`` rows (a Spark writer's batch size) with
-an idempotent producer's properties, as ``rayq.arrow_io.write_batches`` does, and the
+an idempotent producer's properties, as ``rayq.connectors.arrow_io.write_batches`` does, and the
 best of ``--repeat`` rounds is reported (a shared 2-core machine is noisy).
 
 ``--part send-batch``: would the column path pay for ``Producer.send_batch``? Its input is

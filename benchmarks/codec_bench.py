@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rayq.actors.config import ClientConfig
-from rayq.produce_batch import prepare_batch
-from rayq.produce_validation import MAX_PROPERTIES_BYTES
+from rayq.actors.protocol.config import ClientConfig
+from rayq.producer.batch import prepare_batch
+from rayq.producer.validation import MAX_PROPERTIES_BYTES
 from rayq.store import InnerMessage, Message, MessageStore, StoreConfig, UniqIdGenerator
 from rayq.store.batch import encode_batch
 from rayq.store.codec import decode_records

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import CreateTopicRequest, PullRequest
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch

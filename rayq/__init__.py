@@ -13,7 +13,7 @@ The vocabulary the store needs (message records, statuses, errors, StoreConfig)
 lives in ``rayq.store`` and is re-exported here, so nothing imports upwards.
 """
 
-from rayq.actors.server.table_files import SubscriptionGroupConfig
+from rayq.actors.protocol.records import SubscriptionGroupConfig
 from rayq.errors import (
     BrokenError,
     BrokerBusyError,
@@ -57,30 +57,30 @@ __version__ = "0.1.0"
 # Names backed by Ray, imported on first use so that ``import rayq.store`` (and the
 # storage engine's tests) never import Ray.
 _LAZY = {
-    "Admin": "rayq.admin",
-    "AllocateStrategy": "rayq.push_consumer",
-    "ConsumeOrderlyStatus": "rayq.push_consumer",
-    "ConsumeStatus": "rayq.push_consumer",
+    "Admin": "rayq.admin.admin",
+    "AllocateStrategy": "rayq.consumer.push",
+    "ConsumeOrderlyStatus": "rayq.consumer.push",
+    "ConsumeStatus": "rayq.consumer.push",
     "MessageModel": "rayq.actors.protocol",
-    "MessageQueueListener": "rayq.pull_share",
-    "MessageSelector": "rayq.selector",
-    "PushConsumer": "rayq.push_consumer",
-    "BrokerConfig": "rayq.actors.config",
-    "BrokerRole": "rayq.actors.config",
-    "ClientConfig": "rayq.actors.config",
-    "Credentials": "rayq.actors.auth",
+    "MessageQueueListener": "rayq.consumer.shares",
+    "MessageSelector": "rayq.consumer.selector",
+    "PushConsumer": "rayq.consumer.push",
+    "BrokerConfig": "rayq.actors.protocol.config",
+    "BrokerRole": "rayq.actors.protocol.config",
+    "ClientConfig": "rayq.actors.protocol.config",
+    "Credentials": "rayq.actors.protocol.auth",
     "Cluster": "rayq.cluster",
     "ConsumeFromWhere": "rayq.actors.protocol",
     "MessageQueue": "rayq.actors.protocol",
-    "Producer": "rayq.producer",
-    "PullConsumer": "rayq.pull_consumer",
+    "Producer": "rayq.producer.producer",
+    "PullConsumer": "rayq.consumer.pull",
     "PullStatus": "rayq.actors.protocol",
     "QueueProgress": "rayq.actors.protocol",
     "QueueStats": "rayq.actors.protocol",
     "SendResult": "rayq.actors.protocol",
     "SendStatus": "rayq.actors.protocol",
-    "TransactionListener": "rayq.transaction_producer",
-    "TransactionProducer": "rayq.transaction_producer",
+    "TransactionListener": "rayq.producer.transaction",
+    "TransactionProducer": "rayq.producer.transaction",
     "TransactionStatus": "rayq.actors.protocol",
     "ServiceState": "rayq.service_state",
     "connect": "rayq.cluster",

@@ -25,7 +25,6 @@ from typing import Any
 import ray
 
 from rayq.actors.broker import spawn_broker
-from rayq.actors.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
 from rayq.actors.coordinator import spawn_coordinator
 from rayq.actors.failover import BROKER_RESOURCE_PREFIX, replica_nodes
 from rayq.actors.flusher import spawn_flusher
@@ -37,12 +36,14 @@ from rayq.actors.protocol import (
     hold_actor_name,
     replica_actor_names,
 )
+from rayq.actors.protocol.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
 from rayq.actors.pull_hold import spawn_hold
 from rayq.store.errors import BrokerUnavailableError, ConfigError
+from rayq.transport.namespace import current_namespace as current_namespace
+from rayq.transport.namespace import set_current_namespace
 
 logger = logging.getLogger(__name__)
 
-_current_namespace = NAMESPACE
 START_TIMEOUT_S = 120.0
 
 
@@ -154,7 +155,6 @@ def start(
     (``brokers`` and ``slaves`` ignored). Raises ConfigError, and leaves it alone, if a
     deployment already runs in ``namespace`` (attach to it with :func:`connect`).
     """
-    global _current_namespace
     if placement not in ("local", "resource"):
         raise ConfigError(f"placement must be 'local' or 'resource', got {placement!r}")
     if not isinstance(brokers, int) or isinstance(brokers, bool) or not 1 <= brokers <= 26:
@@ -240,7 +240,7 @@ def start(
         replicas.append(replica)
         if broker_id == 0:
             names.append(name)
-    _current_namespace = namespace
+    set_current_namespace(namespace)
     logger.info(
         "rayq started: %d broker(s) %s (replicas %s), stores under %s",
         len(names),
@@ -293,7 +293,6 @@ def _started(refs: Any, what: str) -> None:
 
 def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
     """Attach this Ray driver to a running rayq deployment in ``namespace``."""
-    global _current_namespace
     if not ray.is_initialized():
         ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
     try:
@@ -303,7 +302,7 @@ def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
             f"no rayq deployment in Ray namespace {namespace!r}: start one with rayq.start() "
             "or check the namespace"
         ) from None
-    _current_namespace = namespace
+    set_current_namespace(namespace)
 
 
 class _DropNotices(logging.Filter):
@@ -326,10 +325,6 @@ def _quiet_ray_start() -> Iterator[None]:
         yield
     finally:
         target.removeFilter(notices)
-
-
-def current_namespace() -> str:
-    return _current_namespace
 
 
 def _asdict(cfg: BrokerConfig) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 What a writer of Arrow rows sends: the Spark and Ray Data writers in Python tasks
 (rayq/arrow_io.py) and the broker's ``put_arrow`` (the rows Spark's JVM sends:
-rayq/jvm). ``encoded_puts`` cuts a stream of record batches into batches of at most
+rayq/connectors/jvm). ``encoded_puts`` cuts a stream of record batches into batches of at most
 ``put_bytes`` of records by a deterministic rule over the rows alone (so a re-run
 Spark task cuts the same batches), numbers the rows from 0 (the idempotent sequence
 numbers of one producer id: actors/server/dedupe.py) and encodes each batch with
@@ -26,8 +26,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from . import properties as P
-from .arrow_encode import (
+from rayq.store import properties as P
+from rayq.store.arrow_encode import (
     ArrowRows,
     arrow_rows,
     cuts,
@@ -36,8 +36,8 @@ from .arrow_encode import (
     record_bounds,
     sequence_ids,
 )
-from .batch import EncodedBatch
-from .errors import InvalidMessageError
+from rayq.store.batch import EncodedBatch
+from rayq.store.errors import InvalidMessageError
 
 MAX_BODY_BYTES: Final[int] = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES: Final[int] = 32 * 1024

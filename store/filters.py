@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import msgspec
 
-from .errors import InvalidMessageError
+from rayq.store.errors import InvalidMessageError
 
 SUB_ALL = "*"
 

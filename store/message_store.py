@@ -39,9 +39,9 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from . import codec
-from . import properties as P
-from .batch import (
+from rayq.store import codec
+from rayq.store import properties as P
+from rayq.store.batch import (
     BatchRejected,
     EncodedBatch,
     check_encoded,
@@ -50,14 +50,14 @@ from .batch import (
     own_layout,
     split_by_queue,
 )
-from .bulk_reader import RecordPage, read_page
-from .checkpoint import ABORT_NAME, load_checkpoint
-from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import CommitLog, DispatchBatch
-from .config import DEFAULT_STORE_CONFIG, StoreConfig
-from .consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
-from .disk_gauge import DiskGauge
-from .errors import (
+from rayq.store.bulk_reader import RecordPage, read_page
+from rayq.store.checkpoint import ABORT_NAME, load_checkpoint
+from rayq.store.clock import SYSTEM_CLOCK, Clock
+from rayq.store.commitlog import CommitLog, DispatchBatch
+from rayq.store.config import DEFAULT_STORE_CONFIG, StoreConfig
+from rayq.store.consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
+from rayq.store.disk_gauge import DiskGauge
+from rayq.store.errors import (
     ClosedError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -65,12 +65,12 @@ from .errors import (
     RayqError,
     StoreLockedError,
 )
-from .filters import TagFilter
-from .flush import DiskFlusher
-from .index_file import IndexService
-from .json_file import JsonFile
-from .manifest import DispatchManifest, damaged_queues, index_damaged
-from .message import (
+from rayq.store.filters import TagFilter
+from rayq.store.flush import DiskFlusher
+from rayq.store.index_file import IndexService
+from rayq.store.json_file import JsonFile
+from rayq.store.manifest import DispatchManifest, damaged_queues, index_damaged
+from rayq.store.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -81,19 +81,19 @@ from .message import (
     PutResult,
     PutStatus,
 )
-from .names import (
+from rayq.store.names import (
     NAME_PATTERN,
     NO_QUEUE_TOPICS,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     validate_topic,
 )
-from .reader import QueueReader
-from .recovery import RecoveryReport, rebuild_scan, validate_tail
-from .replica import append_chunk, read_chunk, whole_records
-from .retention import RetentionPolicy, RetentionReport
-from .scanner import GoodRun
-from .warm import Warmer
+from rayq.store.reader import QueueReader
+from rayq.store.recovery import RecoveryReport, rebuild_scan, validate_tail
+from rayq.store.replica import append_chunk, read_chunk, whole_records
+from rayq.store.retention import RetentionPolicy, RetentionReport
+from rayq.store.scanner import GoodRun
+from rayq.store.warm import Warmer
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,12 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from .errors import ConfigError, InvalidGroupError, InvalidTopicError, PermissionDeniedError
+from rayq.store.errors import (
+    ConfigError,
+    InvalidGroupError,
+    InvalidTopicError,
+    PermissionDeniedError,
+)
 
 # Use with ``fullmatch``: ``$`` would also match before a final newline ("orders\n").
 NAME_PATTERN: Final[re.Pattern[str]] = re.compile(r"[%|a-zA-Z0-9_-]+")

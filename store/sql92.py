@@ -38,8 +38,8 @@ import struct
 from collections.abc import Callable
 from functools import lru_cache
 
-from .errors import InvalidFilterError
-from .properties import decode_properties
+from rayq.store.errors import InvalidFilterError
+from rayq.store.properties import decode_properties
 
 Props = dict[str, str]
 Pred = Callable[[Props], bool | None]

@@ -45,7 +45,7 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
-from rayq.actors.auth import signature
+from rayq.actors.protocol.auth import signature
 from rayq.store.errors import PermissionDeniedError
 
 logger = logging.getLogger(__name__)

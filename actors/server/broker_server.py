@@ -28,7 +28,6 @@ from typing import Any
 import msgspec
 import pyarrow as pa
 
-from rayq.actors.config import BrokerConfig, ClientConfig, replica_name
 from rayq.actors.protocol import (
     PAGE_READERS,
     ArrowPage,
@@ -96,6 +95,35 @@ from rayq.actors.protocol import (
     ViewMessageRequest,
     page_reader_actor_name,
 )
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig, replica_name
+from rayq.actors.server import columnar
+from rayq.actors.server.acl import AclService
+from rayq.actors.server.dedupe import Verdict, open_sequences
+from rayq.actors.server.put_rate import PutRate
+from rayq.actors.server.queue_locks import QueueLocks
+from rayq.actors.server.replication import (
+    MasterReplication,
+    SlaveReplication,
+    apply_tables,
+    merge_slave_offsets,
+    snapshot_tables,
+)
+from rayq.actors.server.schedule import ScheduleService
+from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
+from rayq.actors.server.table_files import (
+    CONFIG_DIR_NAME,
+    PERM_ALL,
+    PERM_READ,
+    PERM_WRITE,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    check_broadcast,
+    is_readable,
+    is_writeable,
+    offset_key,
+)
+from rayq.actors.server.tables import ConfigStore
+from rayq.actors.server.transactions import TransactionService
 from rayq.store import SYSTEM_CLOCK, EncodedBatch, MessageStore, PutStatus, TagFilter
 from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
 from rayq.store.batch import BatchRejected, check_encoded
@@ -126,35 +154,6 @@ from rayq.store.names import (
     validate_topic,
 )
 from rayq.store.sql92 import SqlFilter, compile_sql, sql_filter_records
-
-from . import columnar
-from .acl import AclService
-from .dedupe import Verdict, open_sequences
-from .put_rate import PutRate
-from .queue_locks import QueueLocks
-from .replication import (
-    MasterReplication,
-    SlaveReplication,
-    apply_tables,
-    merge_slave_offsets,
-    snapshot_tables,
-)
-from .schedule import ScheduleService
-from .send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
-from .table_files import (
-    CONFIG_DIR_NAME,
-    PERM_ALL,
-    PERM_READ,
-    PERM_WRITE,
-    SubscriptionGroupConfig,
-    TopicConfig,
-    check_broadcast,
-    is_readable,
-    is_writeable,
-    offset_key,
-)
-from .tables import ConfigStore
-from .transactions import TransactionService
 
 ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
 

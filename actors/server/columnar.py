@@ -47,6 +47,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rayq.actors.protocol.arrow import SCHEMA as SCHEMA
+from rayq.actors.protocol.arrow import from_ipc as from_ipc
 from rayq.store import codec
 from rayq.store import properties as P
 from rayq.store.bulk_reader import RecordPage, rows
@@ -56,22 +58,6 @@ from rayq.store.message_store import MessageStore
 
 logger = logging.getLogger(__name__)
 
-SCHEMA: Final = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("broker", pa.string()),
-        ("queue_id", pa.int32()),
-        ("queue_offset", pa.int64()),
-        ("msg_id", pa.string()),
-        ("tags", pa.string()),
-        ("keys", pa.list_(pa.string())),
-        ("body", pa.binary()),
-        ("properties", pa.map_(pa.string(), pa.string())),
-        ("born_timestamp", pa.timestamp("us", tz="UTC")),
-        ("store_timestamp", pa.timestamp("us", tz="UTC")),
-        ("reconsume_times", pa.int32()),
-    ]
-)
 MAX_ENTRIES_PER_READ: Final[int] = 65536
 
 _HEADER: Final = np.dtype(
@@ -203,7 +189,7 @@ _PAGE_HEAD: Final = np.dtype([("next_offset", "<i8"), ("rows", "<i8")])
 
 
 def page_bytes(batch: pa.RecordBatch, next_offset: int) -> bytes:
-    """A page for the JVM (rayq/jvm RayqReader): ``_PAGE_HEAD``, then ``batch`` as an
+    """A page for the JVM (rayq/connectors/jvm RayqReader): ``_PAGE_HEAD``, then ``batch`` as an
     Arrow IPC stream unless it has no columns."""
     sink = pa.BufferOutputStream()
     sink.write(np.array([(next_offset, batch.num_rows)], _PAGE_HEAD).tobytes())
@@ -229,7 +215,7 @@ def refs_page(
     segment_size: int,
 ) -> bytes | None:
     """``pages`` as a page for a reader on the broker's node that reads the records from
-    the commit-log files itself and checks their CRCs there (rayq/jvm CommitLogRuns), or
+    the commit-log files itself and checks their CRCs there (rayq/connectors/jvm CommitLogRuns), or
     None when a body it asks for is compressed (it must be inflated here: the caller
     sends the whole page).
 
@@ -497,8 +483,3 @@ def to_ipc(batch: pa.RecordBatch) -> bytes:
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes) -> list[pa.RecordBatch]:
-    with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
-        return list(reader)

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 from rayq.actors.protocol import MemberSpec as MemberSpec  # re-exported
 from rayq.actors.protocol import MessageModel, MessageQueue
+from rayq.actors.server.allocation import STRATEGIES, AllocateStrategy, allocate_by_config
 from rayq.store.errors import ConfigError
-
-from .allocation import STRATEGIES, AllocateStrategy, allocate_by_config
 
 
 @dataclass

@@ -32,14 +32,13 @@ from collections.abc import Callable
 
 import msgspec
 
+from rayq.actors.protocol import HaChunk, HaFetch, MetadataReply, MetadataRequest, ReplicaStatus
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.server.tables import ConfigStore
+from rayq.actors.server.transactions import TransactionService
 from rayq.store import MessageStore
 from rayq.store.epochs import EpochHistory
 from rayq.store.errors import ReplicationError
-
-from ..config import BrokerConfig
-from ..protocol import HaChunk, HaFetch, MetadataReply, MetadataRequest, ReplicaStatus
-from .tables import ConfigStore
-from .transactions import TransactionService
 
 logger = logging.getLogger(__name__)
 
@@ -301,7 +300,7 @@ def snapshot_tables(tables: ConfigStore) -> MetadataReply:
 def merge_slave_offsets(tables: ConfigStore, req: MetadataRequest) -> int:
     """Consumer offsets committed on a slave while its master was away: kept where they
     are ahead of the master's. Returns how many queues moved."""
-    from .table_files import split_offset_key
+    from rayq.actors.server.table_files import split_offset_key
 
     moved = 0
     for key, queues in req.offsets.items():
@@ -320,7 +319,7 @@ def apply_tables(
 ) -> None:
     """Replace a slave's tables with its master's, then re-apply ``keep`` (consumer offsets
     committed on the slave that the master has not had yet), and persist."""
-    from .table_files import (
+    from rayq.actors.server.table_files import (
         ConsumerOffsetFile,
         DelayOffsetFile,
         SubscriptionGroupsFile,

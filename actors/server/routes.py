@@ -3,7 +3,6 @@ pull-consumer members of each group per topic (group shares)."""
 
 from __future__ import annotations
 
-from rayq.actors.config import replica_name
 from rayq.actors.protocol import (
     AllocateStrategy,
     BrokerInfo,
@@ -12,10 +11,10 @@ from rayq.actors.protocol import (
     QueueData,
     TopicRoute,
 )
+from rayq.actors.protocol.config import replica_name
+from rayq.actors.server.allocation import STRATEGIES, allocate_by_config
+from rayq.actors.server.table_files import PERM_WRITE
 from rayq.store.errors import ConfigError
-
-from .allocation import STRATEGIES, allocate_by_config
-from .table_files import PERM_WRITE
 
 
 class RouteTable:

@@ -59,6 +59,10 @@ from typing import Final
 import msgspec
 
 from rayq.actors.protocol import ScheduleStats
+from rayq.actors.protocol.delay_levels import DELIVER_AT_QUEUE_ID, DelayLevels
+from rayq.actors.protocol.limits import DELIVER_AT_MAX_AHEAD_MS as DELIVER_AT_MAX_AHEAD_MS
+from rayq.actors.server.table_files import SCHEDULE_TOPIC, DeliverAtProgress
+from rayq.actors.server.tables import DelayOffsetTable
 from rayq.store import properties as P
 from rayq.store.batch import BatchRejected, EncodedBatch, check_encoded
 from rayq.store.clock import Clock
@@ -67,16 +71,11 @@ from rayq.store.errors import InvalidMessageError
 from rayq.store.message import GetStatus, InnerMessage, MessageExt, PutResult, PutStatus
 from rayq.store.message_store import MessageStore
 
-from .delay_levels import DELIVER_AT_QUEUE_ID, DelayLevels
-from .table_files import SCHEDULE_TOPIC, DeliverAtProgress
-from .tables import DelayOffsetTable
-
 logger = logging.getLogger(__name__)
 
 SCHEDULE_TICK_MS: Final[int] = 100  # longest sleep between ticks (RocketMQ DELAY_FOR_A_WHILE)
 MIN_TICK_MS: Final[int] = 5
 DELIVER_MAX_PER_TICK: Final[int] = 2048  # per queue, so one tick stays short
-DELIVER_AT_MAX_AHEAD_MS: Final[int] = 3 * 24 * 3600 * 1000  # the producer's limit
 CLOCK_SKEW_MS: Final[int] = 60_000  # the broker allows the producer's clock to be this far ahead
 READ_BATCH: Final[int] = 32
 _GROUP: Final[str] = "SCHEDULE"  # get_messages wants a group; offsets are ours

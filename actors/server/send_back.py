@@ -29,18 +29,17 @@ from typing import Final
 
 import msgspec
 
+from rayq.actors.protocol.limits import DEFAULT_MAX_RECONSUME_TIMES as DEFAULT_MAX_RECONSUME_TIMES
+from rayq.actors.server.table_files import SCHEDULE_TOPIC
 from rayq.store import properties as P
 from rayq.store.errors import InvalidMessageError, InvalidOffsetError
 from rayq.store.message import InnerMessage, MessageExt
 from rayq.store.message_store import MessageStore
 from rayq.store.names import dlq_topic, retry_topic, validate_group
 
-from .table_files import SCHEDULE_TOPIC
-
 RETRY_DELAY_LEVEL_BASE: Final[int] = 3  # RocketMQ: first retry after level 3 (10 s)
 # Retry and dead-letter topics have one queue (RocketMQ retryQueueNums, DLQ_NUMS_PER_GROUP).
 GROUP_TOPIC_QUEUE_NUMS: Final[int] = 1
-DEFAULT_MAX_RECONSUME_TIMES: Final[int] = 16
 SEND_BACK_MAX_ITEMS: Final[int] = 4096
 _PARKING: Final = (P.DELAY, P.DELIVER_AT_MS, P.REAL_TOPIC, P.REAL_QID)
 

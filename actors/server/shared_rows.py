@@ -1,6 +1,6 @@
 """Rows a Spark executor on the broker's node hands over in shared memory.
 
-Spark's rayq sink (rayq/jvm RayqWriter) sends each put's rows as an Arrow IPC stream.
+Spark's rayq sink (rayq/connectors/jvm RayqWriter) sends each put's rows as an Arrow IPC stream.
 Through Ray, a stream of 8 MiB is copied into the object store (whose pages are faulted
 in and zeroed anew for every object), out of it into a Python ``bytes``, and encoded
 from there. An executor on the broker's node instead writes the stream into a slot: a
@@ -35,13 +35,13 @@ import stat
 import time
 from typing import Final
 
+from rayq.actors.protocol.rows import PATH_PATTERN as PATH_PATTERN
+from rayq.actors.protocol.rows import SHARED_DIR as SHARED_DIR
 from rayq.store.errors import InvalidRequestError
 
 logger = logging.getLogger(__name__)
 
-SHARED_DIR: Final[str] = "/dev/shm"
 NAME: Final = re.compile(r"rayq-put-[0-9a-f]{32}")
-PATH_PATTERN: Final[str] = r"^(/dev/shm/rayq-put-[0-9a-f]{32})?$"  # ArrowPutRequest.rows_file
 IDLE_S: Final[float] = 60.0  # a mapping not used for this long is dropped
 MAX_FILES: Final[int] = 256  # mappings kept at most (the least recently used go first)
 

@@ -50,8 +50,68 @@ from typing import Annotated, Any, Final, TypeVar
 import msgspec
 from msgspec import Meta
 
+from rayq.actors.protocol.records import (
+    ACKED_RANGES_MAX as ACKED_RANGES_MAX,
+)
+from rayq.actors.protocol.records import (
+    PERM_ALL as PERM_ALL,
+)
+from rayq.actors.protocol.records import (
+    PERM_INHERIT as PERM_INHERIT,
+)
+from rayq.actors.protocol.records import (
+    PERM_READ as PERM_READ,
+)
+from rayq.actors.protocol.records import (
+    PERM_WRITE as PERM_WRITE,
+)
+from rayq.actors.protocol.records import (
+    QUEUE_ID_MAX as QUEUE_ID_MAX,
+)
+from rayq.actors.protocol.records import (
+    QUEUE_OFFSET_MAX as QUEUE_OFFSET_MAX,
+)
+from rayq.actors.protocol.records import (
+    AckedRange as AckedRange,
+)
+from rayq.actors.protocol.records import (
+    AckedRanges as AckedRanges,
+)
+from rayq.actors.protocol.records import (
+    Count as Count,
+)
+from rayq.actors.protocol.records import (
+    Name as Name,
+)
+from rayq.actors.protocol.records import (
+    Perm as Perm,
+)
+from rayq.actors.protocol.records import (
+    QueueId as QueueId,
+)
+from rayq.actors.protocol.records import (
+    QueueOffset as QueueOffset,
+)
+from rayq.actors.protocol.records import (
+    SubscriptionGroupConfig as SubscriptionGroupConfig,
+)
+from rayq.actors.protocol.records import (
+    TopicConfig as TopicConfig,
+)
+from rayq.actors.protocol.records import (
+    check_acked_ranges as check_acked_ranges,
+)
+from rayq.actors.protocol.records import (
+    check_broadcast as check_broadcast,
+)
+from rayq.actors.protocol.records import (
+    is_readable as is_readable,
+)
+from rayq.actors.protocol.records import (
+    is_writeable as is_writeable,
+)
 from rayq.store.config import NonNegative
-from rayq.store.errors import PermissionDeniedError, RayqError
+from rayq.store.errors import RayqError
 from rayq.store.json_file import Salvaged
 from rayq.store.names import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # re-exported
 from rayq.store.names import validate_group, validate_topic
@@ -64,82 +124,23 @@ SUBSCRIPTION_GROUP_FILE_NAME: Final[str] = "subscriptionGroup.json"
 CONSUMER_OFFSET_FILE_NAME: Final[str] = "consumerOffset.json"
 DELAY_OFFSET_FILE_NAME: Final[str] = "delayOffset.json"
 
-# RocketMQ PermName bits.
-PERM_READ: Final[int] = 4
-PERM_WRITE: Final[int] = 2
-PERM_INHERIT: Final[int] = 1
-PERM_ALL: Final[int] = PERM_READ | PERM_WRITE | PERM_INHERIT
 
 # Delayed messages wait in queue (level - 1) of this topic; delayOffset.json tracks each queue.
 DELAY_LEVEL_MIN: Final[int] = 1
 DELAY_LEVEL_MAX: Final[int] = 2**31 - 1
-QUEUE_ID_MAX: Final[int] = 2**31 - 1
-QUEUE_OFFSET_MAX: Final[int] = 2**63 - 1
 
-# A push consumer commits, with a queue's offset, the ranges [start, end) past it that it
-# already consumed (so only the rest comes again after a crash): at most this many per queue.
-ACKED_RANGES_MAX: Final[int] = 256
 
 # Consumer offset keys are "<topic>@<group>"; legal names (names.py) never contain the separator.
 OFFSET_KEY_SEPARATOR: Final[str] = "@"
 QUEUE_OFFSET_UNKNOWN: Final[int] = -1
 
-Name = Annotated[str, Meta(min_length=1)]
-Perm = Annotated[int, Meta(ge=0, le=PERM_ALL)]
 DelayLevel = Annotated[int, Meta(ge=DELAY_LEVEL_MIN, le=DELAY_LEVEL_MAX)]
-QueueId = Annotated[int, Meta(ge=0, le=QUEUE_ID_MAX)]
-QueueOffset = Annotated[int, Meta(ge=0, le=QUEUE_OFFSET_MAX)]
-Count = Annotated[int, Meta(ge=0, le=2**31 - 1)]  # queue numbers, retry counts, flags
 
 T = TypeVar("T", bound=msgspec.Struct)
 C = TypeVar("C", bound=msgspec.Struct)
 
 
-def is_readable(perm: int) -> bool:
-    return perm & PERM_READ == PERM_READ
-
-
-def is_writeable(perm: int) -> bool:
-    return perm & PERM_WRITE == PERM_WRITE
-
-
 # --- records and file schemas ------------------------------------------------------------------
-
-
-class TopicConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """One topic (RocketMQ ``TopicConfig``)."""
-
-    topic_name: Name
-    read_queue_nums: Count = 4
-    write_queue_nums: Count = 4
-    perm: Perm = PERM_READ | PERM_WRITE
-    order: bool = False
-    topic_sys_flag: Count = 0
-
-
-class SubscriptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """One consumer group (RocketMQ ``SubscriptionGroupConfig``)."""
-
-    group_name: Name
-    consume_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: Count = 1
-    retry_max_times: Count = 16
-    broker_id: Count = 0
-    which_broker_when_consume_slowly: Count = 1
-    notify_consumer_ids_changed_enable: bool = True
-    consume_message_orderly: bool = False
-
-
-def check_broadcast(group: SubscriptionGroupConfig, broker: str) -> None:
-    """PermissionDeniedError if ``group`` refuses broadcasting consumers."""
-    if not group.consume_broadcast_enable:
-        raise PermissionDeniedError(
-            f"consumer group {group.group_name!r} does not allow broadcasting consumers "
-            f"(consume_broadcast_enable is off on broker {broker}); consume with "
-            "MessageModel.CLUSTERING or turn it on with Admin.update_group",
-            group=group.group_name,
-        )
 
 
 def _check_keys_match(pairs: Iterable[tuple[str, str]]) -> None:
@@ -169,10 +170,6 @@ class SubscriptionGroupsFile(msgspec.Struct, kw_only=True):
         _check_keys_match((k, v.group_name) for k, v in self.subscription_group_table.items())
 
 
-AckedRange = tuple[QueueOffset, QueueOffset]  # [start, end) of queue offsets
-AckedRanges = Annotated[list[AckedRange], Meta(max_length=ACKED_RANGES_MAX)]
-
-
 class ConsumerOffsetFile(msgspec.Struct, kw_only=True):
     """Schema of consumerOffset.json (``acked_table`` is absent from files of older
     versions): per queue, the next offset to consume and the ranges past it consumed
@@ -190,39 +187,6 @@ class ConsumerOffsetFile(msgspec.Struct, kw_only=True):
                 if queue_id not in offsets:
                     raise ValueError(f"acked_table[{key!r}][{queue_id}] has no offset")
                 check_acked_ranges(offsets[queue_id], ranges, ValueError)
-
-
-def check_acked_ranges(
-    queue_offset: int, ranges: Iterable[Any], error: type[Exception]
-) -> list[tuple[int, int]]:
-    """``ranges`` as a sorted list of ``(start, end)`` with ``queue_offset < start < end``,
-    each starting past the previous one's end (adjacent ones merged); else ``error``
-    naming the bad range. At most ``ACKED_RANGES_MAX``."""
-    out: list[tuple[int, int]] = []
-    low = queue_offset + 1
-    for item in ranges:
-        start, end = _range_pair(item, error)
-        if not low <= start < end <= QUEUE_OFFSET_MAX:
-            raise error(
-                f"acked range [{start}, {end}) must start at or past {low} (past the committed "
-                f"offset {queue_offset} and the previous range) and end after its start"
-            )
-        if out and out[-1][1] == start:
-            out[-1] = (out[-1][0], end)
-        else:
-            out.append((start, end))
-        low = end
-    if len(out) > ACKED_RANGES_MAX:
-        raise error(f"{len(out)} acked ranges, more than the {ACKED_RANGES_MAX} kept per queue")
-    return out
-
-
-def _range_pair(item: Any, error: type[Exception]) -> tuple[int, int]:
-    ok = isinstance(item, list | tuple) and len(item) == 2
-    ok = ok and all(type(v) is int for v in item)
-    if not ok:
-        raise error(f"an acked range must be a pair of ints (start, end), got {item!r}")
-    return item[0], item[1]
 
 
 class DeliverAtProgress(msgspec.Struct, frozen=True, kw_only=True):

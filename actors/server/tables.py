@@ -22,19 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from rayq.store.config import check_fields
-from rayq.store.errors import (
-    ClosedError,
-    ConfigError,
-    InvalidMessageError,
-    InvalidOffsetError,
-    RayqError,
-    StoreError,
-)
-from rayq.store.json_file import JsonFile, SalvageFn
-from rayq.store.names import validate_group, validate_topic
-
-from .table_files import (
+from rayq.actors.server.table_files import (
     CONFIG_DIR_NAME,
     CONSUMER_OFFSET_FILE_NAME,
     DELAY_LEVEL_MAX,
@@ -60,6 +48,17 @@ from .table_files import (
     salvage_topics,
     split_offset_key,
 )
+from rayq.store.config import check_fields
+from rayq.store.errors import (
+    ClosedError,
+    ConfigError,
+    InvalidMessageError,
+    InvalidOffsetError,
+    RayqError,
+    StoreError,
+)
+from rayq.store.json_file import JsonFile, SalvageFn
+from rayq.store.names import validate_group, validate_topic
 
 logger = logging.getLogger(__name__)
 

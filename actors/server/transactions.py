@@ -45,6 +45,7 @@ from typing import Final
 
 import msgspec
 
+from rayq.actors.server.dedupe import PRODUCER_ID, PRODUCER_SEQ
 from rayq.store import MessageStore
 from rayq.store import properties as P
 from rayq.store.codec import Check
@@ -61,8 +62,6 @@ from rayq.store.message import (
 )
 from rayq.store.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rayq.store.scanner import GoodRun, scan
-
-from .dedupe import PRODUCER_ID, PRODUCER_SEQ
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import TypeVar
 import pytest
 
 import rayq
-from rayq.actors.config import ClientConfig
+from rayq.actors.protocol.config import ClientConfig
 
 NAMESPACE = "rayq-test-acl"
 BROKER_OVERRIDES = {"acl_enable": True}

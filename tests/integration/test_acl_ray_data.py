@@ -1,4 +1,4 @@
-"""ACL on, through Ray Data: ``rayq.data`` reads and writes signed with
+"""ACL on, through Ray Data: ``rayq.connectors.ray_data`` reads and writes signed with
 ``config=ClientConfig(credentials=...)`` (planning on the driver, reads and puts in Ray
 tasks) work; without credentials, or without the perm, they raise PermissionDeniedError;
 the secret shows in no repr, name or error."""
@@ -14,7 +14,7 @@ import pytest
 import ray
 
 import rayq
-import rayq.data
+import rayq.connectors.ray_data
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-acl-ray-data"
@@ -81,14 +81,16 @@ def deployment(cluster: rayq.Cluster) -> rayq.Cluster:
 def test_read_and_write_with_credentials(deployment: rayq.Cluster) -> None:
     """Given ACL on, when a read and a write carry credentials, then every call is signed:
     the driver plans, the read tasks read and the write tasks put."""
-    ds = rayq.data.read_topic(SOURCE, namespace=NAMESPACE, config=config(APP))
+    ds = rayq.connectors.ray_data.read_topic(SOURCE, namespace=NAMESPACE, config=config(APP))
     assert sorted(r["body"] for r in ds.take_all()) == sorted(f"e{i}".encode() for i in range(20))
     assert_no_secret(repr(ds))
-    sink = rayq.data.TopicDatasink(SINK, body_col="body", namespace=NAMESPACE, config=config(APP))
+    sink = rayq.connectors.ray_data.TopicDatasink(
+        SINK, body_col="body", namespace=NAMESPACE, config=config(APP)
+    )
     ds.select_columns(["body"]).write_datasink(sink)
     assert sink.rows_written == 20
     assert_no_secret(repr(sink) + sink.get_name())
-    copy = rayq.data.read_topic(SINK, namespace=NAMESPACE, config=config(READER))
+    copy = rayq.connectors.ray_data.read_topic(SINK, namespace=NAMESPACE, config=config(READER))
     assert copy.count() == 20
 
 
@@ -96,10 +98,10 @@ def test_read_and_write_without_credentials_are_refused(deployment: rayq.Cluster
     """Given ACL on, when a read or a write carries no credentials, then it raises
     PermissionDeniedError (a read while planning, a write from its task)."""
     with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
-        rayq.data.read_topic(SOURCE, namespace=NAMESPACE)
+        rayq.connectors.ray_data.read_topic(SOURCE, namespace=NAMESPACE)
     rows = ray.data.from_arrow(pa.table({"body": [b"x", b"y"]}))
     with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
-        rows.write_datasink(rayq.data.TopicDatasink(SINK, namespace=NAMESPACE))
+        rows.write_datasink(rayq.connectors.ray_data.TopicDatasink(SINK, namespace=NAMESPACE))
 
 
 def test_page_readers_check_the_brokers_acl(deployment: rayq.Cluster) -> None:
@@ -108,9 +110,9 @@ def test_page_readers_check_the_brokers_acl(deployment: rayq.Cluster) -> None:
     may start them is the broker's to say too (``page_readers`` signed, or refused)."""
     import json
 
-    from rayq import arrow_io
-    from rayq.actors.auth import Signer
     from rayq.actors.protocol import PageReadersRequest, broker_actor_name
+    from rayq.actors.protocol.auth import Signer
+    from rayq.connectors import arrow_io
 
     broker = deployment.broker_names[0]
     with pytest.raises(rayq.PermissionDeniedError, match="no credentials"):
@@ -130,21 +132,23 @@ def test_the_tasks_sign_with_the_given_account(deployment: rayq.Cluster) -> None
     a wrong secret fails the signature), and the errors do not show the secret."""
 
     def stored() -> int:
-        return rayq.data.read_topic(SINK, namespace=NAMESPACE, config=config(APP)).count()
+        return rayq.connectors.ray_data.read_topic(
+            SINK, namespace=NAMESPACE, config=config(APP)
+        ).count()
 
     before = stored()
     rows = ray.data.from_arrow(pa.table({"body": [b"x", b"y"]}))
-    sink = rayq.data.TopicDatasink(SINK, namespace=NAMESPACE, config=config(READER))
+    sink = rayq.connectors.ray_data.TopicDatasink(SINK, namespace=NAMESPACE, config=config(READER))
     with pytest.raises(rayq.PermissionDeniedError, match=r"'reader'.*no PUB") as denied:
         rows.write_datasink(sink)
     assert_no_secret(str(denied.value))
     wrong = rayq.Credentials(access_key="app", secret_key="not-the-app-secret")
     with pytest.raises(rayq.PermissionDeniedError, match="bad signature") as bad:
-        rayq.data.read_topic(SOURCE, namespace=NAMESPACE, config=config(wrong))
+        rayq.connectors.ray_data.read_topic(SOURCE, namespace=NAMESPACE, config=config(wrong))
     assert "not-the-app-secret" not in str(bad.value)
     assert stored() == before  # nothing refused was stored
 
 
 def test_config_must_be_a_client_config(deployment: rayq.Cluster) -> None:
     with pytest.raises(rayq.ConfigError, match=r"config must be a rayq\.ClientConfig"):
-        rayq.data.read_topic(SOURCE, namespace=NAMESPACE, config=APP)  # type: ignore[arg-type]
+        rayq.connectors.ray_data.read_topic(SOURCE, namespace=NAMESPACE, config=APP)  # type: ignore[arg-type]

@@ -11,11 +11,11 @@ import pytest
 import rayq
 import rayq.cluster
 from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue, PullRequest
-from rayq.admin import Admin
-from rayq.client import ClientContext
-from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
+from rayq.admin.admin import Admin
+from rayq.consumer.pull import ConsumeFromWhere, PullConsumer
 from rayq.store import InnerMessage, encode_batch
 from rayq.store.message import COMPRESSED_FLAG
+from rayq.transport.context import ClientContext
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,6 @@ import pytest
 import ray
 
 from rayq.actors.broker import spawn_broker
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
     ClientRequest,
     Park,
@@ -25,7 +24,7 @@ from rayq.actors.protocol import (
     from_wire,
     hold_actor_name,
 )
-from rayq.client import ClientContext
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.cluster import Cluster
 from rayq.store import (
     InnerMessage,
@@ -37,6 +36,7 @@ from rayq.store import (
 )
 from rayq.store.errors import InvalidOffsetError, TopicNotFoundError
 from rayq.store.message import MessageExt
+from rayq.transport.context import ClientContext
 
 T = TypeVar("T")
 

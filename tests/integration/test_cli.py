@@ -1,6 +1,6 @@
 """The ``rayq`` command against a live deployment (one broker and its slave), in-process.
 
-Every command runs through ``rayq.cli.main`` with its output captured; ``--json``
+Every command runs through ``rayq.cli.main.main`` with its output captured; ``--json``
 output is parsed back; bad arguments exit 2 with one line on stderr; a rayq error
 exits 1 with one line. The last tests kill actors for good (health FAIL), so they
 run last in this module.
@@ -20,7 +20,7 @@ import pytest
 import ray
 
 import rayq
-from rayq.cli import main
+from rayq.cli.main import main
 from rayq.cluster import running_actors
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def cli_json(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 0) -> A
 def test_rayq_help_runs_as_a_program() -> None:
     """The installed ``rayq`` program's ``--help`` lists the command groups, exit code 0."""
     program = Path(sys.executable).with_name("rayq")
-    argv = [str(program)] if program.exists() else [sys.executable, "-m", "rayq.cli"]
+    argv = [str(program)] if program.exists() else [sys.executable, "-m", "rayq.cli.main"]
     out = subprocess.run([*argv, "--help"], capture_output=True, text=True, check=True)
     for name in ("topic", "group", "message", "offset", "cluster", "broker", "send", "consume"):
         assert name in out.stdout

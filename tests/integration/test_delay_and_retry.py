@@ -26,13 +26,13 @@ from rayq.actors.protocol import (
     broker_actor_name,
 )
 from rayq.actors.server.table_files import SCHEDULE_TOPIC
-from rayq.admin import Admin
-from rayq.client import ClientContext
-from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
+from rayq.admin.admin import Admin
+from rayq.consumer.pull import ConsumeFromWhere, PullConsumer
 from rayq.store import Message, MessageExt
 from rayq.store import properties as P
 from rayq.store.errors import InvalidOffsetError
-from rayq.transport import BrokerClient
+from rayq.transport.base import BrokerClient
+from rayq.transport.context import ClientContext
 
 T = TypeVar("T")
 

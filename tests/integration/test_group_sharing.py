@@ -7,8 +7,8 @@ import time
 import pytest
 
 import rayq
-from rayq.client import ClientContext
 from rayq.store import InnerMessage, UniqIdGenerator, encode_batch
+from rayq.transport.context import ClientContext
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-group-sharing"

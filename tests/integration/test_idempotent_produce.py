@@ -14,10 +14,10 @@ import ray
 import rayq
 from rayq.actors.protocol import MaxOffsetRequest, broker_actor_name
 from rayq.actors.server.dedupe import sequence_properties
-from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.store import InnerMessage, encode_batch
 from rayq.store.errors import InvalidMessageError
+from rayq.transport.context import ClientContext
 
 T = TypeVar("T")
 

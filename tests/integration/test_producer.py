@@ -23,7 +23,6 @@ import pytest
 import ray
 
 import rayq.cluster
-from rayq.actors.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol import (
     CreateTopicRequest,
     MessageQueue,
@@ -33,8 +32,8 @@ from rayq.actors.protocol import (
     TopicRequest,
     broker_actor_name,
 )
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.server.table_files import PERM_ALL
-from rayq.client import ClientContext
 from rayq.errors import (
     BrokerUnavailableError,
     ClosedError,
@@ -47,10 +46,11 @@ from rayq.errors import (
     RayqError,
     TopicNotFoundError,
 )
-from rayq.producer import Producer
-from rayq.ray_transport import RayReply
+from rayq.producer.producer import Producer
 from rayq.store import Message, MessageExt, StoreConfig, decode_records
 from rayq.store.message import COMPRESSED_FLAG
+from rayq.transport.context import ClientContext
+from rayq.transport.ray_actors import RayReply
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,10 @@ from rayq.actors.protocol import (
     broker_actor_name,
     hold_actor_name,
 )
-from rayq.client import ClientContext
 from rayq.cluster import Cluster
-from rayq.ray_transport import unwrap
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError
+from rayq.transport.context import ClientContext
+from rayq.transport.ray_actors import unwrap
 
 T = TypeVar("T")
 

@@ -13,10 +13,10 @@ import pytest
 import rayq
 import rayq.cluster
 from rayq.actors.protocol import MessageQueue
-from rayq.admin import Admin
-from rayq.client import ClientContext
-from rayq.pull_consumer import ConsumeFromWhere, PullConsumer
+from rayq.admin.admin import Admin
+from rayq.consumer.pull import ConsumeFromWhere, PullConsumer
 from rayq.store import InnerMessage, MessageExt, encode_batch
+from rayq.transport.context import ClientContext
 
 pytestmark = pytest.mark.integration
 
@@ -369,7 +369,7 @@ def test_a_deleted_topic_is_logged_not_raised_by_poll(
     topic = new_topic(admin, 1)
     with started(unique("g"), topic) as consumer:
         admin.delete_topic(topic)
-        with caplog.at_level("WARNING", logger="rayq.pull_consumer"):
+        with caplog.at_level("WARNING", logger="rayq.consumer.pull"):
             deadline = time.monotonic() + 20  # the failed pull's answer may take a while
             while "TopicNotFoundError" not in caplog.text and time.monotonic() < deadline:
                 assert consumer.poll(timeout=0.5) == []

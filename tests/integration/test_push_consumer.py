@@ -384,7 +384,7 @@ def test_the_broker_refuses_commits_of_an_older_generation_and_leases_queue_lock
         QueryOffsetsRequest,
         QueueRef,
     )
-    from rayq.client import ClientContext
+    from rayq.transport.context import ClientContext
 
     topic, group = unique("fence"), unique("cg")
     admin.create_topic(topic, queues=2)
@@ -576,7 +576,7 @@ def test_a_killed_consumer_stuck_on_one_message_redelivers_only_what_it_had_in_f
     message) reached the broker; a new consumer of the group gets again only what
     the dead one had in flight, not the 1,995 messages after the slow one."""
     from rayq.actors.protocol import QueryOffsetsRequest
-    from rayq.client import ClientContext
+    from rayq.transport.context import ClientContext
 
     topic, group = unique("stuck"), unique("cg")
     admin.create_topic(topic, queues=1)

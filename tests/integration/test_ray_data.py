@@ -11,9 +11,8 @@ import pytest
 import ray
 
 import rayq
-import rayq.arrow_io
-import rayq.data
-from rayq import arrow_io
+import rayq.connectors.arrow_io
+import rayq.connectors.ray_data
 from rayq.actors.protocol import (
     ReadArrowRequest,
     broker_actor_name,
@@ -21,6 +20,7 @@ from rayq.actors.protocol import (
     replica_actor_names,
 )
 from rayq.cluster import Cluster, running_actors
+from rayq.connectors import arrow_io
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-ray-data"
@@ -43,51 +43,55 @@ def topic(cluster: Cluster) -> str:
 
 
 def test_read_topic_with_exact_block_metadata(topic: str) -> None:
-    source = rayq.data.TopicDatasource(topic, max_messages_per_partition=15, namespace=NAMESPACE)
+    source = rayq.connectors.ray_data.TopicDatasource(
+        topic, max_messages_per_partition=15, namespace=NAMESPACE
+    )
     tasks = source.get_read_tasks(4)
     assert sum(t.metadata.num_rows for t in tasks) == 100 and len(tasks) > 3
     for task in tasks[:3]:
         (block,) = list(task())
         assert block.num_rows == task.metadata.num_rows
-    ds = rayq.data.read_topic(topic, namespace=NAMESPACE)
+    ds = rayq.connectors.ray_data.read_topic(topic, namespace=NAMESPACE)
     assert ds.count() == 100
     rows = [r for r in ds.take_all() if r["tags"] == "t0"]
     assert len(rows) == 50 and all(r["body"].startswith(b"e") for r in rows)
     assert ds.schema().names[:4] == ["topic", "broker", "queue_id", "queue_offset"]
-    assert rayq.data.read_topic(topic, "latest", namespace=NAMESPACE).count() == 0
+    assert rayq.connectors.ray_data.read_topic(topic, "latest", namespace=NAMESPACE).count() == 0
 
 
 def test_write_datasink_and_retried_tasks_do_not_duplicate(topic: str) -> None:
-    ds = rayq.data.read_topic(topic, namespace=NAMESPACE).select_columns(["body", "tags", "keys"])
-    sink = rayq.data.TopicDatasink(
+    ds = rayq.connectors.ray_data.read_topic(topic, namespace=NAMESPACE).select_columns(
+        ["body", "tags", "keys"]
+    )
+    sink = rayq.connectors.ray_data.TopicDatasink(
         "copy", body_col="body", tags_col="tags", keys_col="keys", namespace=NAMESPACE
     )
     ds.write_datasink(sink)
     assert sink.rows_written == 100
-    assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == 100
+    assert rayq.connectors.ray_data.read_topic("copy", namespace=NAMESPACE).count() == 100
 
     class Ctx:
         task_idx = 7
 
     table = pa.table({"body": [b"x", b"y", b"z"]})
-    again = rayq.data.TopicDatasink("copy", namespace=NAMESPACE)
+    again = rayq.connectors.ray_data.TopicDatasink("copy", namespace=NAMESPACE)
     assert again.write([table], Ctx()) == 3
     assert again.write([table], Ctx()) == 3  # a re-run task: dropped by the broker
-    assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == 103
+    assert rayq.connectors.ray_data.read_topic("copy", namespace=NAMESPACE).count() == 103
 
 
 def test_bad_columns_raise_rayq_errors(topic: str) -> None:
-    sink = rayq.data.TopicDatasink("copy", body_col="nope", namespace=NAMESPACE)
+    sink = rayq.connectors.ray_data.TopicDatasink("copy", body_col="nope", namespace=NAMESPACE)
     with pytest.raises(rayq.InvalidMessageError, match="no such column"):
         sink.on_write_start(pa.schema([("body", pa.binary())]))
     with pytest.raises(rayq.InvalidMessageError, match="must be binary or string"):
-        rayq.data.TopicDatasink("copy", namespace=NAMESPACE).on_write_start(
+        rayq.connectors.ray_data.TopicDatasink("copy", namespace=NAMESPACE).on_write_start(
             pa.schema([("body", pa.int64())])
         )
     with pytest.raises(rayq.TopicNotFoundError):
-        rayq.data.read_topic("missing", namespace=NAMESPACE)
+        rayq.connectors.ray_data.read_topic("missing", namespace=NAMESPACE)
     with pytest.raises(rayq.InvalidOffsetError):
-        rayq.data.read_topic(topic, starting="sometime", namespace=NAMESPACE)
+        rayq.connectors.ray_data.read_topic(topic, starting="sometime", namespace=NAMESPACE)
     assert ray.data.from_items([{"a": 1}]).count() == 1  # Ray Data still works
 
 
@@ -119,7 +123,9 @@ def test_read_task_reads_pages_as_they_are_consumed(
             return self.client.read_arrow(req)  # type: ignore[attr-defined]
 
     monkeypatch.setattr(arrow_io, "broker_handle", lambda *a, **k: Counting(real(*a, **k)))
-    source = rayq.data.TopicDatasource(big_topic, namespace=NAMESPACE, page_bytes=4096)
+    source = rayq.connectors.ray_data.TopicDatasource(
+        big_topic, namespace=NAMESPACE, page_bytes=4096
+    )
     (task,) = source.get_read_tasks(1)
     blocks = iter(task())
     first = next(blocks)
@@ -129,7 +135,7 @@ def test_read_task_reads_pages_as_they_are_consumed(
 
 
 def test_iter_batches_streams_one_page_per_block(big_topic: str) -> None:
-    ds = rayq.data.read_topic(big_topic, namespace=NAMESPACE, page_bytes=4096)
+    ds = rayq.connectors.ray_data.read_topic(big_topic, namespace=NAMESPACE, page_bytes=4096)
     batches = ds.iter_batches(batch_size=None, batch_format="pyarrow")
     first = next(iter(batches))
     assert 0 < first.num_rows < 10  # one page, not the whole range
@@ -150,21 +156,23 @@ def test_pages_arrive_as_record_batches_not_ipc_bytes(big_topic: str, cluster: C
 def test_null_bodies_raise_before_any_write(topic: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A block with a null body fails the write task before its first put: the good block
     before it in the same task is not written either (though it fills a put alone)."""
-    monkeypatch.setattr(rayq.arrow_io, "PUT_BYTES", 100)  # this process's sink.write below
-    before = rayq.data.read_topic("copy", namespace=NAMESPACE).count()
+    monkeypatch.setattr(
+        rayq.connectors.arrow_io, "PUT_BYTES", 100
+    )  # this process's sink.write below
+    before = rayq.connectors.ray_data.read_topic("copy", namespace=NAMESPACE).count()
 
     class Ctx:
         task_idx = 1
 
     good = pa.table({"body": [b"fine"] * 10})
     bad = pa.table({"body": pa.array([b"a", None, b"c"], pa.binary())})
-    sink = rayq.data.TopicDatasink("copy", namespace=NAMESPACE)
+    sink = rayq.connectors.ray_data.TopicDatasink("copy", namespace=NAMESPACE)
     with pytest.raises(rayq.InvalidMessageError, match="'body' has 1 null bodies in 3 rows"):
         sink.write([good, bad], Ctx())
     with pytest.raises(rayq.InvalidMessageError, match="null bodies"):
         ds = ray.data.from_arrow(bad)
-        ds.write_datasink(rayq.data.TopicDatasink("copy", namespace=NAMESPACE))
-    assert rayq.data.read_topic("copy", namespace=NAMESPACE).count() == before
+        ds.write_datasink(rayq.connectors.ray_data.TopicDatasink("copy", namespace=NAMESPACE))
+    assert rayq.connectors.ray_data.read_topic("copy", namespace=NAMESPACE).count() == before
 
 
 @pytest.mark.parametrize("server", ["broker", "page reader"])
@@ -265,7 +273,7 @@ def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> N
     assert put(ipc(rows), tags="t") == {"rows": 5} and stored() == 5  # a retry: no copies
     more = pa.table({"body": [b"m5", b"m6"], "t": ["a", "b"]})
     assert put(ipc(more), tags="t", first_sequence=5) == {"rows": 2} and stored() == 7
-    got = rayq.data.read_topic("jvm-sink", namespace=NAMESPACE).take_all()
+    got = rayq.connectors.ray_data.read_topic("jvm-sink", namespace=NAMESPACE).take_all()
     assert [(r["body"], r["tags"]) for r in got][-2:] == [(b"m5", "a"), (b"m6", "b")]
 
     null_body = pa.table({"body": pa.array([b"x", None], pa.binary())})
@@ -290,7 +298,7 @@ def test_jvm_puts_append_idempotently_and_refuse_bad_rows(cluster: Cluster) -> N
     time.sleep(0.3)
     assert put(ipc(pa.table({"body": [b"m7"]})), first_sequence=7) == {"rows": 1}
     assert json.loads(ray.get(ahead, timeout=30)) == {"rows": 1}
-    got = rayq.data.read_topic("jvm-sink", namespace=NAMESPACE).take_all()
+    got = rayq.connectors.ray_data.read_topic("jvm-sink", namespace=NAMESPACE).take_all()
     assert [r["body"] for r in got][-2:] == [b"m7", b"m8"]
     with pytest.raises(rayq.BrokerBusyError, match="out of order"):
         put(ipc(more), first_sequence=20)

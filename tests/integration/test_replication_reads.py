@@ -14,7 +14,7 @@ import ray
 
 import rayq
 from rayq.actors.protocol import QueryOffsetsRequest
-from rayq.ray_transport import RayTransport
+from rayq.transport.ray_actors import RayTransport
 
 pytestmark = [
     pytest.mark.slow,

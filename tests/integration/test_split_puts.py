@@ -10,11 +10,11 @@ import ray
 import rayq
 from rayq.actors.protocol import MaxOffsetRequest, PullRequest, broker_actor_name
 from rayq.actors.server.dedupe import sequence_properties
-from rayq.client import ClientContext
 from rayq.cluster import Cluster
-from rayq.ray_transport import inline_args
 from rayq.store import InnerMessage, decode_records, encode_batch
 from rayq.store.errors import BrokerBusyError, InvalidMessageError, InvalidRequestError
+from rayq.transport.context import ClientContext
+from rayq.transport.ray_actors import inline_args
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-split-puts"

@@ -1,4 +1,4 @@
-"""Offset planning and the micro-batch engine behind rayq.spark.stream, without Spark:
+"""Offset planning and the micro-batch engine behind rayq.connectors.spark.stream, without Spark:
 plans are recorded before a batch runs, a crashed batch re-runs with identical ranges,
 offsets commit (compare-and-set) only after the batch succeeded."""
 
@@ -11,23 +11,23 @@ from collections.abc import Callable
 import pytest
 
 import rayq
-from rayq import streaming
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     CompareAndSetOffsetsRequest,
     QueryOffsetsRequest,
     StreamPlanRequest,
 )
-from rayq.client import ClientContext
 from rayq.cluster import Cluster
-from rayq.ranges import OffsetRange, plan_ranges
+from rayq.connectors import streaming
+from rayq.connectors.ranges import OffsetRange, plan_ranges
+from rayq.connectors.streaming import StreamingQuery, share
 from rayq.store.errors import (
     BrokenError,
     ConfigError,
     InvalidOffsetError,
     TopicNotFoundError,
 )
-from rayq.streaming import StreamingQuery, share
+from rayq.transport.context import ClientContext
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-streaming"

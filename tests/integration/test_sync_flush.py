@@ -8,9 +8,9 @@ import pytest
 import ray
 
 from rayq.actors.protocol import SendStatus, flusher_actor_name
-from rayq.client import ClientContext
 from rayq.cluster import Cluster
 from rayq.store import FlushDiskType, InnerMessage, UniqIdGenerator, encode_batch
+from rayq.transport.context import ClientContext
 
 pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-sync-flush"

@@ -19,10 +19,10 @@ from ray.cluster_utils import Cluster
 
 import rayq
 from rayq.actors.protocol import LostBrokersRequest
-from rayq.arrow_io import read_range
-from rayq.client import ClientContext
-from rayq.ranges import OffsetRange, plan_ranges
+from rayq.connectors.arrow_io import read_range
+from rayq.connectors.ranges import OffsetRange, plan_ranges
 from rayq.store import StoreConfig
+from rayq.transport.context import ClientContext
 
 pytestmark = [
     pytest.mark.slow,
@@ -95,7 +95,7 @@ def test_brokers_are_pinned_and_serve_across_nodes(nodes: dict) -> None:
 
 SPARK_DRIVER = """
 import json, sys, ray, rayq
-from rayq import spark as rqspark
+from rayq.connectors import spark as rqspark
 ray.init(address=sys.argv[1], namespace=sys.argv[2], log_to_driver=False)
 rayq.connect(sys.argv[2])
 spark = rqspark.session("rayq-multinode", num_executors=1, executor_cores=1,

@@ -1,4 +1,4 @@
-"""rayq.spark on one RayDP session: read (planned ranges), write (idempotent, also when
+"""rayq.connectors.spark on one RayDP session: read (planned ranges), write (idempotent, also when
 Spark retries a task), stream (crash mid-batch re-runs identical ranges), bad input."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 import ray
 
 import rayq
-from rayq import spark as rqspark
 from rayq.actors.protocol import PAGE_READERS, broker_actor_name, page_reader_actor_name
+from rayq.connectors import spark as rqspark
 from rayq.store import StoreConfig, codec
 from rayq.store.hosts import decode_offset_msg_id
 

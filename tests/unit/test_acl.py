@@ -15,8 +15,6 @@ import msgspec
 import pytest
 
 import rayq
-from rayq.actors.auth import Credentials, Signer
-from rayq.actors.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     ConsumeFromWhere,
@@ -36,16 +34,18 @@ from rayq.actors.protocol import (
     check,
     to_wire,
 )
+from rayq.actors.protocol.auth import Credentials, Signer
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.server import acl as acl_mod
 from rayq.actors.server.acl import AclService, parse_acl
-from rayq.admin import Admin
-from rayq.client import ClientContext
-from rayq.pull_consumer import PullConsumer
+from rayq.admin.admin import Admin
+from rayq.consumer.pull import PullConsumer
 from rayq.store import EncodedBatch, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch
 from rayq.store.errors import PermissionDeniedError
 from rayq.testing import FakeCluster, FakeTransport
-from rayq.transport import BrokerClient
+from rayq.transport.base import BrokerClient
+from rayq.transport.context import ClientContext
 
 ADMIN = Credentials(access_key="root", secret_key="root-secret-0000")
 PUB_ONLY = Credentials(access_key="writer", secret_key="writer-secret-1111")

@@ -1,4 +1,4 @@
-"""rayq.arrow_io's write path, without Ray: a writer's Arrow batches become idempotent puts
+"""connectors.arrow_io's write path, without Ray: a writer's Arrow batches become idempotent puts
 of at most PUT_BYTES of records, numbered without gaps, the same on every run; null
 bodies raise before the first put."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rayq import arrow_io
 from rayq.actors.protocol import MessageQueue
-from rayq.arrow_io import Columns
+from rayq.connectors import arrow_io
+from rayq.connectors.arrow_io import Columns
 from rayq.store import decode_records
 from rayq.store.batch import check_encoded
 from rayq.store.errors import InvalidMessageError

@@ -1,7 +1,7 @@
 """Pages whose records stay in the commit log (page readers answering a caller on their
 node: actors/page_reader.py, ``columnar.refs_page``).
 
-``resolve`` reads such a page as the JVM does (rayq/jvm CommitLogRuns): the runs read
+``resolve`` reads such a page as the JVM does (rayq/connectors/jvm CommitLogRuns): the runs read
 back to back from the segment files, every named record checked (size, magic, CRC),
 its body cut out. What it reads must be exactly the whole page."""
 
@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.page_reader import PageReaderService
 from rayq.actors.protocol import ReadArrowRequest
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server import columnar
 from rayq.store import InnerMessage, MessageStore, StoreConfig, codec
 from rayq.store.bulk_reader import record_crcs

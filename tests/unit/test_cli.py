@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayq.cli import make_argument_parser
+from rayq.cli.main import make_argument_parser
 
 
 def test_start_takes_brokers_store_dir_address_and_namespace() -> None:
@@ -72,7 +72,7 @@ def test_offset_reset_takes_milliseconds_or_an_iso_time() -> None:
 def test_main_reports_a_usage_error_on_one_line_with_exit_code_2(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from rayq.cli import main
+    from rayq.cli.main import main
 
     assert main(["group", "progress"]) == 2
     err = capsys.readouterr().err

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import rayq
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     ClientRequest,
     CommitOffsetsRequest,
@@ -30,8 +29,9 @@ from rayq.actors.protocol import (
     PullStatus,
     TopicRequest,
 )
-from rayq.admin import Admin
-from rayq.pull_consumer import PullConsumer
+from rayq.actors.protocol.config import ClientConfig
+from rayq.admin.admin import Admin
+from rayq.consumer.pull import PullConsumer
 from rayq.store.codec import decode_records
 from rayq.store.errors import (
     BrokerBusyError,

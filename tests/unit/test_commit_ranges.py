@@ -19,15 +19,15 @@ import pytest
 
 import rayq
 from rayq import testing as kit
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     MessageQueue,
     QueryOffsetsRequest,
 )
-from rayq.consume_listener import ConsumeStatus
-from rayq.consume_service import ConsumeService
-from rayq.process_queue import ProcessQueue
+from rayq.actors.protocol.config import ClientConfig
+from rayq.consumer.listener import ConsumeStatus
+from rayq.consumer.process_queue import ProcessQueue
+from rayq.consumer.service import ConsumeService
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import MessageExt
 from rayq.testing import FakeCluster, FakeTransport

@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from rayq.actors.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol import MessageQueue
-from rayq.offset_store import LocalOffsetStore, offsets_path
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig
+from rayq.consumer.offset_store import LocalOffsetStore, offsets_path
 from rayq.store import FlushDiskType, StoreConfig
 from rayq.store.errors import ConfigError, InvalidGroupError
 

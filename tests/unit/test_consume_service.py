@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 
 import rayq
-from rayq import consume_service
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     ConsumeFromWhere,
     MessageModel,
@@ -26,9 +24,11 @@ from rayq.actors.protocol import (
     QueryOffsetsRequest,
     ScheduleStatsRequest,
 )
+from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.server.allocation import AllocateStrategy
-from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
-from rayq.consume_service import ConsumeService
+from rayq.consumer import service as consume_service
+from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus
+from rayq.consumer.service import ConsumeService
 from rayq.store.errors import BrokerUnavailableError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import CreateTopicRequest
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import (
     FakeClock,

@@ -22,9 +22,9 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rayq.actors.config import ClientConfig
-from rayq.produce_batch import prepare_batch
-from rayq.produce_validation import MAX_PROPERTIES_BYTES, prepare
+from rayq.actors.protocol.config import ClientConfig
+from rayq.producer.batch import prepare_batch
+from rayq.producer.validation import MAX_PROPERTIES_BYTES, prepare
 from rayq.store import InnerMessage, Message, UniqIdGenerator, codec, encode_batch
 from rayq.store import properties as P
 from rayq.store.batch import EncodedBatch

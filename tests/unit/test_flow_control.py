@@ -17,10 +17,10 @@ import pytest
 
 import rayq
 from rayq import testing as kit
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import MessageQueue
-from rayq.consume_listener import ConsumeStatus
-from rayq.consume_service import ConsumeService
+from rayq.actors.protocol.config import ClientConfig
+from rayq.consumer.listener import ConsumeStatus
+from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
 from rayq.testing import FakeCluster, FakeTransport
 

@@ -15,7 +15,6 @@ import pytest
 
 import rayq
 from rayq import testing as kit
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     MessageModel,
     MessageQueue,
@@ -25,8 +24,9 @@ from rayq.actors.protocol import (
     SendBackItem,
     SendBackRequest,
 )
-from rayq.consume_listener import ConsumeStatus
-from rayq.consume_service import ConsumeService
+from rayq.actors.protocol.config import ClientConfig
+from rayq.consumer.listener import ConsumeStatus
+from rayq.consumer.service import ConsumeService
 from rayq.store.errors import PermissionDeniedError
 from rayq.store.names import dlq_topic, retry_topic
 from rayq.testing import FakeCluster, FakeTransport

@@ -12,8 +12,8 @@ import pytest
 import rayq
 from rayq.actors.protocol import BrokerEntry, BrokerInfo, BrokerStatus, ReplicaStatus
 from rayq.actors.server.put_rate import PutRate
-from rayq.admin import Admin
-from rayq.health import HealthLevel, HealthLimits, coordinator_health, replica_health, worst
+from rayq.admin.admin import Admin
+from rayq.admin.health import HealthLevel, HealthLimits, coordinator_health, replica_health, worst
 from rayq.testing import FakeCluster, FakeTransport
 
 NOW = 1_700_000_000_000

@@ -7,7 +7,6 @@ import asyncio
 
 import msgspec
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
     Park,
     PullRequest,
@@ -17,6 +16,7 @@ from rayq.actors.protocol import (
     follow_up,
     follow_up_token,
 )
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.pull_hold import HoldTable, PullHoldActor
 
 REQ = PullRequest(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rayq.ray_transport import INLINE_BYTES, INLINE_CHUNKS_MAX, inline_args
 from rayq.store import InnerMessage, encode_batch
+from rayq.transport.ray_actors import INLINE_BYTES, INLINE_CHUNKS_MAX, inline_args
 
 
 def batch(n: int, size: int):  # type: ignore[no-untyped-def]

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from rayq.actors import metrics
-from rayq.actors.config import BrokerConfig
 from rayq.actors.metrics import EXPORTED_FAMILIES, SPECS, GaugeSet, record_tally
 from rayq.actors.protocol import CommitOffsetsRequest, CreateTopicRequest
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
-from rayq.actors.server.tally import Tally
 from rayq.store import InnerMessage, StoreConfig, UniqIdGenerator
 from rayq.store.batch import encode_batch
+from rayq.store.tally import Tally
 
 IDS = UniqIdGenerator()
 LABELS = {"broker", "topic", "group", "slave", "mode"}

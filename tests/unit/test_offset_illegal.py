@@ -16,7 +16,6 @@ import pytest
 
 import rayq
 from rayq import testing as kit
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     ConsumeFromWhere,
@@ -24,8 +23,9 @@ from rayq.actors.protocol import (
     MessageQueue,
     QueryOffsetsRequest,
 )
-from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus
-from rayq.consume_service import ConsumeService
+from rayq.actors.protocol.config import ClientConfig
+from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus
+from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
 from rayq.testing import FakeCluster, FakeTransport
 

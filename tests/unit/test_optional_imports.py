@@ -1,5 +1,5 @@
 """``import rayq`` (and its Ray-backed names) never imports pyspark, raydp or Ray Data;
-``rayq.spark`` is imported only when the user imports it."""
+``rayq.connectors.spark`` is imported only when the user imports it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ CODE = """
 import sys
 import rayq
 rayq.Producer, rayq.PullConsumer, rayq.Admin, rayq.start
-import rayq.streaming, rayq.ranges, rayq.arrow_io
+import rayq.connectors.streaming, rayq.connectors.ranges, rayq.connectors.arrow_io
 heavy = sorted(m for m in ("pyspark", "raydp", "ray.data") if m in sys.modules)
 print(",".join(heavy) or "none")
 """
@@ -25,14 +25,14 @@ def test_import_rayq_does_not_import_spark() -> None:
 
 RAY_FREE = [
     "rayq.testing",
-    "rayq.transport",
+    "rayq.transport.base",
     "rayq.actors.protocol",
     "rayq.actors.server.broker_server",
     "rayq.actors.server.routes",
     "rayq.actors.server.tables",
     "rayq.actors.server.schedule",
-    "rayq.produce_validation",
-    "rayq.produce_sender",
+    "rayq.producer.validation",
+    "rayq.producer.sender",
 ]
 
 

@@ -19,18 +19,18 @@ from typing import Any
 import pytest
 
 import rayq
-from rayq import consume_orderly
 from rayq import testing as kit
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import (
     LockQueuesRequest,
     MessageQueue,
     QueryOffsetsRequest,
     QueueRef,
 )
-from rayq.consume_listener import ConsumeOrderlyStatus
-from rayq.consume_orderly import suspend_ms
-from rayq.consume_service import ConsumeService
+from rayq.actors.protocol.config import ClientConfig
+from rayq.consumer import orderly as consume_orderly
+from rayq.consumer.listener import ConsumeOrderlyStatus
+from rayq.consumer.orderly import suspend_ms
+from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
 from rayq.testing import FakeCluster, FakeTransport
 
@@ -114,7 +114,7 @@ def test_orderly_reconsume_times_are_unlimited_by_default(cluster: FakeCluster) 
     """PushConsumer's default max_reconsume_times is RocketMQ's -1 (shown as 16, as the
     API says, but told apart from an explicit 16): an orderly message suspended 20 times
     is consumed a 21st time, never sent to the dead-letter topic."""
-    from rayq.push_consumer import DEFAULT_RECONSUME_TIMES
+    from rayq.consumer.push import DEFAULT_RECONSUME_TIMES
 
     default = inspect.signature(rayq.PushConsumer).parameters["max_reconsume_times"].default
     assert default == 16 and default is DEFAULT_RECONSUME_TIMES

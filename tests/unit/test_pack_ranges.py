@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rayq.ranges import MIN_MESSAGES_PER_TASK, OffsetRange, pack
+from rayq.connectors.ranges import MIN_MESSAGES_PER_TASK, OffsetRange, pack
 
 
 def r(queue_id: int, start: int, end: int) -> OffsetRange:

@@ -8,7 +8,7 @@ the counts, bytes and span that the push consumer's flow control compares with
 
 from __future__ import annotations
 
-from rayq.process_queue import ProcessQueue
+from rayq.consumer.process_queue import ProcessQueue
 from rayq.store.message import MessageExt
 
 

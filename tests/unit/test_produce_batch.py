@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rayq
-from rayq.actors.config import ClientConfig
-from rayq.produce_batch import prepare_batch
-from rayq.produce_validation import batch_topic, check_batch, prepare
+from rayq.actors.protocol.config import ClientConfig
+from rayq.producer.batch import prepare_batch
+from rayq.producer.validation import batch_topic, check_batch, prepare
 from rayq.store import InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.errors import (

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from rayq.actors.protocol import BatchSendResult, MessageQueue, SendStatus
-from rayq.produce_accumulator import Put
-from rayq.produce_routes import QueueSelector
-from rayq.produce_sender import RetryPolicy, Sender
+from rayq.producer.accumulator import Put
+from rayq.producer.routes import QueueSelector
+from rayq.producer.sender import RetryPolicy, Sender
 from rayq.store import InnerMessage, UniqIdGenerator
 from rayq.store.errors import (
     BrokerBusyError,
@@ -168,7 +168,7 @@ def test_a_pipelined_retry_resends_the_batches_behind_it_in_order() -> None:
 def test_an_idempotent_queue_numbers_batches_and_restarts_after_a_failed_one() -> None:
     """Sequences count per queue without gaps; a batch that failed for good (perhaps
     stored) makes the queue go on under a new producer id from sequence 0."""
-    from rayq.produce_idempotence import Idempotence
+    from rayq.producer.idempotence import Idempotence
 
     idem = Idempotence("me")
     with idem.sequenced(QUEUES[1], msgs(3)) as first:

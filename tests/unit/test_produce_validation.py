@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from rayq.actors.config import ClientConfig
-from rayq.produce_validation import (
+from rayq.actors.protocol.config import ClientConfig
+from rayq.producer.validation import (
     READ_BACK_PROPERTIES,
     RESERVED_PROPERTIES,
     check_topic,
@@ -39,7 +39,7 @@ def prep(msg: Message):  # type: ignore[no-untyped-def]
 
 
 def test_the_validation_module_imports_no_ray() -> None:
-    code = "import sys, rayq.produce_validation; assert 'ray' not in sys.modules, 'ray imported'"
+    code = "import sys, rayq.producer.validation; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
     HOLD_REPLY_BYTES,
     CreateTopicRequest,
@@ -19,6 +18,7 @@ from rayq.actors.protocol import (
     PullStatus,
     follow_up,
 )
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 import rayq
-from rayq.actors.config import ClientConfig
 from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue
+from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.server.allocation import STRATEGIES, AllocateStrategy
-from rayq.admin import Admin
-from rayq.pull_consumer import PullConsumer
+from rayq.admin.admin import Admin
+from rayq.consumer.pull import PullConsumer
 from rayq.service_state import ServiceState
 from rayq.store.errors import BrokerUnavailableError, ClientError, ClosedError, ConfigError
 from rayq.store.message import MessageExt

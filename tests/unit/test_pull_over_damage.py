@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from rayq.actors.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol import (
     CreateTopicRequest,
     MessageQueue,
@@ -29,10 +28,11 @@ from rayq.actors.protocol import (
     check,
     nothing_new,
 )
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.pull_hold import PullHoldActor
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.parked_pulls import ParkedPulls
-from rayq.pull_consumer import PullConsumer
+from rayq.consumer.pull import PullConsumer
 from rayq.store import InnerMessage, StoreConfig, codec
 from rayq.store.batch import encode_batch
 from rayq.store.codec import decode_records

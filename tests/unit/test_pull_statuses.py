@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from rayq.actors.config import BrokerConfig, BrokerRole, ClientConfig
 from rayq.actors.protocol import (
     CreateTopicRequest,
     MessageQueue,
@@ -25,8 +24,9 @@ from rayq.actors.protocol import (
     PullStatus,
     nothing_new,
 )
+from rayq.actors.protocol.config import BrokerConfig, BrokerRole, ClientConfig
 from rayq.actors.server.broker_server import BrokerServer
-from rayq.pull_consumer import PullConsumer
+from rayq.consumer.pull import PullConsumer
 from rayq.store import GetStatus, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch
 from rayq.testing import FakeCluster, FakeTransport

@@ -9,8 +9,8 @@ from rayq.actors.protocol import MessageModel, MessageQueue
 from rayq.actors.server.allocation import AllocateStrategy
 from rayq.actors.server.queue_locks import QueueLocks
 from rayq.actors.server.rebalance import MemberSpec, Rebalancer
-from rayq.consume_listener import ConsumeOrderlyStatus, ConsumeStatus, ListenerRunner
-from rayq.process_queue import ProcessQueue
+from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus, ListenerRunner
+from rayq.consumer.process_queue import ProcessQueue
 from rayq.store.errors import ConfigError
 from rayq.store.message import MessageExt
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rayq.actors.config import BrokerConfig, BrokerRole
 from rayq.actors.protocol import (
     CommitOffsetsRequest,
     CreateTopicRequest,
     HaFetch,
     QueryOffsetsRequest,
 )
+from rayq.actors.protocol.config import BrokerConfig, BrokerRole
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import SYSTEM_CLOCK, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch

@@ -10,8 +10,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rayq.actors.config import BrokerConfig
-from rayq.actors.server.delay_levels import (
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.delay_levels import (
     DEFAULT_DELAY_LEVELS,
     DELIVER_AT_QUEUE_ID,
     DelayLevels,

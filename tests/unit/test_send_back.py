@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
     CreateTopicRequest,
     ScheduleStatsRequest,
@@ -20,6 +19,7 @@ from rayq.actors.protocol import (
     TopicRequest,
     check,
 )
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.table_files import SCHEDULE_TOPIC
 from rayq.store import FakeClock, InnerMessage, StoreConfig, UniqIdGenerator

@@ -13,8 +13,8 @@ import msgspec
 import pyarrow as pa
 import pytest
 
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import ArrowPutRequest, check_json
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server import shared_rows
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.shared_rows import SharedRows

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rayq import spark_jar
+from rayq.connectors import spark_jar
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +38,7 @@ def test_no_jdk_means_no_jar(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(spark_jar.shutil, "which", lambda _name: None)
-    with caplog.at_level(logging.INFO, logger="rayq.spark_jar"):
+    with caplog.at_level(logging.INFO, logger="rayq.connectors.spark_jar"):
         assert spark_jar.jar() is None
     assert "no JDK" in caplog.text
     assert not spark_jar.cache_dir().exists()

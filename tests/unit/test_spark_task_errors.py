@@ -1,10 +1,10 @@
-"""rayq.spark.raised_in_task: a rayq error raised in a Spark task is raised again, as
+"""rayq.connectors.spark.raised_in_task: a rayq error raised in a Spark task is raised again, as
 itself, from the job's error text (which is all Spark carries back)."""
 
 from __future__ import annotations
 
 import rayq
-from rayq.spark import raised_in_task
+from rayq.connectors.spark import raised_in_task
 
 JOB_ERROR = """An exception was thrown from the Python worker. Please see the stack trace below.
 Traceback (most recent call last):

@@ -13,7 +13,6 @@ import msgspec
 import pytest
 
 import rayq
-from rayq.actors.config import BrokerConfig
 from rayq.actors.protocol import (
     ConsumeFromWhere,
     MessageModel,
@@ -21,8 +20,9 @@ from rayq.actors.protocol import (
     PullRequest,
     PullStatus,
 )
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.allocation import AllocateStrategy
-from rayq.consume_service import ConsumeService
+from rayq.consumer.service import ConsumeService
 from rayq.store import StoreConfig
 from rayq.store.errors import InvalidFilterError
 from rayq.store.sql92 import compile_sql

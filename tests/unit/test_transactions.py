@@ -16,7 +16,6 @@ import msgspec
 import pytest
 
 import rayq
-from rayq.actors.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol import (
     CreateTopicRequest,
     EndTransactionRequest,
@@ -24,6 +23,7 @@ from rayq.actors.protocol import (
     PullRequest,
     TransactionChecksRequest,
 )
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.server.transactions import FILE_NAME
 from rayq.store import StoreConfig
 from rayq.store.batch import encode_batch
