@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rayq.actors.protocol.auth import signature
+from rayq.actors.protocol.registry import admin_operations
 from rayq.store.errors import PermissionDeniedError
 
 logger = logging.getLogger(__name__)
@@ -56,22 +57,8 @@ PERM_NAMES = {PUB: "PUB", SUB: "SUB"}
 RETRY_PREFIX = "%RETRY%"
 RELOAD_CHECK_S = 1.0
 
-# Client methods that need an admin account.
-ADMIN_METHODS = frozenset(
-    {
-        "create_topic",
-        "delete_topic",
-        "update_group",
-        "delete_group",
-        "groups",
-        "reset_offsets",
-        "view_message",
-        "schedule_stats",
-        "replication",
-        "get_message",
-        "broker_status",
-    }
-)
+# Client methods that need an admin account (the registry's Access.ADMIN).
+ADMIN_METHODS = admin_operations("broker")
 
 
 class AclFileError(ValueError):

@@ -1,0 +1,199 @@
+"""The registry of operations: every operation of every server actor, written once.
+
+Each ``Operation`` names the actor kind that serves it (``service``), its method name,
+its request and reply types, the actor's concurrency group it runs in, what access
+it needs (``Access``) and who calls it (``caller``):
+
+- ``Caller.CLIENT``: a rayq client through the transport (``BrokerClient``,
+  ``HoldClient``, ``CoordinatorClient`` mirror these, one typed method each);
+- ``Caller.JVM``: Spark's JVM through a Ray cross-language call: bytes in and out,
+  the request as the JSON of its Struct (``check_json``);
+- ``Caller.SERVER``: another rayq server actor or ``rayq.start`` only (replication,
+  registration, flush targets, lifecycle); never part of the client transport.
+
+Everything else that lists operations derives from this table or is checked against
+it by a test: the transport's typed clients and the actor classes' methods
+(tests/unit/protocol/test_registry.py), the ACL's admin operations
+(``admin_operations``), the actors' concurrency groups (``concurrency_groups``) and
+the operations table of docs/ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+import msgspec
+
+from rayq.actors.protocol import broker as b
+from rayq.actors.protocol import coordinator as c
+from rayq.actors.protocol import hold as h
+from rayq.store.batch import EncodedBatch
+
+
+class Caller(enum.Enum):
+    CLIENT = "client"  # a rayq client through the transport
+    JVM = "jvm"  # Spark's JVM (Ray cross-language call; JSON request, bytes reply)
+    SERVER = "server"  # another server actor or rayq.start only
+
+
+class Access(enum.Enum):
+    """What the ACL asks of a signed request (``rayq.actors.server.acl``)."""
+
+    PUB = "PUB"  # PUB on the topic it writes
+    SUB = "SUB"  # SUB on the topics it reads and the group it reads for
+    ADMIN = "ADMIN"  # an admin account
+    ACCOUNT = "ACCOUNT"  # any valid, signed account
+    NONE = "NONE"  # not checked by the ACL
+
+
+class Operation(msgspec.Struct, frozen=True, kw_only=True):
+    service: str  # "broker", "hold", "coordinator", "flusher", "page_reader", "consumer"
+    name: str
+    request: type | None  # None: the method takes no request
+    reply: type | None  # None: the method answers nothing
+    group: str  # the actor's concurrency group ("" : the default group)
+    access: Access
+    caller: Caller = Caller.CLIENT
+
+    @property
+    def key(self) -> str:
+        return f"{self.service}.{self.name}"
+
+
+def _op(
+    service: str,
+    name: str,
+    request: type | None,
+    reply: type | None,
+    group: str,
+    access: Access,
+    caller: Caller = Caller.CLIENT,
+) -> Operation:
+    return Operation(
+        service=service,
+        name=name,
+        request=request,
+        reply=reply,
+        group=group,
+        access=access,
+        caller=caller,
+    )
+
+
+A = Access
+_BROKER_CLIENT: Final = (
+    _op("broker", "put", EncodedBatch, b.BatchSendResult, "send", A.PUB),
+    _op("broker", "put_half", b.HalfSendRequest, b.BatchSendResult, "send", A.PUB),
+    _op("broker", "end_transaction", b.EndTransactionRequest, b.EndTransactionReply, "send", A.PUB),
+    _op(
+        "broker",
+        "transaction_checks",
+        b.TransactionChecksRequest,
+        b.TransactionChecksReply,
+        "admin",
+        A.ACCOUNT,
+    ),
+    _op("broker", "pull", h.PullRequest, h.PullResponse, "pull", A.SUB),
+    _op("broker", "pull_many", h.PullManyRequest, h.PullManyResponse, "pull", A.SUB),
+    _op("broker", "create_topic", b.CreateTopicRequest, b.Done, "admin", A.ADMIN),
+    _op("broker", "delete_topic", b.TopicRequest, b.Done, "admin", A.ADMIN),
+    _op("broker", "topic_stats", b.TopicRequest, b.TopicStatsReply, "admin", A.SUB),
+    _op("broker", "queue_bounds", b.TopicRequest, b.QueueBoundsReply, "admin", A.SUB),
+    _op("broker", "max_offset", b.MaxOffsetRequest, b.OffsetReply, "admin", A.SUB),
+    _op("broker", "get_group", b.GroupRequest, b.GroupConfigReply, "admin", A.SUB),
+    _op("broker", "update_group", b.UpdateGroupRequest, b.GroupConfigReply, "admin", A.ADMIN),
+    _op("broker", "delete_group", b.DeleteGroupRequest, b.Done, "admin", A.ADMIN),
+    _op("broker", "groups", b.ListGroupsRequest, b.GroupsReply, "admin", A.ADMIN),
+    _op("broker", "ensure_retry_topic", b.GroupRequest, b.Done, "admin", A.SUB),
+    _op("broker", "query_offsets", b.QueryOffsetsRequest, b.OffsetsReply, "admin", A.SUB),
+    _op("broker", "commit_offsets", b.CommitOffsetsRequest, b.CommitOffsetsReply, "admin", A.SUB),
+    _op("broker", "compare_and_set_offsets", b.CompareAndSetOffsetsRequest, b.Done, "admin", A.SUB),
+    _op("broker", "reset_offsets", b.ResetOffsetsRequest, b.OffsetsReply, "admin", A.ADMIN),
+    _op("broker", "offset_by_time", b.OffsetByTimeRequest, b.OffsetReply, "admin", A.SUB),
+    _op("broker", "lock_queues", b.LockQueuesRequest, b.LockQueuesReply, "admin", A.SUB),
+    _op("broker", "unlock_queues", b.LockQueuesRequest, b.LockQueuesReply, "admin", A.SUB),
+    _op("broker", "query_message", b.QueryMessageRequest, b.MessagesReply, "admin", A.SUB),
+    _op("broker", "view_message", b.ViewMessageRequest, b.MessagesReply, "admin", A.ADMIN),
+    _op("broker", "get_message", b.GetMessageRequest, b.MessagesReply, "admin", A.ADMIN),
+    _op("broker", "broker_status", b.BrokerStatusRequest, b.BrokerStatus, "admin", A.ADMIN),
+    _op("broker", "page_readers", b.PageReadersRequest, b.PageReadersReply, "admin", A.SUB),
+    _op("broker", "schedule_stats", b.ScheduleStatsRequest, b.ScheduleStats, "admin", A.ADMIN),
+    _op("broker", "replication", b.ReplicationRequest, b.ReplicationStats, "admin", A.ADMIN),
+    _op("broker", "read_arrow", b.ReadArrowRequest, b.ArrowPage, "admin", A.SUB),
+    _op("broker", "send_back", b.SendBackRequest, b.SendBackResult, "admin", A.SUB),
+)
+_BROKER_JVM: Final = (
+    _op("broker", "put_arrow", b.ArrowPutRequest, bytes, "send", A.PUB, Caller.JVM),
+    _op("broker", "read_arrow_ipc", b.ReadArrowRequest, bytes, "admin", A.SUB, Caller.JVM),
+)
+_HOLD_CLIENT: Final = (
+    _op("hold", "pull", h.PullRequest, h.PullResponse, "", A.SUB),
+    _op("hold", "pull_many", h.PullManyRequest, h.PullManyResponse, "", A.SUB),
+)
+_COORDINATOR_CLIENT: Final = (
+    _op("coordinator", "route", c.RouteRequest, c.RouteReply, "", A.NONE),
+    _op("coordinator", "routes", c.RoutesRequest, c.RoutesReply, "", A.NONE),
+    _op("coordinator", "topics", c.ClientRequest, c.NamesReply, "", A.NONE),
+    _op("coordinator", "brokers", c.ClientRequest, c.NamesReply, "", A.NONE),
+    _op("coordinator", "broker_table", c.ClientRequest, c.BrokerTableReply, "", A.NONE),
+    _op("coordinator", "lost_brokers", c.LostBrokersRequest, c.NamesReply, "", A.NONE),
+    _op("coordinator", "read_replica", c.ReadReplicaRequest, c.ReadReplicaReply, "", A.NONE),
+    _op("coordinator", "group_share", c.GroupShareRequest, c.ShareReply, "", A.NONE),
+    _op("coordinator", "leave_shares", c.ClientRequest, b.Done, "", A.NONE),
+    _op("coordinator", "join_group", c.JoinGroupRequest, c.CountReply, "", A.NONE),
+    _op("coordinator", "leave_group", c.MemberRequest, b.Done, "", A.NONE),
+    _op("coordinator", "member_alive", c.MemberRequest, b.Done, "", A.NONE),
+    _op("coordinator", "group_members", c.MemberRequest, c.MembersReply, "", A.NONE),
+    _op("coordinator", "stream_plan", c.StreamPlanRequest, c.StreamPlanReply, "", A.NONE),
+    _op(
+        "coordinator",
+        "record_stream_plan",
+        c.RecordStreamPlanRequest,
+        c.StreamPlanReply,
+        "",
+        A.NONE,
+    ),
+    _op("coordinator", "finish_stream_plan", c.FinishStreamPlanRequest, b.Done, "", A.NONE),
+)
+# Operations between server actors (and rayq.start): filled in per actor as its shell is
+# made thin; each is a method of that actor class and nothing else is.
+_SERVER: Final[tuple[Operation, ...]] = ()
+
+OPERATIONS: Final[tuple[Operation, ...]] = (
+    *_BROKER_CLIENT,
+    *_BROKER_JVM,
+    *_HOLD_CLIENT,
+    *_COORDINATOR_CLIENT,
+    *_SERVER,
+)
+
+
+def operations(service: str, caller: Caller | None = None) -> dict[str, Operation]:
+    """``service``'s operations by name (those of ``caller`` only, if given)."""
+    return {
+        op.name: op
+        for op in OPERATIONS
+        if op.service == service and (caller is None or op.caller is caller)
+    }
+
+
+def admin_operations(service: str = "broker") -> frozenset[str]:
+    """The operations of ``service`` that need an admin account."""
+    return frozenset(n for n, op in operations(service).items() if op.access is Access.ADMIN)
+
+
+def concurrency_groups(service: str) -> set[str]:
+    """The concurrency groups ``service``'s operations run in (the default one left out)."""
+    return {op.group for op in operations(service).values() if op.group}
+
+
+__all__ = [
+    "OPERATIONS",
+    "Access",
+    "Caller",
+    "Operation",
+    "admin_operations",
+    "concurrency_groups",
+    "operations",
+]
