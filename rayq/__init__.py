@@ -1,11 +1,17 @@
 """rayq: a RocketMQ-style message broker whose server parts are Ray actors.
 
-General layout (imports only point down):
+General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.store``):
 
-* ``rayq/``   the user's API: message types, errors, configuration; later the
-  producer, consumers, admin, CLI and Spark integration. Knows actors, never
-  opens files.
-* ``rayq.actors`` (folder ``actors/``): Ray actors, thin shells over plain objects.
+* ``rayq/`` the user's side, in packages that name its parts: ``producer/``
+  (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer and
+  their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
+  Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
+  ``cli/``, ``testing/`` (an in-process cluster over the real server objects).
+  ``rayq.cluster`` starts or attaches to a deployment. Reaches the server only
+  through ``rayq.actors.protocol`` and a transport; never opens store files.
+* ``rayq.actors`` (folder ``actors/``): the server side. ``protocol/`` is the wire
+  contract and the registry of operations (imports only the store); ``server/``
+  holds the Ray-free services; the modules beside them are thin Ray actor shells.
 * ``rayq.store`` (folder ``store/``): the storage engine (commit log, consume
   queues, key index, recovery, retention); plain Python, imports nothing from Ray.
 
@@ -57,11 +63,11 @@ __version__ = "0.1.0"
 # Names backed by Ray, imported on first use so that ``import rayq.store`` (and the
 # storage engine's tests) never import Ray.
 _LAZY = {
-    "Admin": "rayq.admin.admin",
-    "AllocateStrategy": "rayq.consumer.push",
+    "Admin": "rayq.admin",
+    "AllocateStrategy": "rayq.actors.protocol.enums",
     "ConsumeOrderlyStatus": "rayq.consumer.push",
     "ConsumeStatus": "rayq.consumer.push",
-    "MessageModel": "rayq.actors.protocol",
+    "MessageModel": "rayq.actors.protocol.enums",
     "MessageQueueListener": "rayq.consumer.shares",
     "MessageSelector": "rayq.consumer.selector",
     "PushConsumer": "rayq.consumer.push",
@@ -70,18 +76,18 @@ _LAZY = {
     "ClientConfig": "rayq.actors.protocol.config",
     "Credentials": "rayq.actors.protocol.auth",
     "Cluster": "rayq.cluster",
-    "ConsumeFromWhere": "rayq.actors.protocol",
-    "MessageQueue": "rayq.actors.protocol",
-    "Producer": "rayq.producer.producer",
+    "ConsumeFromWhere": "rayq.actors.protocol.enums",
+    "MessageQueue": "rayq.actors.protocol.enums",
+    "Producer": "rayq.producer",
     "PullConsumer": "rayq.consumer.pull",
-    "PullStatus": "rayq.actors.protocol",
-    "QueueProgress": "rayq.actors.protocol",
-    "QueueStats": "rayq.actors.protocol",
-    "SendResult": "rayq.actors.protocol",
-    "SendStatus": "rayq.actors.protocol",
+    "PullStatus": "rayq.actors.protocol.enums",
+    "QueueProgress": "rayq.actors.protocol.broker",
+    "QueueStats": "rayq.actors.protocol.broker",
+    "SendResult": "rayq.actors.protocol.broker",
+    "SendStatus": "rayq.actors.protocol.enums",
     "TransactionListener": "rayq.producer.transaction",
     "TransactionProducer": "rayq.producer.transaction",
-    "TransactionStatus": "rayq.actors.protocol",
+    "TransactionStatus": "rayq.actors.protocol.enums",
     "ServiceState": "rayq.service_state",
     "connect": "rayq.cluster",
     "start": "rayq.cluster",

@@ -81,3 +81,21 @@ def test_importing_the_store_does_not_import_ray(tmp_path: Path) -> None:
     ray_modules = json.loads(_run_python(_RAY_PROBE, cwd=tmp_path))
 
     assert ray_modules == []
+
+
+def test_every_package_folder_is_listed_in_pyproject() -> None:
+    """Each folder of rayq/, actors/ and store/ with an __init__.py is a package that
+    pyproject.toml installs (under its rayq.* name), and each listed one exists."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    prefixes = {"rayq": "rayq", "actors": "rayq.actors", "store": "rayq.store"}
+    found = set()
+    for top, name in prefixes.items():
+        for init in (root / top).rglob("__init__.py"):
+            parts = init.parent.relative_to(root / top).parts
+            found.add(".".join([name, *parts]))
+    assert set(config["packages"]) == found
+    for package, folder in config["package-dir"].items():
+        assert (root / folder / "__init__.py").exists(), package
