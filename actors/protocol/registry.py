@@ -188,6 +188,25 @@ def concurrency_groups(service: str) -> set[str]:
     return {op.group for op in operations(service).values() if op.group}
 
 
+def _type_name(t: type | None) -> str:
+    return "—" if t is None else f"`{t.__name__}`"
+
+
+def markdown_table() -> str:
+    """The operations as the markdown table of docs/ARCHITECTURE.md (a test checks
+    that the page holds exactly this table)."""
+    rows = [
+        "| operation | caller | request | reply | concurrency group | access |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op in OPERATIONS:
+        rows.append(
+            f"| `{op.key}` | {op.caller.value} | {_type_name(op.request)} | "
+            f"{_type_name(op.reply)} | {op.group or 'default'} | {op.access.value} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 __all__ = [
     "OPERATIONS",
     "Access",
@@ -195,5 +214,6 @@ __all__ = [
     "Operation",
     "admin_operations",
     "concurrency_groups",
+    "markdown_table",
     "operations",
 ]
