@@ -5,7 +5,7 @@ Its methods are the broker's client protocol, one typed method per operation
 (actors/protocol.py), each checking its request at the boundary. Concurrency groups
 keep held pulls and slow admin calls from starving sends: ``send`` (``put``,
 ``put_arrow``, ``put_half``, ``end_transaction``), ``pull`` (``pull``,
-``pull_many``), ``admin`` (the other client operations and the internal calls),
+``pull_many``), ``admin`` (the other client operations and most internal calls),
 ``watch`` (the coordinator's never-returning ``park``) and ``ha`` (a slave's
 ``ha_fetch`` and ``ha_metadata``). The internal methods (``start_services``,
 ``broker_info``, ``broker_config``, ``flush_targets``, ``sync_metadata``, ``park``,
