@@ -1,7 +1,7 @@
 # `make test` is the only thing CI runs (.ci/run); `make test-fast` is the edit loop.
 
 PYTHON ?= python3
-EXTRAS ?= dev,spark
+EXTRAS ?= dev,spark,docs
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ comma := ,
 # One stamp per extras set, so switching EXTRAS (e.g. to dev,spark) reinstalls.
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: venv demo demo-spark test test-fast bench bench-spark lint clean
+.PHONY: venv demo demo-spark test test-fast docs docs-check bench bench-spark lint clean
 
 venv: $(STAMP)
 
@@ -23,9 +23,22 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The documentation site (mkdocs.yml, docs/): `docs` builds it into site/; `docs-check`
+# builds it with --strict (a broken link, anchor or API reference fails) into a
+# throwaway folder, and is part of `test`. (NO_MKDOCS_2_WARNING: no banner about
+# Material's successor in every build.)
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: $(STAMP)
+	$(MKDOCS) build --strict --site-dir site
+
+docs-check: $(STAMP)
+	rm -rf build/docs-check
+	$(MKDOCS) build --strict --quiet --site-dir build/docs-check
+
 # Call .venv/bin/pytest, not `python -m pytest`: the latter puts the repo root on
 # sys.path, so `import store` would wrongly succeed.
-test: $(STAMP) lint
+test: $(STAMP) lint docs-check
 	$(BIN)/pytest tests
 
 test-fast: $(STAMP)
@@ -38,7 +51,7 @@ demo-spark: $(STAMP)
 	$(BIN)/python examples/spark_pipeline.py
 
 # Figures print as they come and go as JSON lines to $(RESULTS) (benchmarks/results.py);
-# plot.py then draws them into docs/bench/*.png (README shows them). ANCHORS=<file>: the
+# plot.py then draws them into docs/bench/*.png (docs/benchmarks.md shows them). ANCHORS=<file>: the
 # anchors' JSON lines of the same run (../shared/anchors), drawn beside rayq's. QUICK=1:
 # the smaller runs (smoke figures).
 RESULTS ?= bench-results/results.jsonl
@@ -64,5 +77,5 @@ bench-spark: $(STAMP)
 	$(PLOT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist site *.egg-info
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

@@ -2,13 +2,18 @@
 
 ``spawn_broker`` makes it a named, restartable async Ray actor pinned to a node.
 Its methods are the broker's client protocol, one typed method per operation
-(actors/protocol.py), each checking its request at the boundary; ``put`` runs in
-the ``send`` concurrency group, pulls in ``pull``, everything else in ``admin``, so
-held pulls and slow admin calls cannot starve sends. The remaining methods
-(``start_services``, ``flush_targets``, ``park``, ``ready``, ``shutdown``) are for
-the other rayq actors and ``rayq.start`` only; the client transport does not
-reach them. Restarted by Ray, ``__init__`` reopens (and so recovers) the store
-from disk, and the first call re-wires it to its peers by name.
+(actors/protocol.py), each checking its request at the boundary. Concurrency groups
+keep held pulls and slow admin calls from starving sends: ``send`` (``put``,
+``put_arrow``, ``put_half``, ``end_transaction``), ``pull`` (``pull``,
+``pull_many``), ``admin`` (the other client operations and most internal calls),
+``watch`` (the coordinator's never-returning ``park``) and ``ha`` (a slave's
+``ha_fetch`` and ``ha_metadata``). The internal methods (``start_services``,
+``broker_info``, ``broker_config``, ``flush_targets``, ``sync_metadata``, ``park``,
+``ha_*``, ``put_arrow_stats``, ``ready``, ``shutdown``) are for the other rayq
+actors and ``rayq.start`` only; the client transport does not reach them
+(docs/ARCHITECTURE.md lists every operation). Restarted by Ray, ``__init__``
+reopens (and so recovers) the store from disk, and the first call re-wires it to its
+peers by name.
 
 The shell adds what needs Ray: timers (persist, retention, heartbeat, delayed
 delivery), notifying its PullHold of appends to watched queues, waiting for the

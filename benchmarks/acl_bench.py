@@ -5,14 +5,14 @@ Run: ``.venv/bin/python benchmarks/acl_bench.py [--batches N] [--rounds R] [--ra
 with ACL on: the ratio a producer sees.)
 
 Each put goes the way the broker actor takes it, minus Ray: with ACL on the client
-signs the batch (``Signer.sign``: msgpack of the batch + HMAC-BLAKE3), the batch is
+signs the batch (``Signer.sign``: msgpack of the batch + keyed BLAKE3), the batch is
 encoded (``to_wire``), checked at the boundary (``protocol.check``), authorized
-(``BrokerServer.authorize``: the account, the timestamp, the HMAC recomputed, the
+(``BrokerServer.authorize``: the account, the timestamp, the MAC recomputed, the
 topic's PUB perm) and appended (``BrokerServer.put``). Batches of 100 messages of
 1 KiB. Rounds alternate off/on on fresh brokers; the best round of each is printed,
 and the ratios on/off: with the client's signing counted (one process does both),
 and on the broker's side alone (a producer signs in its own process).
-Both sides hash the whole batch with BLAKE3 in HMAC (~20 us per 100 KiB here; SHA-256: ~55 us),
+Both sides hash the whole batch with keyed BLAKE3 (~20 us per 100 KiB here; SHA-256: ~55 us),
 which is what the ratio pays for.
 """
 

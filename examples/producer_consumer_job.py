@@ -1,6 +1,6 @@
 """Producer and consumer as ``ray job submit`` scripts against a running rayq.
 
-On a Ray cluster (``ray start --head``; see README "Deploy"):
+On a Ray cluster (``ray start --head``; see docs/guide/deploy.md):
 
     rayq start                                                   # once: deploy rayq
     ray job submit --working-dir . -- python examples/producer_consumer_job.py produce
