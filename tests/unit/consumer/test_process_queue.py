@@ -1,6 +1,6 @@
 """``ProcessQueue`` (rayq/process_queue.py): what flow control and commits read from it.
 
-The commit offset and orderly take/commit/rollback are in test_rebalance.py; here:
+The commit offset and orderly take/commit/rollback are in server/test_rebalance.py; here:
 the counts, bytes and span that the push consumer's flow control compares with
 ``pull_threshold_for_queue``, ``pull_threshold_size_for_queue_mib`` and
 ``consume_concurrently_max_span``.
