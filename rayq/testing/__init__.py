@@ -8,6 +8,15 @@ from rayq.testing.fake import (
     consume_service,
     fill_topic,
     until,
+    wait_until,
 )
 
-__all__ = ["FakeCluster", "FakeReply", "FakeTransport", "consume_service", "fill_topic", "until"]
+__all__ = [
+    "FakeCluster",
+    "FakeReply",
+    "FakeTransport",
+    "consume_service",
+    "fill_topic",
+    "until",
+    "wait_until",
+]

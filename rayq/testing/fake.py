@@ -557,7 +557,7 @@ class FakeTransport:
 # ---------------------------------------------------------- consume-service tests
 _CLUSTERING = protocol.MessageModel.CLUSTERING
 _FIRST_OFFSET = protocol.ConsumeFromWhere.FIRST_OFFSET
-WAIT_S = 20.0  # ``until``'s default: generous, what a test waits for (never a figure)
+WAIT_S = 30.0  # ``until``'s default: generous, what a test waits for (never a figure)
 
 
 def fill_topic(
@@ -619,4 +619,21 @@ async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
         await asyncio.sleep(0.01)
 
 
-__all__ = ["FakeCluster", "FakeReply", "FakeTransport", "consume_service", "fill_topic", "until"]
+def wait_until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """``until`` outside an event loop: poll ``check()`` in this thread (sleeping between
+    looks); AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+__all__ = [
+    "FakeCluster",
+    "FakeReply",
+    "FakeTransport",
+    "consume_service",
+    "fill_topic",
+    "until",
+    "wait_until",
+]

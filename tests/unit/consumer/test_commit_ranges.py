@@ -30,7 +30,7 @@ from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.service import ConsumeService
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "a"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -61,10 +61,6 @@ def service(
         max_reconsume_times=16,
         config=ClientConfig(**config),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def committed(cluster: FakeCluster) -> tuple[int, list[tuple[int, int]]]:

@@ -32,7 +32,7 @@ from rayq.consumer.service import ConsumeService
 from rayq.store.errors import BrokerUnavailableError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPICS = ("a", "b")
 QUEUES = {t: MessageQueue(t, "broker-a", 0) for t in TOPICS}
@@ -132,13 +132,6 @@ async def started(svc: ConsumeService) -> None:
     """Open the service and give it the queues of TOPICS and its retry queue."""
     await svc.open()
     await svc.assign(1, [*QUEUES.values(), MessageQueue(retry_topic(GROUP), "broker-a", 0)])
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def committed(cluster: FakeCluster, topic: str) -> int:

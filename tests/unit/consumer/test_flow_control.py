@@ -22,7 +22,7 @@ from rayq.actors.protocol.config import ClientConfig
 from rayq.consumer.listener import ConsumeStatus
 from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "flow"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -67,10 +67,6 @@ def service(cluster: FakeCluster, listener: Callable[..., Any], **config: Any) -
         topic=TOPIC,
         config=ClientConfig(pull_batch_size=BATCH, **config),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def held_back(

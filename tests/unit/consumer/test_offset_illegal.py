@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +27,11 @@ from rayq.actors.protocol.config import ClientConfig
 from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "a"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
 GROUP = "cg"
-WAIT_S = 10.0  # generous: what a test waits for, never a figure it checks
 
 
 @pytest.fixture
@@ -70,10 +69,6 @@ def service(
         max_reconsume_times=16,
         config=ClientConfig(offset_store_dir=str(offsets_dir)),
     )
-
-
-async def until(check: Callable[[], bool]) -> None:
-    await kit.until(check, WAIT_S)
 
 
 def broker_committed(cluster: FakeCluster) -> int:

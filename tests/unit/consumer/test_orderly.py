@@ -32,7 +32,7 @@ from rayq.consumer.listener import ConsumeOrderlyStatus
 from rayq.consumer.orderly import suspend_ms
 from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "ordered"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -70,10 +70,6 @@ def service(
         auto_commit=auto_commit,
         config=ClientConfig(**config),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def committed(cluster: FakeCluster) -> int:

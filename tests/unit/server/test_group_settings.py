@@ -29,7 +29,7 @@ from rayq.consumer.listener import ConsumeStatus
 from rayq.consumer.service import ConsumeService
 from rayq.store.errors import PermissionDeniedError
 from rayq.store.names import dlq_topic, retry_topic
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "t"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -63,10 +63,6 @@ def service(
         model=model,
         config=ClientConfig(offset_store_dir=str(tmp_path / "offsets")),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def messages_in(cluster: FakeCluster, topic: str) -> int:
