@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -93,12 +92,8 @@ class Gate:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        admin = rayq.Admin(transport=FakeTransport(c))
-        for topic in TOPICS:
-            admin.create_topic(topic, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": dict.fromkeys(TOPICS, 1)}
 
 
 def fill(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x" * 100) -> None:

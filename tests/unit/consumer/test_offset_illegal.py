@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,13 +34,14 @@ MQ = MessageQueue(TOPIC, "broker-a", 0)
 GROUP = "cg"
 
 
+def send_five(c: FakeCluster) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
+        producer.send_batch([rayq.Message(TOPIC, b"m%d" % i) for i in range(5)])
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
-            producer.send_batch([rayq.Message(TOPIC, b"m%d" % i) for i in range(5)])
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}, "setup": send_five}
 
 
 class Listener:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,10 +41,8 @@ S = ConsumeOrderlyStatus
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}}
 
 
 def fill(cluster: FakeCluster, n: int) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import rayq
 from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.server.allocation import STRATEGIES, AllocateStrategy
-from rayq.admin.admin import Admin
 from rayq.consumer.pull import PullConsumer
 from rayq.service_state import ServiceState
 from rayq.store.errors import BrokerUnavailableError, ClientError, ClosedError, ConfigError
@@ -29,10 +27,8 @@ QUEUES = [MessageQueue(TOPIC, "broker-a", q) for q in range(4)]
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path / "brokers", brokers=("broker-a",)) as c:
-        Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=4)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"under": "brokers", "topics": {TOPIC: 4}}
 
 
 def consumer(cluster: FakeCluster, **kwargs: Any) -> PullConsumer:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,8 @@ WAIT_S = 20.0  # generous: what a test waits for, never a figure it checks
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}}
 
 
 def admin(cluster: FakeCluster) -> rayq.Admin:

@@ -47,12 +47,6 @@ FAST = ClientConfig(rebalance_interval_ms=1, auto_commit_interval_ms=1_000_000)
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path, brokers=("broker-a",)) as c:
-        yield c
-
-
-@pytest.fixture
 def two(tmp_path: Path) -> Iterator[FakeCluster]:
     with FakeCluster(tmp_path, brokers=("broker-a", "broker-b")) as c:
         yield c
