@@ -7,6 +7,7 @@ from rayq.testing.fake import (
     FakeTransport,
     consume_service,
     fill_topic,
+    pulled,
     until,
     wait_until,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "FakeTransport",
     "consume_service",
     "fill_topic",
+    "pulled",
     "until",
     "wait_until",
 ]

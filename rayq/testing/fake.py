@@ -72,6 +72,7 @@ from rayq.actors.server.stream_plans import StreamPlans
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
+from rayq.store.message import MessageExt
 from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
 
 T = TypeVar("T")
@@ -619,6 +620,29 @@ async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
         await asyncio.sleep(0.01)
 
 
+def pulled(queue_offset: int, body: bytes = b"x", *, topic: str = "t") -> MessageExt:
+    """A message as a pull hands it over, at ``queue_offset`` of queue 0 of ``topic``
+    (everything else empty or zero): what process-queue and rebalance tests feed in."""
+    return MessageExt(
+        topic=topic,
+        body=body,
+        tags=None,
+        keys=[],
+        properties={},
+        msg_id="",
+        offset_msg_id="",
+        queue_id=0,
+        queue_offset=queue_offset,
+        commitlog_offset=0,
+        store_size=0,
+        born_timestamp=0,
+        store_timestamp=0,
+        born_host="",
+        store_host="",
+        reconsume_times=0,
+    )
+
+
 def wait_until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
     """``until`` outside an event loop: poll ``check()`` in this thread (sleeping between
     looks); AssertionError after ``timeout_s``."""
@@ -634,6 +658,7 @@ __all__ = [
     "FakeTransport",
     "consume_service",
     "fill_topic",
+    "pulled",
     "until",
     "wait_until",
 ]
