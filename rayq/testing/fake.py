@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -74,6 +74,9 @@ from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
 from rayq.store.message import MessageExt
 from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
+
+if TYPE_CHECKING:
+    from rayq.consumer.pull import PullConsumer
 
 T = TypeVar("T")
 
@@ -643,6 +646,15 @@ def pulled(queue_offset: int, body: bytes = b"x", *, topic: str = "t") -> Messag
     )
 
 
+def poll_until(consumer: PullConsumer, n: int, timeout_s: float = 10.0) -> list[MessageExt]:
+    """Poll ``consumer`` until it gave ``n`` messages or ``timeout_s`` passed; what it gave."""
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(consumer.poll(0.05))
+    return got
+
+
 def wait_until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
     """``until`` outside an event loop: poll ``check()`` in this thread (sleeping between
     looks); AssertionError after ``timeout_s``."""
@@ -658,6 +670,7 @@ __all__ = [
     "FakeTransport",
     "consume_service",
     "fill_topic",
+    "poll_until",
     "pulled",
     "until",
     "wait_until",

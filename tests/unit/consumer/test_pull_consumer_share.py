@@ -19,7 +19,7 @@ from rayq.consumer.pull import PullConsumer
 from rayq.service_state import ServiceState
 from rayq.store.errors import BrokerUnavailableError, ClientError, ClosedError, ConfigError
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, poll_until
 
 TOPIC = "orders"
 FAST = ClientConfig(rebalance_interval_ms=1, auto_commit_interval_ms=1_000_000)
@@ -44,14 +44,6 @@ def send(cluster: FakeCluster, n: int, prefix: str = "m") -> list[bytes]:
         for b in bodies:
             producer.send(rayq.Message(TOPIC, b))
     return bodies
-
-
-def poll_until(c: PullConsumer, n: int, timeout_s: float = 10.0) -> list[MessageExt]:
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
-        got.extend(c.poll(0.05))
-    return got
 
 
 def rebalance(*consumers: PullConsumer) -> None:
