@@ -49,7 +49,7 @@ from rayq.store.filters import tags_code
 from rayq.store.message import TRANSACTION_TYPE_MASK, InnerMessage
 from rayq.store.names import validate_topic
 
-_shared_property_texts = E.shared_property_texts  # tests/unit/test_batch_paths.py
+_shared_property_texts = E.shared_property_texts  # tests/unit/store/test_batch_paths.py
 
 STORE_BLOCK_DTYPE: Final = np.dtype(
     [

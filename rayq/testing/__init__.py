@@ -7,7 +7,20 @@ from rayq.testing.fake import (
     FakeTransport,
     consume_service,
     fill_topic,
+    poll_until,
+    pulled,
     until,
+    wait_until,
 )
 
-__all__ = ["FakeCluster", "FakeReply", "FakeTransport", "consume_service", "fill_topic", "until"]
+__all__ = [
+    "FakeCluster",
+    "FakeReply",
+    "FakeTransport",
+    "consume_service",
+    "fill_topic",
+    "poll_until",
+    "pulled",
+    "until",
+    "wait_until",
+]

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -72,7 +72,11 @@ from rayq.actors.server.stream_plans import StreamPlans
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
+from rayq.store.message import MessageExt
 from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
+
+if TYPE_CHECKING:
+    from rayq.consumer.pull import PullConsumer
 
 T = TypeVar("T")
 
@@ -557,7 +561,7 @@ class FakeTransport:
 # ---------------------------------------------------------- consume-service tests
 _CLUSTERING = protocol.MessageModel.CLUSTERING
 _FIRST_OFFSET = protocol.ConsumeFromWhere.FIRST_OFFSET
-WAIT_S = 20.0  # ``until``'s default: generous, what a test waits for (never a figure)
+WAIT_S = 30.0  # ``until``'s default: generous, what a test waits for (never a figure)
 
 
 def fill_topic(
@@ -619,4 +623,55 @@ async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
         await asyncio.sleep(0.01)
 
 
-__all__ = ["FakeCluster", "FakeReply", "FakeTransport", "consume_service", "fill_topic", "until"]
+def pulled(queue_offset: int, body: bytes = b"x", *, topic: str = "t") -> MessageExt:
+    """A message as a pull hands it over, at ``queue_offset`` of queue 0 of ``topic``
+    (everything else empty or zero): what process-queue and rebalance tests feed in."""
+    return MessageExt(
+        topic=topic,
+        body=body,
+        tags=None,
+        keys=[],
+        properties={},
+        msg_id="",
+        offset_msg_id="",
+        queue_id=0,
+        queue_offset=queue_offset,
+        commitlog_offset=0,
+        store_size=0,
+        born_timestamp=0,
+        store_timestamp=0,
+        born_host="",
+        store_host="",
+        reconsume_times=0,
+    )
+
+
+def poll_until(consumer: PullConsumer, n: int, timeout_s: float = 10.0) -> list[MessageExt]:
+    """Poll ``consumer`` until it gave ``n`` messages or ``timeout_s`` passed; what it gave."""
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(consumer.poll(0.05))
+    return got
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """``until`` outside an event loop: poll ``check()`` in this thread (sleeping between
+    looks); AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+__all__ = [
+    "FakeCluster",
+    "FakeReply",
+    "FakeTransport",
+    "consume_service",
+    "fill_topic",
+    "poll_until",
+    "pulled",
+    "until",
+    "wait_until",
+]

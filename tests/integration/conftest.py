@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import ray
@@ -50,20 +50,37 @@ def cluster(
         started.shutdown()
 
 
+def retrying(fn: Callable[[], T], error: type[Exception], *, timeout_s: float, pause_s: float) -> T:
+    """``fn()``, called again after ``pause_s`` while it raises ``error``, for up to
+    ``timeout_s`` (then the error goes up): the loop of ``retried`` and ``eventually``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except error:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(pause_s)
+
+
 @pytest.fixture
 def retried() -> Callable[[Callable[[], T]], T]:
     """Call ``fn`` until it stops raising BrokerUnavailableError (a broker restarting),
     for up to 60 s, as clients retry."""
 
     def run(fn: Callable[[], T]) -> T:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return fn()
-            except rayq.BrokerUnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        return retrying(fn, rayq.BrokerUnavailableError, timeout_s=60.0, pause_s=0.5)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def eventually() -> Callable[..., Any]:
+    """``eventually(fn, timeout_s=60)``: ``fn()`` once the brokers have (re)loaded their
+    ACL file (they look at it once a second): retried while it raises PermissionDeniedError."""
+
+    def run(fn: Callable[[], T], timeout_s: float = 60.0) -> T:
+        return retrying(fn, rayq.PermissionDeniedError, timeout_s=timeout_s, pause_s=0.2)
 
     return run
 

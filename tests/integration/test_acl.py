@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 import pytest
 
@@ -15,7 +15,6 @@ from rayq.actors.protocol.config import ClientConfig
 NAMESPACE = "rayq-test-acl"
 BROKER_OVERRIDES = {"acl_enable": True}
 TOPIC = "acl-orders"
-T = TypeVar("T")
 
 ADMIN = rayq.Credentials(access_key="ops", secret_key="ops-secret-123456")
 APP = rayq.Credentials(access_key="app", secret_key="app-secret-123456")
@@ -35,20 +34,8 @@ group_perms = ["acl-cg=SUB"]
 """
 
 
-def eventually(fn: Callable[[], T], timeout_s: float = 60.0) -> T:
-    """``fn()`` once the broker has (re)loaded the ACL file (looked at once a second)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return fn()
-        except rayq.PermissionDeniedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
-def deployment(cluster: rayq.Cluster) -> rayq.Cluster:
+def deployment(cluster: rayq.Cluster, eventually: Callable[..., Any]) -> rayq.Cluster:
     for name in cluster.broker_names:  # the default place: <store dir>/config/plain_acl.toml
         (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(RULES)
     admin = rayq.Admin(namespace=NAMESPACE, config=ClientConfig(credentials=ADMIN))

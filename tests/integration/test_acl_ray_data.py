@@ -5,9 +5,8 @@ the secret shows in no repr, name or error."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,7 +19,6 @@ pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-acl-ray-data"
 BROKER_OVERRIDES = {"acl_enable": True}
 SOURCE, SINK = "acl-events", "acl-copy"
-T = TypeVar("T")
 
 ADMIN = rayq.Credentials(access_key="ops", secret_key="ops-secret-123456")
 APP = rayq.Credentials(access_key="app", secret_key="app-secret-123456")
@@ -50,24 +48,12 @@ def config(credentials: rayq.Credentials) -> rayq.ClientConfig:
     return rayq.ClientConfig(credentials=credentials)
 
 
-def eventually(fn: Callable[[], T], timeout_s: float = 60.0) -> T:
-    """``fn()`` once the broker has (re)loaded the ACL file (looked at once a second)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return fn()
-        except rayq.PermissionDeniedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def assert_no_secret(text: str) -> None:
     assert not any(secret in text for secret in SECRETS), text
 
 
 @pytest.fixture(scope="module")
-def deployment(cluster: rayq.Cluster) -> rayq.Cluster:
+def deployment(cluster: rayq.Cluster, eventually: Callable[..., Any]) -> rayq.Cluster:
     for name in cluster.broker_names:  # the default place: <store dir>/config/plain_acl.toml
         (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(RULES)
     admin = rayq.Admin(namespace=NAMESPACE, config=config(ADMIN))

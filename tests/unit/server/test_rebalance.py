@@ -12,7 +12,7 @@ from rayq.actors.server.rebalance import MemberSpec, Rebalancer
 from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus, ListenerRunner
 from rayq.consumer.process_queue import ProcessQueue
 from rayq.store.errors import ConfigError
-from rayq.store.message import MessageExt
+from rayq.testing import pulled
 
 QUEUES = {
     "t": [MessageQueue("t", "b", q) for q in range(10)],
@@ -129,32 +129,11 @@ def test_queue_locks_are_leases() -> None:
     assert locks.holder("g", "t", 1, now_ms=150) == "b"
 
 
-def msg(offset: int, body: bytes = b"x") -> MessageExt:
-    return MessageExt(
-        topic="t",
-        body=body,
-        tags=None,
-        keys=[],
-        properties={},
-        msg_id="",
-        offset_msg_id="",
-        queue_id=0,
-        queue_offset=offset,
-        commitlog_offset=0,
-        store_size=0,
-        born_timestamp=0,
-        store_timestamp=0,
-        born_host="",
-        store_host="",
-        reconsume_times=0,
-    )
-
-
 def test_process_queue_commits_up_to_the_smallest_offset_in_flight() -> None:
     pq = ProcessQueue()
     pq.next_pull = 5
     assert pq.commit_offset() == 5
-    pq.put([msg(5), msg(6), msg(7)], next_pull=8)
+    pq.put([pulled(5), pulled(6), pulled(7)], next_pull=8)
     assert (pq.count, pq.span, pq.commit_offset()) == (3, 2, 5)
     pq.remove([6, 7])
     assert pq.commit_offset() == 5
@@ -164,7 +143,7 @@ def test_process_queue_commits_up_to_the_smallest_offset_in_flight() -> None:
 
 def test_process_queue_orderly_take_commit_and_rollback() -> None:
     pq = ProcessQueue()
-    pq.put([msg(o) for o in range(4)], next_pull=4)
+    pq.put([pulled(o) for o in range(4)], next_pull=4)
     batch = pq.take(2)
     assert [m.queue_offset for m in batch] == [0, 1]
     assert pq.take(2) == []  # one batch at a time
@@ -176,7 +155,7 @@ def test_process_queue_orderly_take_commit_and_rollback() -> None:
 
 
 def test_listener_results_exceptions_and_ack_index() -> None:
-    msgs = [msg(o) for o in range(4)]
+    msgs = [pulled(o) for o in range(4)]
     ok = ListenerRunner(lambda ms: ConsumeStatus.CONSUME_SUCCESS, False, 2)
     assert ok.run_concurrently(msgs) == []
     later = ListenerRunner(lambda ms: ConsumeStatus.RECONSUME_LATER, False, 2)

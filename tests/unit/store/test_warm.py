@@ -9,13 +9,13 @@ import ctypes
 import mmap
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from rayq.store import ConfigError, InnerMessage, MessageStore, StoreConfig
 from rayq.store.warm import Warmer
+from rayq.testing import wait_until
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -65,15 +65,6 @@ def segment(path: Path, size: int) -> Path:
     return path
 
 
-def until(check: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def warmers() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("rayq-warmer")]
 
@@ -85,10 +76,10 @@ def test_pages_ahead_of_the_writer_are_read_in_and_no_further(tmp_path: Path) ->
     warmer = Warmer(4 * MiB)
     try:
         warmer.wrote(seg, MiB, 16 * MiB)  # the writer is at 1 MiB
-        assert until(lambda: resident(seg, MiB, 5 * MiB) == 1.0)
+        wait_until(lambda: resident(seg, MiB, 5 * MiB) == 1.0)
         assert resident(seg, 10 * MiB, 16 * MiB) == 0.0  # not past the window
         warmer.wrote(seg, 8 * MiB, 16 * MiB)  # the window moves with the writer
-        assert until(lambda: resident(seg, 8 * MiB, 12 * MiB) == 1.0)
+        wait_until(lambda: resident(seg, 8 * MiB, 12 * MiB) == 1.0)
         assert resident(seg, 14 * MiB, 16 * MiB) == 0.0
     finally:
         warmer.close()
@@ -102,10 +93,10 @@ def test_the_warmer_follows_the_writer_into_the_next_segment_and_stops(tmp_path:
     try:
         warmer.wrote(first, 4 * MiB, 4 * MiB)  # full: nothing left to warm there
         warmer.wrote(second, 0, 4 * MiB)
-        assert until(lambda: resident(second, 0, 2 * MiB) == 1.0)
+        wait_until(lambda: resident(second, 0, 2 * MiB) == 1.0)
         warmer.wrote(tmp_path / "gone", 0, 4 * MiB)  # a file deleted since: skipped
         warmer.wrote(second, 2 * MiB, 4 * MiB)
-        assert until(lambda: resident(second, 2 * MiB, 4 * MiB) == 1.0)
+        wait_until(lambda: resident(second, 2 * MiB, 4 * MiB) == 1.0)
     finally:
         warmer.close()
     assert "rayq-warmer-test" not in [t.name for t in threading.enumerate()]
@@ -122,7 +113,7 @@ def test_a_store_warms_ahead_of_its_appends_and_stops_with_it(tmp_path: Path) ->
         seg = store.commitlog.file.last()
         assert seg is not None and seg.wrote > 0
         assert len(warmers()) == before + 1
-        assert until(lambda: resident(seg.path, seg.wrote, seg.wrote + 4 * MiB) == 1.0)
+        wait_until(lambda: resident(seg.path, seg.wrote, seg.wrote + 4 * MiB) == 1.0)
     assert len(warmers()) == before
 
 

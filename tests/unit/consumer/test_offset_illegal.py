@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,21 +27,21 @@ from rayq.actors.protocol.config import ClientConfig
 from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "a"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
 GROUP = "cg"
-WAIT_S = 10.0  # generous: what a test waits for, never a figure it checks
+
+
+def send_five(c: FakeCluster) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
+        producer.send_batch([rayq.Message(TOPIC, b"m%d" % i) for i in range(5)])
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
-            producer.send_batch([rayq.Message(TOPIC, b"m%d" % i) for i in range(5)])
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}, "setup": send_five}
 
 
 class Listener:
@@ -70,10 +70,6 @@ def service(
         max_reconsume_times=16,
         config=ClientConfig(offset_store_dir=str(offsets_dir)),
     )
-
-
-async def until(check: Callable[[], bool]) -> None:
-    await kit.until(check, WAIT_S)
 
 
 def broker_committed(cluster: FakeCluster) -> int:

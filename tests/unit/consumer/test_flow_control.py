@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-import rayq
 from rayq import testing as kit
 from rayq.actors.protocol import MessageQueue
 from rayq.actors.protocol.config import ClientConfig
 from rayq.consumer.listener import ConsumeStatus
 from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, until
 
 TOPIC = "flow"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -32,10 +30,8 @@ BATCH = 8  # pull_batch_size
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}}
 
 
 def fill(cluster: FakeCluster, n: int, body: bytes) -> None:
@@ -67,10 +63,6 @@ def service(cluster: FakeCluster, listener: Callable[..., Any], **config: Any) -
         topic=TOPIC,
         config=ClientConfig(pull_batch_size=BATCH, **config),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def held_back(

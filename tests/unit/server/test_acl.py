@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from rayq.actors.protocol.auth import Credentials, Signer
 from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.server import acl as acl_mod
 from rayq.actors.server.acl import AclService, parse_acl
-from rayq.admin.admin import Admin
 from rayq.consumer.pull import PullConsumer
 from rayq.store import EncodedBatch, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch
@@ -94,13 +92,14 @@ def acl_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, acl_file: Path) -> Iterator[FakeCluster]:
+def cluster_options(acl_file: Path) -> dict[str, Any]:
     cfg = BrokerConfig(store=StoreConfig.for_tests(), acl_enable=True, acl_file=str(acl_file))
-    with FakeCluster(tmp_path / "stores", config=cfg) as c:
-        admin = Admin(transport=FakeTransport(c), config=ClientConfig(credentials=ADMIN))
-        for topic in ("orders", "vault", "other"):
-            admin.create_topic(topic, queues=1)
-        yield c
+    return {
+        "under": "stores",
+        "config": cfg,
+        "topics": dict.fromkeys(("orders", "vault", "other"), 1),
+        "admin_config": ClientConfig(credentials=ADMIN),
+    }
 
 
 def broker(cluster: FakeCluster, creds: Credentials | None, **signer: Any) -> BrokerClient:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from rayq.consumer.listener import ConsumeOrderlyStatus
 from rayq.consumer.orderly import suspend_ms
 from rayq.consumer.service import ConsumeService
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "ordered"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -42,10 +41,8 @@ S = ConsumeOrderlyStatus
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}}
 
 
 def fill(cluster: FakeCluster, n: int) -> None:
@@ -70,10 +67,6 @@ def service(
         auto_commit=auto_commit,
         config=ClientConfig(**config),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def committed(cluster: FakeCluster) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,11 @@ import rayq
 from rayq.actors.protocol import ConsumeFromWhere, MessageModel, MessageQueue
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.server.allocation import STRATEGIES, AllocateStrategy
-from rayq.admin.admin import Admin
 from rayq.consumer.pull import PullConsumer
 from rayq.service_state import ServiceState
 from rayq.store.errors import BrokerUnavailableError, ClientError, ClosedError, ConfigError
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, poll_until
 
 TOPIC = "orders"
 FAST = ClientConfig(rebalance_interval_ms=1, auto_commit_interval_ms=1_000_000)
@@ -29,10 +27,8 @@ QUEUES = [MessageQueue(TOPIC, "broker-a", q) for q in range(4)]
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path / "brokers", brokers=("broker-a",)) as c:
-        Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=4)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"under": "brokers", "topics": {TOPIC: 4}}
 
 
 def consumer(cluster: FakeCluster, **kwargs: Any) -> PullConsumer:
@@ -48,14 +44,6 @@ def send(cluster: FakeCluster, n: int, prefix: str = "m") -> list[bytes]:
         for b in bodies:
             producer.send(rayq.Message(TOPIC, b))
     return bodies
-
-
-def poll_until(c: PullConsumer, n: int, timeout_s: float = 10.0) -> list[MessageExt]:
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
-        got.extend(c.poll(0.05))
-    return got
 
 
 def rebalance(*consumers: PullConsumer) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.service import ConsumeService
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, pulled, until
 
 TOPIC = "a"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -39,10 +39,8 @@ WAIT_S = 30.0  # generous: what a test waits for, never a figure it checks
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}}
 
 
 def fill(cluster: FakeCluster, n: int) -> None:
@@ -61,10 +59,6 @@ def service(
         max_reconsume_times=16,
         config=ClientConfig(**config),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def committed(cluster: FakeCluster) -> tuple[int, list[tuple[int, int]]]:
@@ -146,7 +140,7 @@ def test_after_a_crash_only_the_messages_in_flight_come_again_not_all_after_a_sl
 def test_the_commit_keeps_the_ranges_done_past_a_message_still_held() -> None:
     """Held 3 and 7 of 0..9: the commit is offset 3 with [4, 7) and [8, 10) done."""
     pq = ProcessQueue()
-    pq.put([_msg(i) for i in range(10)], next_pull=10)
+    pq.put([pulled(i, topic=TOPIC) for i in range(10)], next_pull=10)
     pq.remove([0, 1, 2, 4, 5, 6, 8, 9])
     assert pq.commit_state() == (3, [(4, 7), (8, 10)])
     pq.remove([3])
@@ -161,7 +155,7 @@ def test_a_queue_taken_over_skips_what_its_last_owner_committed_as_done() -> Non
     pq = ProcessQueue()
     pq.next_pull = 3
     pq.set_skip([(4, 6), (8, 20)])
-    held = pq.put([_msg(i) for i in range(3, 10)], next_pull=10)
+    held = pq.put([pulled(i, topic=TOPIC) for i in range(3, 10)], next_pull=10)
     assert [m.queue_offset for m in held] == [3, 6, 7]
     assert pq.commit_state() == (3, [(4, 6), (8, 20)])
     assert pq.pull_from() == 20
@@ -176,7 +170,7 @@ def test_an_answer_not_put_yet_is_not_committed_as_done() -> None:
     pq.next_pull = 0
     pq.arriving(records=10, size_bytes=100, next_pull=10)
     assert pq.commit_state() == (0, [])
-    pq.put([_msg(i) for i in range(10)], next_pull=10)
+    pq.put([pulled(i, topic=TOPIC) for i in range(10)], next_pull=10)
     pq.remove(range(10))
     assert pq.commit_state() == (10, [])
 
@@ -246,27 +240,6 @@ def test_commits_ride_on_the_pulls_without_a_separate_commit_call(cluster: FakeC
     asyncio.run(run())
     assert len(cluster.calls_of("commit_offsets")) <= 1
     assert committed(cluster) == (201, [])
-
-
-def _msg(offset: int) -> MessageExt:
-    return MessageExt(
-        topic=TOPIC,
-        body=b"x",
-        tags=None,
-        keys=[],
-        properties={},
-        msg_id="",
-        offset_msg_id="",
-        queue_id=0,
-        queue_offset=offset,
-        commitlog_offset=0,
-        store_size=0,
-        born_timestamp=0,
-        store_timestamp=0,
-        born_host="",
-        store_host="",
-        reconsume_times=0,
-    )
 
 
 def test_a_damaged_acked_range_is_dropped_on_load_and_the_offsets_kept(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -107,24 +107,25 @@ def test_selectors_check_at_once_and_compile_once() -> None:
 TOPIC = "Props"
 
 
+def send_props(c: FakeCluster) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
+        producer.send_batch(
+            [
+                rayq.Message(
+                    TOPIC,
+                    f"m{i}".encode(),
+                    tags="even" if i % 2 == 0 else "odd",
+                    properties={"n": str(i), "kind": "big" if i >= 50 else "small"},
+                )
+                for i in range(100)
+            ]
+        )
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
+def cluster_options() -> dict[str, Any]:
     config = BrokerConfig(store=StoreConfig.for_tests(), enable_property_filter=True)
-    with FakeCluster(tmp_path, config=config) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        with rayq.Producer("pg", transport=FakeTransport(c)) as producer:
-            producer.send_batch(
-                [
-                    rayq.Message(
-                        TOPIC,
-                        f"m{i}".encode(),
-                        tags="even" if i % 2 == 0 else "odd",
-                        properties={"n": str(i), "kind": "big" if i >= 50 else "small"},
-                    )
-                    for i in range(100)
-                ]
-            )
-        yield c
+    return {"config": config, "topics": {TOPIC: 1}, "setup": send_props}
 
 
 def test_the_broker_filters_a_pull_by_properties(cluster: FakeCluster) -> None:

@@ -12,8 +12,8 @@ cluster's hold service (no Ray):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,12 +47,13 @@ def request(offset: int, queue_id: int = 0, suspend_ms: int = 15_000) -> PullReq
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path, brokers=("broker-a",)) as c:
+def cluster_options() -> dict[str, Any]:
+    def setup(c: FakeCluster) -> None:
         c.server().create_topic(
             CreateTopicRequest(topic=TOPIC, read_queue_nums=2, write_queue_nums=2, perm=6)
         )
-        yield c
+
+    return {"setup": setup}
 
 
 def hold_pull(cluster: FakeCluster, req: PullRequest) -> tuple[bool, object]:

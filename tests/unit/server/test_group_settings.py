@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from rayq.consumer.listener import ConsumeStatus
 from rayq.consumer.service import ConsumeService
 from rayq.store.errors import PermissionDeniedError
 from rayq.store.names import dlq_topic, retry_topic
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPIC = "t"
 MQ = MessageQueue(TOPIC, "broker-a", 0)
@@ -38,10 +38,8 @@ WAIT_S = 20.0  # generous: what a test waits for, never a figure it checks
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        rayq.Admin(transport=FakeTransport(c)).create_topic(TOPIC, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": {TOPIC: 1}}
 
 
 def admin(cluster: FakeCluster) -> rayq.Admin:
@@ -63,10 +61,6 @@ def service(
         model=model,
         config=ClientConfig(offset_store_dir=str(tmp_path / "offsets")),
     )
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    await kit.until(check, timeout_s)
 
 
 def messages_in(cluster: FakeCluster, topic: str) -> int:

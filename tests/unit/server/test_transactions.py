@@ -8,7 +8,6 @@ visibility, exactly one copy, discard after the last check, and bad input.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +69,13 @@ class Listener:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path, config=CONFIG) as c:
+def cluster_options() -> dict[str, Any]:
+    def setup(c: FakeCluster) -> None:
         c.server().create_topic(
             CreateTopicRequest(topic=TOPIC, read_queue_nums=1, write_queue_nums=1, perm=6)
         )
-        yield c
+
+    return {"config": CONFIG, "setup": setup}
 
 
 def producer(cluster: FakeCluster, listener: Listener) -> rayq.TransactionProducer:

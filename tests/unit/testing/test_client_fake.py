@@ -40,16 +40,10 @@ from rayq.store.errors import (
     PermissionDeniedError,
 )
 from rayq.store.message import MessageExt
-from rayq.testing import FakeCluster, FakeReply, FakeTransport
+from rayq.testing import FakeCluster, FakeReply, FakeTransport, poll_until
 
 TOPIC = "orders"
 FAST = ClientConfig(rebalance_interval_ms=1, auto_commit_interval_ms=1_000_000)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path, brokers=("broker-a",)) as c:
-        yield c
 
 
 @pytest.fixture
@@ -90,14 +84,6 @@ def stored(cluster: FakeCluster, topic: str = TOPIC) -> list[MessageExt]:
 
 def bodies(msgs: list[MessageExt]) -> list[bytes]:
     return [m.body for m in msgs]
-
-
-def poll_until(c: PullConsumer, n: int, timeout_s: float = 10.0) -> list[MessageExt]:
-    got: list[MessageExt] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < n and time.monotonic() < deadline:
-        got.extend(c.poll(0.05))
-    return got
 
 
 # ------------------------------------------------------------------ the fake itself

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from rayq.consumer.service import ConsumeService
 from rayq.store.errors import BrokerUnavailableError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
-from rayq.testing import FakeCluster, FakeTransport
+from rayq.testing import FakeCluster, FakeTransport, until
 
 TOPICS = ("a", "b")
 QUEUES = {t: MessageQueue(t, "broker-a", 0) for t in TOPICS}
@@ -93,12 +92,8 @@ class Gate:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path) as c:
-        admin = rayq.Admin(transport=FakeTransport(c))
-        for topic in TOPICS:
-            admin.create_topic(topic, queues=1)
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"topics": dict.fromkeys(TOPICS, 1)}
 
 
 def fill(cluster: FakeCluster, topic: str, n: int, body: bytes = b"x" * 100) -> None:
@@ -132,13 +127,6 @@ async def started(svc: ConsumeService) -> None:
     """Open the service and give it the queues of TOPICS and its retry queue."""
     await svc.open()
     await svc.assign(1, [*QUEUES.values(), MessageQueue(retry_topic(GROUP), "broker-a", 0)])
-
-
-async def until(check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def committed(cluster: FakeCluster, topic: str) -> int:

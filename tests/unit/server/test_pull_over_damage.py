@@ -179,10 +179,8 @@ def test_the_hold_service_answers_a_long_poll_over_damage_at_once(server: Broker
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    with FakeCluster(tmp_path, brokers=("broker-a",)) as c:
-        setup_broker(c.servers["broker-a"])
-        yield c
+def cluster_options() -> dict[str, Any]:
+    return {"setup": lambda c: setup_broker(c.servers["broker-a"])}
 
 
 def test_a_held_pull_of_the_fake_cluster_over_damage_is_answered_at_once(

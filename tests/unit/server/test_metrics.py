@@ -149,7 +149,7 @@ def test_group_lags_sum_max_minus_committed_over_the_committed_queues(server: An
     assert server.group_lags() == {("cg", "orders"): 5}
 
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "rayq-dashboard.json"
+DASHBOARD = Path(__file__).resolve().parents[3] / "docs" / "grafana" / "rayq-dashboard.json"
 
 
 def _dashboard_queries() -> list[str]:
