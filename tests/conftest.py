@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
 
 def on_ci() -> bool:
@@ -20,3 +21,9 @@ def on_ci() -> bool:
 def ci() -> bool:
     """Fixture form of ``on_ci()``."""
     return on_ci()
+
+
+# Tests never assert timings (the machine is shared and noisy): Hypothesis's per-example
+# deadline (200 ms by default) is off for every property test.
+settings.register_profile("rayq", deadline=None)
+settings.load_profile("rayq")
