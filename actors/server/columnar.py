@@ -80,6 +80,7 @@ _HEADER: Final = np.dtype(
     ]
 )
 assert _HEADER.itemsize == codec.HEADER_SIZE
+assert _HEADER.fields is not None
 # An offset message id is the store host then the commit-log offset (hosts.py).
 _OFFSET_ID_AT: Final = np.concatenate(
     [
@@ -155,7 +156,7 @@ def read_pages(
     return pages, offset
 
 
-def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
+def _joined(pages: list[RecordPage]) -> tuple[bytes | memoryview, np.ndarray]:
     """One buffer and record starts for several pages (one page: as it is)."""
     if len(pages) == 1:
         return pages[0].buffer, pages[0].starts
@@ -165,7 +166,7 @@ def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
 
 
 def decode_columns(
-    buffer: bytes,
+    buffer: bytes | memoryview,
     starts: np.ndarray,
     topic: str,
     broker: str = "",
@@ -196,7 +197,8 @@ def page_bytes(batch: pa.RecordBatch, next_offset: int) -> bytes:
     if batch.num_columns:
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 # A page whose records stay in the commit log (``refs_page``): its schema's metadata.
@@ -250,7 +252,9 @@ class _Page:
     """One page of records; each column decoded when asked for (the headers, bodies and
     property strings once, by the first column that needs them)."""
 
-    def __init__(self, buffer: bytes, starts: np.ndarray, topic: str, broker: str) -> None:
+    def __init__(
+        self, buffer: bytes | memoryview, starts: np.ndarray, topic: str, broker: str
+    ) -> None:
         self.n, self.starts, self.topic, self.broker = len(starts), starts, topic, broker
         self.data = pa.py_buffer(buffer)
         self.raw = np.frombuffer(buffer, dtype=np.uint8)
@@ -482,4 +486,5 @@ def to_ipc(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
