@@ -41,7 +41,7 @@ import functools
 import logging
 import zlib
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +54,6 @@ from rayq.store import properties as P
 from rayq.store.bulk_reader import RecordPage, rows
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import COMPRESSED_FLAG, GetStatus
-from rayq.store.message_store import MessageStore
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +99,17 @@ _NAME_KEY_MASK: Final = np.array(
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 
 
+class PageStore(Protocol):
+    """What ``read_columns`` reads of a store: a ``MessageStore``, or a replica's files
+    (the page readers)."""
+
+    def read_page(
+        self, topic: str, queue_id: int, offset: int, count: int, max_bytes: int, /
+    ) -> RecordPage: ...
+
+
 def read_columns(
-    store: MessageStore,
+    store: PageStore,
     topic: str,
     queue_id: int,
     start: int,
@@ -122,7 +130,7 @@ def read_columns(
 
 
 def read_pages(
-    store: MessageStore,
+    store: PageStore,
     topic: str,
     queue_id: int,
     start: int,
