@@ -23,7 +23,8 @@ $(STAMP): pyproject.toml
 # inside rayq/ (pyproject's package-dir maps them at install time). $(LINT_VIEW) is a tree
 # of symlinks laid out as installed (rayq/actors -> actors/, rayq/store -> store/), first
 # on their path, so every module is checked under its import name (rayq.store.codec).
-# lint-imports runs inside it because it puts its working directory first on sys.path.
+# lint-imports runs inside it because it puts its working directory first on sys.path;
+# mypy finds it through MYPYPATH (its cache, .mypy_cache/, makes a second run quick).
 LINT_VIEW := build/lint-view
 
 lint: $(STAMP)
@@ -34,6 +35,7 @@ lint: $(STAMP)
 	ln -s ../../../actors $(LINT_VIEW)/rayq/actors
 	ln -s ../../../store $(LINT_VIEW)/rayq/store
 	cd $(LINT_VIEW) && ../../$(BIN)/lint-imports ../../pyproject.toml
+	MYPYPATH=$(LINT_VIEW) $(BIN)/mypy -p rayq
 
 # Call .venv/bin/pytest, not `python -m pytest`: the latter puts the repo root on
 # sys.path, so `import store` would wrongly succeed.
