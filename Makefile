@@ -19,9 +19,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[$(EXTRAS)]"
 	touch $@
 
+# lint-imports and mypy find modules on the file system, where actors/ and store/ are not
+# inside rayq/ (pyproject's package-dir maps them at install time). $(LINT_VIEW) is a tree
+# of symlinks laid out as installed (rayq/actors -> actors/, rayq/store -> store/), first
+# on their path, so every module is checked under its import name (rayq.store.codec).
+# lint-imports runs inside it because it puts its working directory first on sys.path;
+# mypy finds it through MYPYPATH (its cache, .mypy_cache/, makes a second run quick).
+LINT_VIEW := build/lint-view
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	rm -rf $(LINT_VIEW) && mkdir -p $(LINT_VIEW)/rayq
+	for f in rayq/*; do ln -s ../../../$$f $(LINT_VIEW)/rayq/; done
+	ln -s ../../../actors $(LINT_VIEW)/rayq/actors
+	ln -s ../../../store $(LINT_VIEW)/rayq/store
+	cd $(LINT_VIEW) && ../../$(BIN)/lint-imports ../../pyproject.toml
+	MYPYPATH=$(LINT_VIEW) $(BIN)/mypy -p rayq
 
 # The documentation site (mkdocs.yml, docs/): `docs` builds it into site/; `docs-check`
 # builds it with --strict (a broken link, anchor or API reference fails) into a

@@ -200,6 +200,7 @@ def metric(name: str) -> Any:
     from ray.util import metrics as ray_metrics
 
     spec = SPEC_BY_NAME[name]
+    made: ray_metrics.Metric
     if spec.kind == "counter":
         made = ray_metrics.Counter(spec.name, spec.help, spec.tags)
     elif spec.kind == "gauge":

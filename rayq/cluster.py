@@ -54,7 +54,7 @@ class Cluster:
         self,
         namespace: str,
         broker_names: list[str],
-        store_dir: Path,
+        store_dir: Path | None,  # None: a cluster found running (``rayq stop``)
         owns_ray: bool,
         replicas: list[str] | None = None,
     ) -> None:

@@ -202,7 +202,10 @@ def _check_property_names(names: pa.Array, rows: pa.Array, refused: Mapping[str,
     pairs = pc.binary_join_element_wise(rows.cast(pa.string()), names, "\x01")
     if pc.count_distinct(pairs).as_py() != len(pairs):
         seen: set[str] = set()
-        twice = next(p for p in pairs.to_pylist() if p in seen or seen.add(p))  # error path only
+        for twice in pairs.to_pylist():  # error path only
+            if twice in seen:
+                break
+            seen.add(twice)
         row, _, name = twice.partition("\x01")
         raise InvalidMessageError(f"row {row}: property {name!r} is given twice", name=name)
 
@@ -240,7 +243,8 @@ def cuts(bounds: np.ndarray, limit_bytes: int) -> list[tuple[int, int]]:
 
 
 def _lengths(column: pa.Array) -> np.ndarray:
-    return pc.binary_length(column).fill_null(0).to_numpy().astype(np.int64)
+    lengths: np.ndarray = pc.binary_length(column).fill_null(0).to_numpy().astype(np.int64)
+    return lengths
 
 
 def encode_rows(
@@ -412,7 +416,8 @@ def _tags_codes(tags: pa.Array | None, n: int) -> bytes:
     codes = np.fromiter(map(tags_code, distinct), dtype=np.int64, count=len(distinct))
     codes = np.append(codes, 0)  # the code of "no tags", at index len(distinct)
     indices = pc.fill_null(encoded.indices, len(distinct)).to_numpy()
-    return codes[indices].astype("<i8").tobytes()
+    packed: bytes = codes[indices].astype("<i8").tobytes()
+    return packed
 
 
 def _index_columns(
@@ -439,8 +444,8 @@ def _crcs(values: pa.Array, seed: int) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     at = values.offset
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[at : at + n + 1]  # type: ignore[arg-type]
-    data = memoryview(values.buffers()[2])  # type: ignore[arg-type]
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[at : at + n + 1]
+    data = memoryview(values.buffers()[2])
     slices = map(slice, offsets[:-1].tolist(), offsets[1:].tolist())
     seeds = [seed] * n
     return np.fromiter(map(crc32c, map(data.__getitem__, slices), seeds), dtype=np.int64, count=n)

@@ -93,11 +93,13 @@ def check_columns(schema: pa.Schema, cols: Columns) -> None:
 
 
 def _is_str_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) and pa.types.is_string(t.value_type)
+    return bool(pa.types.is_list(t) and pa.types.is_string(t.value_type))
 
 
 def _is_str_map(t: pa.DataType) -> bool:
-    return pa.types.is_map(t) and pa.types.is_string(t.key_type) and pa.types.is_string(t.item_type)
+    return bool(
+        pa.types.is_map(t) and pa.types.is_string(t.key_type) and pa.types.is_string(t.item_type)
+    )
 
 
 def check_bodies(batch: pa.RecordBatch | pa.Table, cols: Columns) -> None:

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, repeat
-from typing import Final
+from typing import Final, cast
 
 import msgspec
 import numpy as np
@@ -309,10 +309,12 @@ def _check_tags_codes(
     claimed = np.frombuffer(batch.tags_codes, dtype="<i8").tolist()
     if _tags_plainly_match(claimed, records, props_at, ends):
         return
-    matches = map(_TAGS_FIRST.match, repeat(records), props_at, ends)
+    # Both patterns always match (their one group is optional).
+    Matches = Iterator[re.Match[bytes]]
+    matches = cast(Matches, map(_TAGS_FIRST.match, repeat(records), props_at, ends))
     values = list(map(re.Match.group, matches, repeat(1)))
     if None in values and _tags_later(records, props_at, ends):
-        matches = map(_TAGS_ANYWHERE.match, repeat(records), props_at, ends)
+        matches = cast(Matches, map(_TAGS_ANYWHERE.match, repeat(records), props_at, ends))
         values = list(map(re.Match.group, matches, repeat(1)))
     codes = list(map(_tag_codes.get, values))
     if None in codes:
@@ -329,7 +331,9 @@ def _check_tags_codes(
     if len(_tag_prefixes) >= _TAG_CODES_MAX:
         _tag_prefixes.clear()
     _tag_prefixes.update(
-        (c, _TAGS + v + b"\x02") for c, v in set(zip(codes, values, strict=True)) if v
+        (c, _TAGS + v + b"\x02")
+        for c, v in set(zip(codes, values, strict=True))
+        if v and c is not None  # c is not None: codes == claimed
     )
 
 
@@ -342,7 +346,9 @@ def _tags_plainly_match(
     if not any(claimed):
         return max(map(records.find, repeat(_TAGS), props_at, ends)) < 0
     prefixes = list(map(_tag_prefixes.get, claimed))
-    return None not in prefixes and all(map(records.startswith, prefixes, props_at, ends))
+    if None in prefixes:
+        return False
+    return all(map(records.startswith, cast(list[bytes], prefixes), props_at, ends))
 
 
 def _tags_later(records: bytes, props_at: list[int], ends: list[int]) -> bool:

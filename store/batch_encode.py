@@ -154,7 +154,9 @@ def shared_property_texts(
     except InvalidMessageError:
         return None  # the general path reports it with the message's index
     suffix = P.encode_properties(shared)
-    tags, keys, uniq_keys = cols.tags, cols.keys, cols.uniq_key
+    tags: Sequence[str | None] = cols.tags
+    keys: Sequence[str] = cols.keys
+    uniq_keys = cols.uniq_key
     shared_entries, scheduled = len(shared) * n, _is_scheduled(shared)
     if not any(tags) and not any(keys) and all(uniq_keys):  # UNIQ_KEY and the shared ones
         uniq_bytes = list(map(str.encode, uniq_keys))
@@ -262,7 +264,8 @@ def producer_fields(cols: Fields, lengths: list[int]) -> tuple[list[bytes], Iter
             )
         )
         return list(map(_ZERO_STORE_BLOCK.__add__, fields)), map(crc32c, fields), same_length
-    flag, sys_flag, born, host, reconsume, prepared = (column[0] for column in header)
+    flag, sys_flag, born, _, reconsume, prepared = (column[0] for column in header)
+    host = cols.born_host[0]
     packed = {
         z: _PRODUCER_FIELDS.pack(
             queue_id, flag, sys_flag, born, hosts[host], reconsume, prepared, z

@@ -61,7 +61,7 @@ class RecordPage(NamedTuple):
     status: GetStatus
     next_offset: int  # the queue offset to continue from
     min_offset: int  # the queue's first offset
-    buffer: bytes = b""  # runs of records, back to back
+    buffer: bytes | memoryview = b""  # runs of records, back to back (in place: a view)
     starts: np.ndarray = np.empty(0, dtype=np.int64)  # offsets of the checked records in buffer
     damaged: int = 0  # records left out because they failed their check
     full: bool = False  # stopped at ``max_bytes`` (not at the end of the entries read)
@@ -210,7 +210,7 @@ def rows(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     if raw.size < width:
         raw = np.concatenate([raw, np.zeros(width - raw.size, dtype=np.uint8)])
     last = raw.size - width
-    out = sliding_window_view(raw, width)[np.minimum(np.maximum(starts, 0), last)]
+    out: np.ndarray = sliding_window_view(raw, width)[np.minimum(np.maximum(starts, 0), last)]
     tail = np.flatnonzero(starts > last)
     if tail.size:  # rows that start in the last ``width`` bytes: padded with zeros
         at = starts[tail, None] + np.arange(width)
@@ -219,7 +219,7 @@ def rows(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
 
 
 def _checked(
-    buffer: bytes, starts: np.ndarray, sizes: np.ndarray, check_crc: bool = True
+    buffer: bytes | memoryview, starts: np.ndarray, sizes: np.ndarray, check_crc: bool = True
 ) -> np.ndarray:
     """Which records are whole and intact: size, magic and (``check_crc``) CRC (codec.py)."""
     ok = starts >= 0
@@ -235,7 +235,7 @@ def _checked(
     return ok
 
 
-def record_crcs(buffer: bytes, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def record_crcs(buffer: bytes | memoryview, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """The CRC each record at ``starts`` must carry (``codec.record_crc``): one ``crc32c``
     call a record over ``[44, size)``, the 32-byte store block folded in by numpy
     (crc_fold.py)."""

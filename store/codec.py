@@ -51,7 +51,7 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from typing import Final
+from typing import Any, Final
 
 from crc32c import crc32c
 
@@ -216,9 +216,13 @@ def check_record(
     return verdict, size
 
 
+# An OK record as ``parse_record`` gives it: the header tuple, the topic, the raw properties.
+ParsedRecord = tuple[tuple[Any, ...], str, bytes]
+
+
 def parse_record(
     buf: memoryview, pos: int, limit: int, base: int | None = None, check_crc: bool = True
-) -> tuple[Check, int, tuple | None]:
+) -> tuple[Check, int, ParsedRecord | None]:
     """Like :func:`check_record`, also returning, for an OK record, the header tuple,
     topic and raw property bytes: what recovery needs to dispatch it. ``check_crc=False``
     skips the CRC and position checks (for ranges already validated)."""

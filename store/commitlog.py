@@ -216,7 +216,8 @@ class CommitLog:
         local = offset - seg.start
         if local + codec.HEADER_SIZE > seg.wrote:
             return None
-        return codec.INT64.unpack_from(seg.mm, local + codec.STORE_TIMESTAMP_OFFSET)[0]
+        stamp: int = codec.INT64.unpack_from(seg.mm, local + codec.STORE_TIMESTAMP_OFFSET)[0]
+        return stamp
 
     def quarantine(self, offset: int) -> None:
         seg = self.file.find(offset)
@@ -265,7 +266,7 @@ class CommitLog:
             os.fsync(f.fileno())
 
     @staticmethod
-    def dispatch(offset: int, size: int, parsed: tuple, batch: DispatchBatch) -> None:
+    def dispatch(offset: int, size: int, parsed: codec.ParsedRecord, batch: DispatchBatch) -> None:
         """Add a parsed record (from ``scan``) to ``batch``."""
         header, topic, props = parsed
         batch.add(topic, header[7], header[3], offset, size, props, header[5])

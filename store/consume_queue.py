@@ -23,7 +23,7 @@ commit log are dropped (``delete_expired``) and ``min_offset`` moves up.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -39,7 +39,11 @@ HOLE_SIZE: Final[int] = 0x7FFFFFFF
 assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
 
 
-def pack_entries(offsets: list[int], sizes: list[int], tags: list[int]) -> bytes:
+# Lists or numpy arrays of ints.
+Ints = Sequence[int] | np.ndarray
+
+
+def pack_entries(offsets: Ints, sizes: Ints, tags: Ints) -> bytes:
     """Consecutive entries as bytes (one numpy pass; used per dispatched batch)."""
     arr = np.empty(len(offsets), dtype=ENTRY_DTYPE)
     arr["offset"] = offsets

@@ -34,7 +34,8 @@ def fold_store_blocks(producer_crcs: np.ndarray, blocks: np.ndarray) -> np.ndarr
     columns = np.ascontiguousarray(blocks.T)
     for j in range(codec.STORE_BLOCK_SIZE):
         acc ^= by_block[j][columns[j]]
-    return acc ^ _ONES
+    crcs: np.ndarray = acc ^ _ONES
+    return crcs
 
 
 @functools.cache

@@ -174,11 +174,11 @@ class StoreFiles:
         self.commitlog.file.refresh()
         cq.bound(end, self.commitlog.min_offset)
         return read_page(
-            self.commitlog,
-            cq,
+            self.commitlog,  # type: ignore[arg-type]  # duck-typed: what read_page reads
+            cq,  # type: ignore[arg-type]
             queue_offset,
             max_count,
-            max_bytes,  # type: ignore[arg-type]
+            max_bytes,
             in_place=True,
             check_crc=check_crc,
         )

@@ -25,7 +25,7 @@ PAGE_SIZE = 4096
 class DiskFlusher:
     """fdatasync what the writer reports written, and record it in the checkpoint."""
 
-    def __init__(self, root: Path, segment_size: int, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, root: str | Path, segment_size: int, clock: Clock = SYSTEM_CLOCK) -> None:
         self.root = Path(root)
         self.segment_size = segment_size
         self.clock = clock

@@ -85,6 +85,14 @@ def _touch(mm: mmap.mmap, length: int, chunk: int = 1 << 20) -> None:
 class IndexFile:
     """One index file: a hash table of chains, filled until ``entries_max``."""
 
+    # The header's fields (``HEADER``).
+    begin_ts: int
+    end_ts: int
+    begin_phy: int
+    end_phy: int
+    slot_count: int
+    count: int
+
     def __init__(self, path: Path, slots: int, entries_max: int, now_ms: int = 0) -> None:
         self.path = path
         self.slots = slots
@@ -238,7 +246,12 @@ class IndexService:
                 self.on_create()
         return self.files[-1]
 
-    def put(self, hashes: Sequence[int], phys: Sequence[int], times_ms: Sequence[int]) -> None:
+    def put(
+        self,
+        hashes: Sequence[int] | np.ndarray,
+        phys: Sequence[int] | np.ndarray,
+        times_ms: Sequence[int] | np.ndarray,
+    ) -> None:
         """Index entries: key hash (``key_hash``, masked here) -> commit-log offset, store time."""
         if not len(hashes):
             return

@@ -35,6 +35,7 @@ import shutil
 import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 import numpy as np
@@ -100,6 +101,14 @@ logger = logging.getLogger(__name__)
 QueueKey = tuple[str, int]
 QUEUE_ID_MAX = codec.QUEUE_ID_MAX
 INDEX_BATCH = 8192  # index entries are buffered and written this many at a time
+
+
+T = TypeVar("T")
+
+
+def _permute(column: list[T], order: list[int]) -> None:
+    """``column`` reordered in place: its ``order[i]``-th item goes to ``i``."""
+    column[:] = [column[j] for j in order]
 
 
 class MessageStore:
@@ -316,13 +325,10 @@ class MessageStore:
         result = self._put_batches(batches, transactional=True)
         if len(batches) > 1 and result.ok:  # columns back in the caller's message order
             back = sorted(range(len(order)), key=order.__getitem__)
-            for column in (
-                result.msg_ids,
-                result.queue_offsets,
-                result.commitlog_offsets,
-                result.store_sizes,
-            ):
-                column[:] = [column[j] for j in back]
+            _permute(result.msg_ids, back)
+            _permute(result.queue_offsets, back)
+            _permute(result.commitlog_offsets, back)
+            _permute(result.store_sizes, back)
         return result
 
     def put_encoded(self, batch: EncodedBatch, *, own: bool = False) -> PutResult:

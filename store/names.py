@@ -68,7 +68,7 @@ _valid_topics: set[str] = set()
 def validate_topic(topic: object) -> str:
     """Return ``topic`` if it is a legal topic name, else raise InvalidTopicError."""
     if topic.__class__ is str and topic in _valid_topics:
-        return topic  # type: ignore[return-value]
+        return topic
     if not isinstance(topic, str):
         raise InvalidTopicError(
             f"topic must be a str, got {type(topic).__name__}", value=repr(topic)

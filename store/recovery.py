@@ -202,7 +202,7 @@ def rebuild_scan(
     for item in walk(commitlog, begin, check_crc=False):
         if isinstance(item, GoodRun):
             keep = sum(1 for o in item.offsets if o < upto)
-            batch.add_run(GoodRun(*(column[:keep] for column in item)))
+            batch.add_run(GoodRun._make(column[:keep] for column in item))
             count += keep
             progress.at(item.offsets[-1])
             if keep < len(item.offsets):

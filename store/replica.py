@@ -24,7 +24,7 @@ from rayq.store.commitlog import CommitLog
 from rayq.store.errors import CorruptRecordError, InvalidOffsetError
 from rayq.store.scanner import GoodRun, _check_run, _walk
 
-Item = GoodRun | tuple[int, int, tuple]
+Item = GoodRun | tuple[int, int, codec.ParsedRecord]
 
 
 def read_chunk(commitlog: CommitLog, offset: int, max_bytes: int) -> bytes:

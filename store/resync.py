@@ -47,7 +47,7 @@ class Damage(NamedTuple):
     record: bool  # one framed record failing its CRC, ``end`` = its end
 
 
-Item = GoodRun | tuple[Check, int, int, tuple | None] | Damage
+Item = GoodRun | tuple[Check, int, int, codec.ParsedRecord | None] | Damage
 
 
 def walk(commitlog: CommitLog, start: int, *, check_crc: bool = True) -> Iterator[Item]:

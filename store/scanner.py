@@ -56,7 +56,7 @@ class GoodRun(NamedTuple):
     properties: list[bytes]
 
 
-Item = GoodRun | tuple[Check, int, int, tuple | None]
+Item = GoodRun | tuple[Check, int, int, codec.ParsedRecord | None]
 
 
 def scan(commitlog: CommitLog, start: int, *, check_crc: bool = True) -> Iterator[Item]:

@@ -37,6 +37,7 @@ import re
 import struct
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from rayq.store.errors import InvalidFilterError
 from rayq.store.properties import decode_properties
@@ -226,7 +227,7 @@ class _Parser:
         self.t.fail("a comparison (> >= < <= = <>), BETWEEN, IN or IS")
         raise AssertionError  # fail raised
 
-    def comparison(self, name: str, op: Callable, text: str) -> Pred:
+    def comparison(self, name: str, op: Callable[[Any, Any], bool], text: str) -> Pred:
         kind, value, _pos = self.t.peek()
         if kind == "num":
             self.t.take()

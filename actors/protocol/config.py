@@ -6,7 +6,7 @@ Frozen msgspec Structs with RocketMQ's defaults and field names in snake_case.
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
@@ -144,7 +144,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         return self.store.replace(flush_disk_type=self.flush_disk_type)
 
     @classmethod
-    def from_dict(cls, values: dict) -> BrokerConfig:
+    def from_dict(cls, values: dict[str, Any]) -> BrokerConfig:
         return convert_config(values, cls, "broker config")
 
 

@@ -5,7 +5,7 @@ request, and the codecs that validate a request at an actor boundary (``check``,
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 from msgspec import Meta
@@ -46,7 +46,7 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 @functools.cache
-def _decoder(cls: type) -> msgspec.msgpack.Decoder:
+def _decoder(cls: type) -> msgspec.msgpack.Decoder[Any]:
     return msgspec.msgpack.Decoder(cls)
 
 
@@ -61,7 +61,10 @@ def to_wire(struct: msgspec.Struct) -> bytes:
 
 def from_wire(data: bytes | R, cls: type[R]) -> R:
     """The ``cls`` a peer sent (as ``to_wire`` bytes or as the Struct itself)."""
-    return data if type(data) is cls else _decoder(cls).decode(data)  # type: ignore[return-value]
+    if type(data) is cls:
+        return data
+    decoded: R = _decoder(cls).decode(cast(bytes, data))
+    return decoded
 
 
 def check(request: object, cls: type[R]) -> R:
@@ -76,7 +79,8 @@ def check(request: object, cls: type[R]) -> R:
             f"expected a {cls.__name__}, got {type(request).__name__}", request=cls.__name__
         )
     try:
-        return _decoder(cls).decode(_encoder.encode(request))
+        decoded: R = _decoder(cls).decode(_encoder.encode(request))
+        return decoded
     except (msgspec.ValidationError, msgspec.EncodeError, TypeError, OverflowError) as exc:
         raise InvalidRequestError(
             f"malformed {cls.__name__}: {exc}", request=cls.__name__
@@ -84,7 +88,7 @@ def check(request: object, cls: type[R]) -> R:
 
 
 @functools.cache
-def _json_decoder(cls: type) -> msgspec.json.Decoder:
+def _json_decoder(cls: type) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(cls)
 
 

@@ -23,8 +23,8 @@ change moves only the queues next to the points that came or went.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from crc32c import crc32c
 
@@ -96,7 +96,13 @@ def allocate_by_config(
     return out
 
 
-STRATEGIES: dict[AllocateStrategy, Callable[..., dict]] = {
+class Strategy(Protocol):
+    """An allocation: each consumer's queues."""
+
+    def __call__(self, queues: Sequence[Q], consumers: Sequence[str], /) -> dict[str, list[Q]]: ...
+
+
+STRATEGIES: dict[AllocateStrategy, Strategy] = {
     AllocateStrategy.AVERAGELY: allocate_averagely,
     AllocateStrategy.AVERAGELY_BY_CIRCLE: allocate_averagely_by_circle,
     AllocateStrategy.CONSISTENT_HASH: allocate_consistent_hash,

@@ -41,7 +41,7 @@ import functools
 import logging
 import zlib
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +54,6 @@ from rayq.store import properties as P
 from rayq.store.bulk_reader import RecordPage, rows
 from rayq.store.errors import InvalidOffsetError
 from rayq.store.message import COMPRESSED_FLAG, GetStatus
-from rayq.store.message_store import MessageStore
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +79,7 @@ _HEADER: Final = np.dtype(
     ]
 )
 assert _HEADER.itemsize == codec.HEADER_SIZE
+assert _HEADER.fields is not None
 # An offset message id is the store host then the commit-log offset (hosts.py).
 _OFFSET_ID_AT: Final = np.concatenate(
     [
@@ -99,8 +99,17 @@ _NAME_KEY_MASK: Final = np.array(
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 
 
+class PageStore(Protocol):
+    """What ``read_columns`` reads of a store: a ``MessageStore``, or a replica's files
+    (the page readers)."""
+
+    def read_page(
+        self, topic: str, queue_id: int, offset: int, count: int, max_bytes: int, /
+    ) -> RecordPage: ...
+
+
 def read_columns(
-    store: MessageStore,
+    store: PageStore,
     topic: str,
     queue_id: int,
     start: int,
@@ -121,7 +130,7 @@ def read_columns(
 
 
 def read_pages(
-    store: MessageStore,
+    store: PageStore,
     topic: str,
     queue_id: int,
     start: int,
@@ -155,7 +164,7 @@ def read_pages(
     return pages, offset
 
 
-def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
+def _joined(pages: list[RecordPage]) -> tuple[bytes | memoryview, np.ndarray]:
     """One buffer and record starts for several pages (one page: as it is)."""
     if len(pages) == 1:
         return pages[0].buffer, pages[0].starts
@@ -165,7 +174,7 @@ def _joined(pages: list[RecordPage]) -> tuple[bytes, np.ndarray]:
 
 
 def decode_columns(
-    buffer: bytes,
+    buffer: bytes | memoryview,
     starts: np.ndarray,
     topic: str,
     broker: str = "",
@@ -196,7 +205,8 @@ def page_bytes(batch: pa.RecordBatch, next_offset: int) -> bytes:
     if batch.num_columns:
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 # A page whose records stay in the commit log (``refs_page``): its schema's metadata.
@@ -250,7 +260,9 @@ class _Page:
     """One page of records; each column decoded when asked for (the headers, bodies and
     property strings once, by the first column that needs them)."""
 
-    def __init__(self, buffer: bytes, starts: np.ndarray, topic: str, broker: str) -> None:
+    def __init__(
+        self, buffer: bytes | memoryview, starts: np.ndarray, topic: str, broker: str
+    ) -> None:
         self.n, self.starts, self.topic, self.broker = len(starts), starts, topic, broker
         self.data = pa.py_buffer(buffer)
         self.raw = np.frombuffer(buffer, dtype=np.uint8)
@@ -482,4 +494,5 @@ def to_ipc(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data

@@ -104,8 +104,9 @@ class ProducerSequences:
             return Verdict.OUT_OF_ORDER, None
         if last <= entry.last:
             cached = self._results.get(key)
-            hit = cached is not None and cached[0] == first and cached[1] == last
-            return Verdict.DUPLICATE, cached[2] if hit else None
+            if cached is not None and cached[0] == first and cached[1] == last:
+                return Verdict.DUPLICATE, cached[2]
+            return Verdict.DUPLICATE, None
         return Verdict.OVERLAP, None
 
     def appended(

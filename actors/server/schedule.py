@@ -54,7 +54,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -382,7 +382,10 @@ class ScheduleService:
         )
 
 
-def _int_property(props: dict[str, str], name: str, default: int | None) -> int | None:
+_Default = TypeVar("_Default", int, None)
+
+
+def _int_property(props: dict[str, str], name: str, default: _Default) -> int | _Default:
     text = props.get(name)
     if text is None:
         return default

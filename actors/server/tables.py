@@ -357,7 +357,7 @@ class ConsumerOffsetTable(_Table[ConsumerOffsetFile]):
         self._offsets = {key: dict(queues) for key, queues in table.items()}
         acked = value.acked_table if value else {}
         self._acked = {
-            k: {q: [tuple(r) for r in rs] for q, rs in qs.items()} for k, qs in acked.items()
+            k: {q: [(lo, hi) for lo, hi in rs] for q, rs in qs.items()} for k, qs in acked.items()
         }
 
 

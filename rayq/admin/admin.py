@@ -64,7 +64,7 @@ from rayq.store.errors import (
 from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
 from rayq.transport.base import BrokerClient, Reply, Transport
-from rayq.transport.context import ClientContext
+from rayq.transport.context import ClientContext, bind
 
 K = TypeVar("K")
 T = TypeVar("T")
@@ -142,7 +142,7 @@ class Admin:
             )
             for d in route.queues
         }
-        self._gather({b: lambda c, r=r: c.create_topic(r) for b, r in reqs.items()})
+        self._gather({b: bind(lambda c, r: c.create_topic(r), r) for b, r in reqs.items()})
         self._ctx.route(topic, refresh=True)
 
     def delete_topic(self, topic: str) -> None:
@@ -274,8 +274,11 @@ class Admin:
         pairs = [(d.broker_name, t) for t, route in self._routes().items() for d in route.queues]
         offsets = self._gather(
             {
-                p: lambda c, t=p[1]: c.query_offsets(
-                    QueryOffsetsRequest(group=group, topic=t, client_id=self.client_id)
+                p: bind(
+                    lambda c, t: c.query_offsets(
+                        QueryOffsetsRequest(group=group, topic=t, client_id=self.client_id)
+                    ),
+                    p[1],
                 )
                 for p in pairs
             }
@@ -283,7 +286,10 @@ class Admin:
         committed = {p: o.offsets for p, o in offsets.items() if o.offsets}
         stats = self._gather(
             {
-                p: lambda c, t=p[1]: c.topic_stats(TopicRequest(topic=t, client_id=self.client_id))
+                p: bind(
+                    lambda c, t: c.topic_stats(TopicRequest(topic=t, client_id=self.client_id)),
+                    p[1],
+                )
                 for p in committed
             }
         )
@@ -331,13 +337,16 @@ class Admin:
         queues = self._route(topic).read_queues()
         found = self._gather(
             {
-                (q.broker_name, q.queue_id): lambda c, q=q: c.offset_by_time(
-                    OffsetByTimeRequest(
-                        topic=topic,
-                        queue_id=q.queue_id,
-                        timestamp_ms=timestamp_ms,
-                        client_id=self.client_id,
-                    )
+                (q.broker_name, q.queue_id): bind(
+                    lambda c, q: c.offset_by_time(
+                        OffsetByTimeRequest(
+                            topic=topic,
+                            queue_id=q.queue_id,
+                            timestamp_ms=timestamp_ms,
+                            client_id=self.client_id,
+                        )
+                    ),
+                    q,
                 )
                 for q in queues
             }

@@ -26,7 +26,7 @@ def _cluster_list(admin: Admin, args: argparse.Namespace) -> int:
     entries = admin.broker_table()
     names = [replica_name(e.broker_name, e.broker_id) for e in entries]
     statuses = admin.statuses([n for n, e in zip(names, entries, strict=True) if not e.lost])
-    data = []
+    data: list[dict[str, Any]] = []
     for name, e in zip(names, entries, strict=True):
         status = statuses.get(name, "lost")
         info = None if isinstance(status, str) else status.info
@@ -96,7 +96,7 @@ def _broker_status(admin: Admin, args: argparse.Namespace) -> int:
     status = admin.broker_status(args.broker)
     data = msgspec.to_builtins(msgspec.structs.replace(status, config={}))
     info = status.info
-    rows = [
+    rows: list[list[Any]] = [
         ["broker", replica_name(info.broker_name, info.broker_id)],
         ["role", info.role],
         ["node", info.node_id],

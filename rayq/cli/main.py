@@ -87,8 +87,8 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"not true or false: {text!r}")
 
 
-def _common(json_output: bool) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _common(json_output: bool) -> _Parser:
+    common = _Parser(add_help=False)
     common.add_argument("--address", default="auto", help="Ray address (default: auto)")
     common.add_argument("--namespace", default=NAMESPACE, help="Ray namespace of rayq")
     if json_output:
@@ -410,7 +410,7 @@ def _stop(args: argparse.Namespace) -> int:
         args.namespace,
         brokers,
         None,
-        owns_ray=False,  # type: ignore[arg-type]
+        owns_ray=False,
         replicas=[*brokers, *slaves],
     ).shutdown()
     print(f"rayq stopped in namespace {args.namespace!r}")

@@ -214,7 +214,11 @@ def write_batches(
     sender = Sender(f"write-{producer_id}", policy, lambda: brokers)
     queue = MessageQueue(topic, broker, queue_id)
     puts = _puts(batches, queue, producer_id, cols, group)
-    return sum(put.batch.count for put, _ in sender.pipeline(puts, MAX_PUTS_IN_FLIGHT))  # type: ignore[union-attr]
+    sent = 0
+    for put, _ in sender.pipeline(puts, MAX_PUTS_IN_FLIGHT):
+        assert put.batch is not None  # _puts encodes each batch
+        sent += put.batch.count
+    return sent
 
 
 class _NamedBrokers:

@@ -34,7 +34,7 @@ from rayq.actors.protocol import (
 )
 from rayq.store.errors import BrokerUnavailableError, InvalidOffsetError
 from rayq.store.names import validate_group
-from rayq.transport.context import ClientContext
+from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +81,11 @@ def queue_bounds(
     if lost:
         logger.warning("topic %r: skipping the queues of unavailable broker(s) %s", topic, lost)
     brokers = sorted({q.broker_name for q in ctx.read_queues(topic, refresh=True)})
-    req = TopicRequest(topic=topic, client_id=ctx.client_id)
-    found = ctx.broker_calls({b: lambda c: c.queue_bounds(req) for b in brokers}, CALL_TIMEOUT_S)
-    return {(b, q): tuple(v) for b, qs in found.items() for q, v in qs.bounds.items()}  # type: ignore[misc]
+    bounds_req = TopicRequest(topic=topic, client_id=ctx.client_id)
+    found = ctx.broker_calls(
+        {b: lambda c: c.queue_bounds(bounds_req) for b in brokers}, CALL_TIMEOUT_S
+    )
+    return {(b, q): (lo, hi) for b, qs in found.items() for q, (lo, hi) in qs.bounds.items()}
 
 
 def committed_offsets(
@@ -122,14 +124,19 @@ def resolve(
     if isinstance(spec, int) and not isinstance(spec, bool):
         if spec < 0:
             raise InvalidOffsetError(f"{what}: a timestamp must be epoch ms >= 0, got {spec}")
-        asks = {
-            k: lambda c, q=k[1]: c.offset_by_time(
-                OffsetByTimeRequest(topic=topic, queue_id=q, timestamp_ms=spec)
-            )
-            for k in bounds
-        }
-        got = ctx.broker_calls(asks, CALL_TIMEOUT_S)
-        return {k: _clamp(got[k].offset, lo[k], hi[k]) for k in bounds}
+        by_time = ctx.broker_calls(
+            {
+                k: bind(
+                    lambda c, q: c.offset_by_time(
+                        OffsetByTimeRequest(topic=topic, queue_id=q, timestamp_ms=spec)
+                    ),
+                    k[1],
+                )
+                for k in bounds
+            },
+            CALL_TIMEOUT_S,
+        )
+        return {k: _clamp(by_time[k].offset, lo[k], hi[k]) for k in bounds}
     if isinstance(spec, Mapping):
         base = resolve(ctx, topic, default, bounds, default=default, what=what)
         for queue, offset in spec.items():

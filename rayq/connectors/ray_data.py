@@ -84,7 +84,13 @@ class TopicDatasource(Datasource):
     def estimate_inmemory_data_size(self) -> int | None:
         return None
 
-    def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,  # not used: a task reads its whole range
+        data_context: object = None,
+        **_: Any,
+    ) -> list[ReadTask]:
         topic, ns, credentials = self.topic, self.namespace, self.credentials
         page_bytes = self.page_bytes
 

@@ -451,7 +451,9 @@ def write(
         from pyspark import TaskContext
 
         ensure_ray(address, ns)
-        part = TaskContext.get().partitionId()
+        task = TaskContext.get()
+        assert task is not None  # this runs in a Spark task
+        part = task.partitionId()
         broker, qid = targets[part % len(targets)]
         n = write_batches(
             batches,

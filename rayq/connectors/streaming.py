@@ -53,7 +53,7 @@ from rayq.connectors.ranges import OffsetRange, QueueKey, check_max, committed_o
 from rayq.connectors.ranges import resolve as resolve_spec
 from rayq.store.errors import BrokenError, BrokerUnavailableError, ConfigError, RayqError
 from rayq.store.names import validate_group, validate_topic
-from rayq.transport.context import ClientContext
+from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
 
@@ -281,14 +281,15 @@ class StreamingQuery:
             expected[r.queue_id], new[r.queue_id] = r.committed, r.end
         ok = self.ctx.broker_calls(
             {
-                b: lambda c, e=e, n=n: c.compare_and_set_offsets(
+                b: bind(
+                    lambda c, r: c.compare_and_set_offsets(r),
                     CompareAndSetOffsetsRequest(
                         group=self.group,
                         topic=self.topic,
                         expected=e,
                         offsets=n,
                         client_id=self.ctx.client_id,
-                    )
+                    ),
                 )
                 for b, (e, n) in by_broker.items()
             }

@@ -33,7 +33,7 @@ from rayq.actors.protocol import CommitOffsetsRequest, MessageQueue, QueryOffset
 from rayq.store.errors import ConfigError
 from rayq.store.json_file import JsonFile
 from rayq.store.names import validate_group, validate_instance_name
-from rayq.transport.context import ClientContext
+from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +80,13 @@ class RemoteOffsetStore:
         pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
         found = self._ctx.broker_calls(
             {
-                p: (
-                    lambda b, t=p[1]: b.query_offsets(
+                p: bind(
+                    lambda b, t: b.query_offsets(
                         QueryOffsetsRequest(
                             group=self.group, topic=t, client_id=self._ctx.client_id
                         )
-                    )
+                    ),
+                    p[1],
                 )
                 for p in pairs
             },
@@ -95,8 +96,8 @@ class RemoteOffsetStore:
         for mq in mqs:
             reply = found[(mq.broker_name, mq.topic)]
             if mq.queue_id in reply.offsets:
-                acked = [tuple(r) for r in reply.acked.get(mq.queue_id, [])]
-                out[mq] = (reply.offsets[mq.queue_id], acked)  # type: ignore[assignment]
+                acked = [(lo, hi) for lo, hi in reply.acked.get(mq.queue_id, [])]
+                out[mq] = (reply.offsets[mq.queue_id], acked)
         return out
 
     def pending(self, mq: MessageQueue) -> State | None:
@@ -121,7 +122,8 @@ class RemoteOffsetStore:
             return
         results = await self._ctx.broker_calls_async(
             {
-                (b, t): lambda c, t=t, states=states: c.commit_offsets(
+                (b, t): bind(
+                    lambda c, r: c.commit_offsets(r),
                     CommitOffsetsRequest(
                         group=self.group,
                         topic=t,
@@ -129,7 +131,7 @@ class RemoteOffsetStore:
                         generation=generation,
                         client_id=self._ctx.client_id,
                         acked={q: s[1] for q, s in states.items() if s[1]},
-                    )
+                    ),
                 )
                 for (b, t), states in todo.items()
             },

@@ -89,7 +89,8 @@ class OrderlyConsumption:
     closed: bool
     _lock_waiter: asyncio.Task | None
 
-    async def _send_back(self, msgs: list, *, dlq: bool = False) -> list: ...
+    async def _send_back(self, msgs: list, *, dlq: bool = False) -> list:
+        raise NotImplementedError  # ConsumeService's
 
     async def _take_over(self, mqs: list[MessageQueue]) -> None: ...
 

@@ -99,7 +99,7 @@ from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
 from rayq.store.sql92 import SqlFilter
 from rayq.transport.base import Reply, Transport
-from rayq.transport.context import ClientContext
+from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ class PullConsumer:
             self._ctx, group, broadcasting=model is MessageModel.BROADCASTING
         )
         self.client_id = self._ctx.client_id
-        self._subscriptions: dict[str, TagFilter] = {}
+        self._subscriptions: dict[str, TagFilter | SqlFilter] = {}
         self._listeners: dict[str, QueueListener | None] = {}
         self._manual = False
         self._queues: dict[MessageQueue, _QueueState] = {}
@@ -349,7 +349,9 @@ class PullConsumer:
     def _take(self, ref: Reply[PullResponse]) -> list[MessageExt]:
         """The messages of one ready reply; moves that queue's position."""
         mq = self._pending.pop(ref, None)
-        s = self._queues.get(mq) if mq is not None else None
+        if mq is None:
+            return []
+        s = self._queues.get(mq)
         if s is None or s.inflight is not ref:
             return []
         s.inflight = None
@@ -471,13 +473,14 @@ class PullConsumer:
             by_broker.setdefault(m.broker_name, []).append(i)
         got = self._ctx.broker_calls(
             {
-                b: lambda c, idx=idx: c.send_back(
+                b: bind(
+                    lambda c, r: c.send_back(r),
                     SendBackRequest(
                         group=self.group,
                         max_reconsume_times=max_reconsume_times,
                         client_id=self.client_id,
                         items=[SendBackItem(msgs[i].commitlog_offset, delay_level) for i in idx],
-                    )
+                    ),
                 )
                 for b, idx in by_broker.items()
             },
@@ -541,7 +544,9 @@ class PullConsumer:
     def _drop(self, mq: MessageQueue) -> None:
         self._cancel(self._queues.pop(mq))
 
-    def _set_topic_queues(self, topic: str, mqs: list[MessageQueue], tf: TagFilter) -> None:
+    def _set_topic_queues(
+        self, topic: str, mqs: list[MessageQueue], tf: TagFilter | SqlFilter
+    ) -> None:
         """Make the assignment of ``topic`` exactly ``mqs`` with filter ``tf``; tell the
         topic's listener if that changed it."""
         before = {mq for mq in self._queues if mq.topic == topic}
@@ -549,7 +554,9 @@ class PullConsumer:
         if set(mqs) != before:
             tell(self._listeners.get(topic), topic, self._ctx.read_queues(topic), sorted(mqs))
 
-    def _take_topic_queues(self, topic: str, mqs: list[MessageQueue], tf: TagFilter) -> None:
+    def _take_topic_queues(
+        self, topic: str, mqs: list[MessageQueue], tf: TagFilter | SqlFilter
+    ) -> None:
         gone = [mq for mq in self._queues if mq.topic == topic and mq not in mqs]
         if gone and self._started:  # the next owner starts where this one got to
             self._commit_quietly()

@@ -9,16 +9,17 @@ message's properties (store/sql92.py; the broker needs
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
+from rayq.actors.protocol.wire import FilterType
 from rayq.store.errors import InvalidFilterError, InvalidMessageError
 from rayq.store.filters import TagFilter
 from rayq.store.sql92 import SqlFilter, compile_sql
 
-TAG = "TAG"
-SQL92 = "SQL92"
+TAG: Final = "TAG"
+SQL92: Final = "SQL92"
 
 
 class MessageSelector(msgspec.Struct, frozen=True):
@@ -55,7 +56,7 @@ def to_filter(selector: object) -> TagFilter | SqlFilter:
     return TagFilter.parse(selector)
 
 
-def filter_type(f: TagFilter | SqlFilter) -> str:
+def filter_type(f: TagFilter | SqlFilter) -> FilterType:
     return SQL92 if isinstance(f, SqlFilter) else TAG
 
 

@@ -75,7 +75,7 @@ def as_listener(listener: object) -> QueueListener | None:
     if isinstance(listener, MessageQueueListener):
         return listener.message_queue_changed
     if callable(listener):
-        return listener  # type: ignore[return-value]
+        return listener
     raise ConfigError(
         f"listener must be a rayq.MessageQueueListener or a function (topic, all_queues, "
         f"assigned), got {type(listener).__name__}"

@@ -19,7 +19,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.protocol.config import ClientConfig
 from rayq.store.errors import ConfigError
-from rayq.transport.context import ClientContext
+from rayq.transport.context import ClientContext, bind
 
 DEFAULT_CONSUME_TIMESTAMP_AGO_MS = 30 * 60 * 1000  # RocketMQ's consumeTimestamp default
 
@@ -46,7 +46,7 @@ def check_start_options(
         raise ConfigError(f"namespace must be a non-empty str, got {namespace!r}")
     if consume_timestamp_ms is None:
         return max(int(time.time() * 1000) - DEFAULT_CONSUME_TIMESTAMP_AGO_MS, 0)
-    return consume_timestamp_ms  # type: ignore[return-value]
+    return consume_timestamp_ms
 
 
 def committed_offsets(
@@ -56,10 +56,11 @@ def committed_offsets(
     pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
     found = ctx.broker_calls(
         {
-            p: (
-                lambda b, t=p[1]: b.query_offsets(
+            p: bind(
+                lambda b, t: b.query_offsets(
                     QueryOffsetsRequest(group=group, topic=t, client_id=ctx.client_id)
-                )
+                ),
+                p[1],
             )
             for p in pairs
         }
@@ -75,7 +76,7 @@ def queue_ends(ctx: ClientContext, mqs: list[MessageQueue]) -> dict[MessageQueue
     """(min offset, max offset) of each queue, from their brokers."""
     pairs = sorted({(mq.broker_name, mq.topic) for mq in mqs})
     stats = ctx.broker_calls(
-        {p: (lambda b, t=p[1]: b.topic_stats(TopicRequest(topic=t))) for p in pairs}
+        {p: bind(lambda b, t: b.topic_stats(TopicRequest(topic=t)), p[1]) for p in pairs}
     )
     ends = {q.queue: (q.min_offset, q.max_offset) for per in stats.values() for q in per.queues}
     return {mq: ends.get(mq, (0, 0)) for mq in mqs}
@@ -90,12 +91,13 @@ def fresh_start_offsets(
     if consume_from is ConsumeFromWhere.TIMESTAMP:
         found = ctx.broker_calls(
             {
-                (mq.broker_name, mq): (
-                    lambda b, mq=mq: b.offset_by_time(
+                (mq.broker_name, mq): bind(
+                    lambda b, q: b.offset_by_time(
                         OffsetByTimeRequest(
-                            topic=mq.topic, queue_id=mq.queue_id, timestamp_ms=timestamp_ms
+                            topic=q.topic, queue_id=q.queue_id, timestamp_ms=timestamp_ms
                         )
-                    )
+                    ),
+                    mq,
                 )
                 for mq in mqs
             }

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from itertools import chain
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, cast
 
 import msgspec
 
@@ -157,8 +157,9 @@ def _writable(topic: object) -> bool:
 def _bulk_tags(tags: tuple[object, ...]) -> Sequence[str | None] | None:
     """``check_tags`` of each message, once per distinct value; None if one fails."""
     kinds = set(map(type, tags))
+    checked = cast("tuple[str | None, ...]", tags)  # if kinds <= {str, NoneType}, below
     if kinds == {_NONE}:
-        return tags  # type: ignore[return-value]
+        return checked
     if not kinds <= {str, _NONE}:
         return None
     distinct = set(tags)
@@ -167,7 +168,7 @@ def _bulk_tags(tags: tuple[object, ...]) -> Sequence[str | None] | None:
             check_tags(value)
     except RayqError:
         return None
-    return [t or None for t in tags] if "" in distinct else tags  # type: ignore[misc]
+    return [t or None for t in checked] if "" in distinct else checked
 
 
 def _bulk_keys(keys: tuple[object, ...]) -> tuple[list[str], int] | None:
@@ -178,13 +179,14 @@ def _bulk_keys(keys: tuple[object, ...]) -> tuple[list[str], int] | None:
         return None
     if not any(keys):
         return [""] * len(keys), 0
-    flat = list(chain.from_iterable(keys))  # type: ignore[call-overload]
+    seqs = cast("tuple[Sequence[str], ...]", keys)  # lists or tuples; of str: checked next
+    flat = list(chain.from_iterable(seqs))
     if set(map(type, flat)) != {str} or not all(flat):
         return None
     joined = "".join(flat)
     if P.KEY_SEPARATOR in joined or "\x01" in joined or "\x02" in joined:
         return None
-    return list(map(P.KEY_SEPARATOR.join, keys)), len(joined) + len(flat)  # type: ignore[arg-type]
+    return list(map(P.KEY_SEPARATOR.join, seqs)), len(joined) + len(flat)
 
 
 def _special(

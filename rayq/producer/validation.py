@@ -186,7 +186,7 @@ def add_schedule(props: dict[str, str], delay_level: object, deliver_at_ms: obje
     if deliver_at_ms is None:
         return
     latest = time.time_ns() // 1_000_000 + DELIVER_AT_MAX_AHEAD_MS
-    if deliver_at_ms.__class__ is not int or not 0 <= deliver_at_ms <= latest:  # type: ignore[operator]
+    if deliver_at_ms.__class__ is not int or not 0 <= deliver_at_ms <= latest:
         raise bad(
             f"deliver_at_ms must be None or epoch ms at most 3 days ahead (<= {latest}), "
             f"got {deliver_at_ms!r}"

@@ -135,7 +135,7 @@ class _Client:
         self._invoke = invoke
 
     @classmethod
-    def request_types(cls) -> dict[str, type]:
+    def request_types(cls) -> dict[str, type[Any]]:
         """Each method's name and the request type it takes, read from its annotation
         (an in-process server checks what it serves against this one list)."""
         out = {}
@@ -147,7 +147,7 @@ class _Client:
         return out
 
     @classmethod
-    def reply_types(cls) -> dict[str, type]:
+    def reply_types(cls) -> dict[str, type[Any]]:
         """Each method's name and the reply type its ``Reply`` carries."""
         out = {}
         for name, fn in vars(cls).items():

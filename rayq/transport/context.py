@@ -34,6 +34,14 @@ DEFAULT_QUEUES_FOR_NEW_TOPIC = 4
 CALL_TIMEOUT_S = 30.0
 K = TypeVar("K")
 T = TypeVar("T")
+A = TypeVar("A")
+
+
+def bind(ask: Callable[[BrokerClient, A], Reply[T]], arg: A) -> Callable[[BrokerClient], Reply[T]]:
+    """``ask`` with its second argument fixed now: for ``broker_calls`` built in a loop,
+    where a lambda would see the loop variable's last value (``lambda b, t=t: ...``
+    does the same, but its type cannot be inferred)."""
+    return lambda b: ask(b, arg)
 
 
 class ClientContext:

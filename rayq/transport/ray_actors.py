@@ -72,8 +72,8 @@ class RayReply(Reply[T]):
 
     def _decoded(self, value: Any) -> T:
         if type(value) is bytes and self.reply_type is not None:
-            return from_wire(value, self.reply_type)  # type: ignore[no-any-return]
-        return value  # type: ignore[no-any-return]
+            return from_wire(value, self.reply_type)
+        return value
 
     def result(self, timeout_s: float | None = None) -> T:
         try:
