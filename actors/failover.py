@@ -40,6 +40,7 @@ from typing import Any
 
 import msgspec
 import ray
+from ray.actor import ActorHandle
 
 from rayq.actors.broker import spawn_broker
 from rayq.actors.flusher import spawn_flusher
@@ -62,12 +63,18 @@ async def node_alive(node_id: str) -> bool:
     return any(n.get("NodeID") == node_id and n.get("Alive") for n in nodes)
 
 
-def _handle(name: str, namespace: str) -> BrokerHandle | None:
-    """The named broker replica actor (or its flusher or hold service), if running."""
+def _actor(name: str, namespace: str) -> ActorHandle | None:
+    """The named actor's handle, if it is running (only killed or looked for)."""
     try:
-        return as_broker(ray.get_actor(name, namespace=namespace))
+        return ray.get_actor(name, namespace=namespace)
     except ValueError:
         return None
+
+
+def _handle(name: str, namespace: str) -> BrokerHandle | None:
+    """The named broker replica actor, typed for the calls made to it, if running."""
+    found = _actor(name, namespace)
+    return None if found is None else as_broker(found)
 
 
 async def kill_replica(replica: str, namespace: str) -> None:
@@ -75,13 +82,13 @@ async def kill_replica(replica: str, namespace: str) -> None:
     names are free (a new replica may take them)."""
     names = replica_actor_names(replica)
     for actor in names:
-        handle = _handle(actor, namespace)
+        handle = _actor(actor, namespace)
         if handle is not None:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
     deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
     while names and time.monotonic() < deadline:  # GCS frees a killed actor's name soon
-        names = [n for n in names if _handle(n, namespace) is not None]
+        names = [n for n in names if _actor(n, namespace) is not None]
         await asyncio.sleep(0.05 if names else 0)
 
 
@@ -203,7 +210,7 @@ async def place_replicas(
         if broker_id <= 0:
             continue
         slave = replica_name(name, broker_id)
-        if _handle(broker_actor_name(slave), namespace) is not None:
+        if _actor(broker_actor_name(slave), namespace) is not None:
             if await _answers(slave, namespace):
                 suspects.discard(slave)
                 continue  # a live slave (still registering, or serving another store)
