@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
 
 from rayq.actors.metrics import REPORT_INTERVAL_S, record_tally
+from rayq.actors.protocol import MessageQueue
 
 logger = logging.getLogger(__name__)
 
@@ -35,36 +37,9 @@ class ConsumerActor:
 
     async def start(self) -> bool:
         """Join the group; the coordinator then assigns queues."""
-        cfg = self.service.config
-        handle = ray.get_runtime_context().current_actor
-        await self.service.start(handle)
-        timers = [
-            (cfg.auto_commit_interval_ms / 1000, self.service.commit),
-            (cfg.member_heartbeat_interval_ms / 1000, self.service.heartbeat),
-            (min(EXPIRED_SCAN_MAX_S, cfg.consume_timeout_ms / 4000), self.service.clean_expired),
-        ]
-        if self.service.orderly:
-            timers.append((cfg.lock_renew_interval_ms / 1000, self.service.renew_locks))
-        timers.append((REPORT_INTERVAL_S, self._report_metrics))
-        self._tasks = [asyncio.create_task(self._every(s, fn)) for s, fn in timers]
+        await self.service.start(ray.get_runtime_context().current_actor)
+        self._tasks = [asyncio.create_task(every(s, fn)) for s, fn in timers(self.service)]
         return True
-
-    async def _every(self, interval_s: float, fn: Callable[[], Any]) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await fn()
-            except Exception:  # logged; the next tick tries again
-                logger.exception("consumer timer %s failed", getattr(fn, "__name__", fn))
-
-    async def _report_metrics(self) -> None:
-        """Hand what the service tallied since the last report to Ray."""
-        record_tally(
-            self.service.tally,
-            {"group": self.service.group},
-            ("rayq_consumed_messages", "rayq_consume_failed_messages"),
-            "rayq_listener_latency_seconds",
-        )
 
     async def rejoin(self) -> bool:
         """Join the group again (asked by a coordinator that was restarted); False if
@@ -74,10 +49,10 @@ class ConsumerActor:
         await self.service.join()
         return True
 
-    async def assign(self, generation: int, queues: list[Any]) -> None:
+    async def assign(self, generation: int, queues: list[MessageQueue]) -> None:
         await self.service.assign(generation, queues)
 
-    async def revoke(self, generation: int, queues: list[Any]) -> None:
+    async def revoke(self, generation: int, queues: list[MessageQueue]) -> None:
         await self.service.revoke(generation, queues)
 
     async def park(self) -> None:
@@ -94,8 +69,42 @@ class ConsumerActor:
             await self.service.commit()
         await self.service.shutdown()
         with contextlib.suppress(Exception):
-            await self._report_metrics()
+            await report_metrics(self.service)
         return self.service.stats()
+
+
+def timers(service: Any) -> list[tuple[float, Callable[[], Awaitable[Any]]]]:
+    """The service's timers: (interval in seconds, what to run)."""
+    cfg = service.config
+    found: list[tuple[float, Callable[[], Awaitable[Any]]]] = [
+        (cfg.auto_commit_interval_ms / 1000, service.commit),
+        (cfg.member_heartbeat_interval_ms / 1000, service.heartbeat),
+        (min(EXPIRED_SCAN_MAX_S, cfg.consume_timeout_ms / 4000), service.clean_expired),
+    ]
+    if service.orderly:
+        found.append((cfg.lock_renew_interval_ms / 1000, service.renew_locks))
+    found.append((REPORT_INTERVAL_S, functools.partial(report_metrics, service)))
+    return found
+
+
+async def every(interval_s: float, fn: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``fn`` every ``interval_s``; a failure is logged and the next tick tries again."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await fn()
+        except Exception:
+            logger.exception("consumer timer %s failed", getattr(fn, "__name__", fn))
+
+
+async def report_metrics(service: Any) -> None:
+    """Hand what the service tallied since the last report to Ray."""
+    record_tally(
+        service.tally,
+        {"group": service.group},
+        ("rayq_consumed_messages", "rayq_consume_failed_messages"),
+        "rayq_listener_latency_seconds",
+    )
 
 
 def spawn_consumer(factory: Callable[[], Any], namespace: str, name: str) -> Any:

@@ -40,17 +40,19 @@ from typing import Any
 
 import msgspec
 import ray
+from ray.actor import ActorHandle
 
 from rayq.actors.broker import spawn_broker
 from rayq.actors.flusher import spawn_flusher
+from rayq.actors.handles import BrokerHandle, as_broker, within
 from rayq.actors.protocol import BrokerInfo, broker_actor_name, replica_actor_names
 from rayq.actors.protocol.config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
 from rayq.actors.pull_hold import spawn_hold
+from rayq.actors.server.coordinator_service import RESTART_GRACE_S as RESTART_GRACE_S
 from rayq.store.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-RESTART_GRACE_S = 5.0  # a master whose node lives gets this long to be restarted by Ray
 ASK_TIMEOUT_S = 3.0
 NAME_FREE_TIMEOUT_S = 20.0
 BROKER_RESOURCE_PREFIX = "rayq_broker:"
@@ -61,15 +63,18 @@ async def node_alive(node_id: str) -> bool:
     return any(n.get("NodeID") == node_id and n.get("Alive") for n in nodes)
 
 
-async def ask(handle: Any, method: str, timeout_s: float = ASK_TIMEOUT_S) -> Any:
-    return await asyncio.wait_for(getattr(handle, method).remote(), timeout_s)
-
-
-def _handle(name: str, namespace: str) -> Any | None:
+def _actor(name: str, namespace: str) -> ActorHandle | None:
+    """The named actor's handle, if it is running (only killed or looked for)."""
     try:
         return ray.get_actor(name, namespace=namespace)
     except ValueError:
         return None
+
+
+def _handle(name: str, namespace: str) -> BrokerHandle | None:
+    """The named broker replica actor, typed for the calls made to it, if running."""
+    found = _actor(name, namespace)
+    return None if found is None else as_broker(found)
 
 
 async def kill_replica(replica: str, namespace: str) -> None:
@@ -77,25 +82,25 @@ async def kill_replica(replica: str, namespace: str) -> None:
     names are free (a new replica may take them)."""
     names = replica_actor_names(replica)
     for actor in names:
-        handle = _handle(actor, namespace)
+        handle = _actor(actor, namespace)
         if handle is not None:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
     deadline = time.monotonic() + NAME_FREE_TIMEOUT_S
     while names and time.monotonic() < deadline:  # GCS frees a killed actor's name soon
-        names = [n for n in names if _handle(n, namespace) is not None]
+        names = [n for n in names if _actor(n, namespace) is not None]
         await asyncio.sleep(0.05 if names else 0)
 
 
 async def start_replica(
     config: BrokerConfig, store_dir: str, namespace: str, node_id: str, epoch: int = 0
-) -> Any:
+) -> BrokerHandle:
     """A replica's three actors on ``node_id`` (flusher and hold first), registered."""
     replica = config.replica_name
     flusher = spawn_flusher(store_dir, config.store_config, replica, namespace, node_id)
     hold = spawn_hold(config, namespace, node_id)
     await asyncio.gather(flusher.ready.remote(), hold.ready.remote())
-    broker = spawn_broker(config, store_dir, namespace, node_id, epoch)
+    broker = as_broker(spawn_broker(config, store_dir, namespace, node_id, epoch))
     await broker.start_services.remote()
     return broker
 
@@ -111,14 +116,14 @@ async def promote(
 ) -> tuple[int, BrokerInfo] | None:
     """Make the live slave furthest ahead the master of ``name``: its former broker id
     and new info, or None if there is no live slave (logged)."""
-    alive: list[tuple[int, int, Any, BrokerInfo]] = []
+    alive: list[tuple[int, int, BrokerHandle, BrokerInfo]] = []
     epochs = [lost.epoch]
     for broker_id in sorted(slaves):
         handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
         if handle is None:
             continue
         try:
-            info = await ask(handle, "broker_info")
+            info = await within(handle.broker_info.remote(), ASK_TIMEOUT_S)
         except Exception:  # lost too
             continue
         alive.append((info.written_offset, broker_id, handle, info))
@@ -127,7 +132,7 @@ async def promote(
         logger.error("failover of %s: no live slave to promote; it stays unavailable", name)
         return None
     written, broker_id, handle, info = max(alive, key=lambda a: (a[0], a[1]))
-    config: BrokerConfig = await ask(handle, "broker_config")
+    config = await within(handle.broker_config.remote(), ASK_TIMEOUT_S)
     store_dir, node_id = info.store_dir, info.node_id
     epoch = max(epochs) + 1
     logger.warning(
@@ -146,7 +151,7 @@ async def promote(
     )
     master_config = _with(config, broker_id=0, broker_role=role)
     broker = await start_replica(master_config, store_dir, namespace, node_id, epoch)
-    return broker_id, await ask(broker, "broker_info", 30.0)
+    return broker_id, await within(broker.broker_info.remote(), 30.0)
 
 
 def replica_nodes(nodes: list[dict[str, Any]], *, unique: bool = False) -> dict[str, str]:
@@ -205,7 +210,7 @@ async def place_replicas(
         if broker_id <= 0:
             continue
         slave = replica_name(name, broker_id)
-        if _handle(broker_actor_name(slave), namespace) is not None:
+        if _actor(broker_actor_name(slave), namespace) is not None:
             if await _answers(slave, namespace):
                 suspects.discard(slave)
                 continue  # a live slave (still registering, or serving another store)
@@ -217,7 +222,7 @@ async def place_replicas(
         if handle is None:
             continue
         try:
-            config: BrokerConfig = await ask(handle, "broker_config")
+            config = await within(handle.broker_config.remote(), ASK_TIMEOUT_S)
         except Exception:
             continue
         logger.warning(
@@ -245,7 +250,7 @@ async def _restart_master(
         if handle is not None:
             with contextlib.suppress(Exception):
                 config = _with(
-                    await ask(handle, "broker_config"),
+                    await within(handle.broker_config.remote(), ASK_TIMEOUT_S),
                     broker_id=0,
                     broker_role=BrokerRole(lost.role),
                 )
@@ -260,7 +265,7 @@ async def _answers(replica: str, namespace: str) -> bool:
     if handle is None:
         return False
     try:
-        await ask(handle, "ready")
+        await within(handle.ready.remote(), ASK_TIMEOUT_S)
         return True
     except Exception:
         return False

@@ -28,6 +28,7 @@ import msgspec
 from rayq.actors.protocol import broker as b
 from rayq.actors.protocol import coordinator as c
 from rayq.actors.protocol import hold as h
+from rayq.actors.protocol import internal as i
 from rayq.store.batch import EncodedBatch
 
 
@@ -158,7 +159,23 @@ _COORDINATOR_CLIENT: Final = (
 )
 # Operations between server actors (and rayq.start): filled in per actor as its shell is
 # made thin; each is a method of that actor class and nothing else is.
-_SERVER: Final[tuple[Operation, ...]] = ()
+_COORDINATOR_SERVER: Final = (
+    # brokers register and heartbeat; rayq.start waits for ``ready``
+    _op("coordinator", "register_broker", i.BrokerInfo, bool, "", A.NONE, Caller.SERVER),
+    _op("coordinator", "unregister_broker", str, None, "", A.NONE, Caller.SERVER),
+    _op("coordinator", "ready", None, bool, "", A.NONE, Caller.SERVER),
+    # a push consumer's Consumer actor: its own driver (start, stats, shutdown) and the
+    # coordinator (rejoin after a restart; park to learn of its death; assign and revoke,
+    # which take (generation, queues) as two arguments, so no one request type)
+    _op("consumer", "start", None, bool, "", A.NONE, Caller.SERVER),
+    _op("consumer", "rejoin", None, bool, "", A.NONE, Caller.SERVER),
+    _op("consumer", "assign", None, None, "", A.NONE, Caller.SERVER),
+    _op("consumer", "revoke", None, None, "", A.NONE, Caller.SERVER),
+    _op("consumer", "park", None, None, "", A.NONE, Caller.SERVER),
+    _op("consumer", "stats", None, dict, "", A.NONE, Caller.SERVER),
+    _op("consumer", "shutdown", None, dict, "", A.NONE, Caller.SERVER),
+)
+_SERVER: Final[tuple[Operation, ...]] = (*_COORDINATOR_SERVER,)
 
 OPERATIONS: Final[tuple[Operation, ...]] = (
     *_BROKER_CLIENT,

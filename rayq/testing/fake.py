@@ -1,10 +1,10 @@
 """An in-process fake of the rayq server, for client tests without Ray.
 
 In the spirit of dramatiq's ``StubBroker``: ``FakeCluster`` runs real
-``BrokerServer`` objects over real stores in a directory of yours, and a fake
-coordinator over the real ``RouteTable``/``GroupTable`` (routes are computed from
-each server's ``info()`` on every call, so a created or auto-created topic is routed
-at once, as the broker actor's re-registration does). ``FakeTransport(cluster)``
+``BrokerServer`` objects over real stores in a directory of yours, and the real
+``CoordinatorService`` (fake_coordinator.py; it learns each server's ``info()`` on
+every call, so a created or auto-created topic is routed at once, as the broker
+actor's re-registration does). ``FakeTransport(cluster)``
 implements ``rayq.transport.base.Transport``: hand it to a client::
 
     cluster = FakeCluster(tmp_path, brokers=("broker-a", "broker-b"))
@@ -25,9 +25,9 @@ notices), ``fail_next(name, method, exc, times)`` and the call log ``calls``.
 
 Not covered: delayed delivery runs only when a test calls ``schedule_tick(name)``;
 SYNC_FLUSH (no flusher: never ``FLUSH_DISK_TIMEOUT``); push-consumer groups
-(``join_group`` & co. raise NotImplementedError); nothing is serialized between
-client and server except requests (``check`` re-decodes them), so replies are shared
-objects; the clock is the real one.
+(no Consumer actors: ``join_group`` fails as the coordinator's does without one);
+nothing is serialized between client and server except requests (``check``
+re-decodes them), so replies are shared objects; the clock is the real one.
 """
 
 from __future__ import annotations
@@ -44,35 +44,15 @@ import msgspec
 
 from rayq.actors import protocol
 from rayq.actors.protocol import (
-    BrokerEntry,
-    BrokerTableReply,
-    ClientRequest,
-    Done,
-    FinishStreamPlanRequest,
-    GroupShareRequest,
-    LostBrokersRequest,
-    NamesReply,
     PullManyRequest,
     PullRequest,
-    ReadReplicaReply,
-    ReadReplicaRequest,
-    RecordStreamPlanRequest,
-    RouteReply,
-    RouteRequest,
-    RoutesReply,
-    RoutesRequest,
-    ShareReply,
-    StreamPlanReply,
-    StreamPlanRequest,
 )
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.broker_server import BrokerServer
-from rayq.actors.server.routes import GroupTable, RouteTable
-from rayq.actors.server.stream_plans import StreamPlans
 from rayq.store import EncodedBatch, StoreConfig
-from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
 from rayq.store.message import MessageExt
+from rayq.testing.fake_coordinator import FakeCoordinator
 from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
 
 if TYPE_CHECKING:
@@ -83,9 +63,8 @@ T = TypeVar("T")
 # Notified whenever any FakeReply completes: ``FakeTransport.wait`` sleeps on it.
 _completed = threading.Condition()
 
-# The request type each broker and coordinator method takes, from the typed clients.
+# The request type each broker method takes, from the typed client.
 _REQUESTS: dict[str, type] = BrokerClient.request_types()
-_COORDINATOR_REQUESTS: dict[str, type] = CoordinatorClient.request_types()
 # calls after which held pulls are re-checked
 _WRITES = frozenset({"put", "send_back", "end_transaction"})
 
@@ -207,8 +186,7 @@ class FakeCluster:
         for name in brokers:
             cfg = msgspec.structs.replace(base, broker_name=name)
             self.servers[name] = BrokerServer(cfg, str(self.root / name), node_id="fake-node")
-        self.groups = GroupTable()
-        self.stream_plans = StreamPlans()
+        self.coordinator = FakeCoordinator(namespace)
         self.calls: list[tuple[str, str]] = []
         self.stopped: dict[str, bool] = {}  # broker -> still routed (keep_route)
         self._failures: dict[tuple[str, str], list[BaseException]] = {}
@@ -294,6 +272,7 @@ class FakeCluster:
             self._finish(h, error=BrokerUnavailableError("the fake cluster is closed"))
         for srv in self.servers.values():
             srv.close()
+        self.coordinator.close()
 
     def __enter__(self) -> FakeCluster:
         return self
@@ -430,93 +409,19 @@ class FakeCluster:
             held.reply.set_result(value)
 
     # ---------------------------------------------------------- coordinator
-    def route_table(self) -> RouteTable:
-        """The routes as the coordinator has them: every broker not stopped (or stopped
-        with ``keep_route``), registered with its current ``info()``."""
-        table = RouteTable()
-        now = SYSTEM_CLOCK.now_ms()
-        with self._lock:
-            for name, srv in self.servers.items():
-                if self.stopped.get(name, True):
-                    table.register(srv.info(), now)
-        return table
-
     def call_coordinator(self, method: str, req: Any) -> FakeReply[Any]:
-        fn = getattr(self, f"_coordinator_{method}", None)
-        if fn is None:
-            raise NotImplementedError(f"the fake coordinator does not do {method!r}")
+        """The real coordinator service's ``method`` (fake_coordinator.py), once it has
+        learned every broker's current ``info()``: routed unless stopped (or stopped
+        with ``keep_route``), lost when stopped."""
         with self._lock:
-            try:
-                value = fn(protocol.check(req, _COORDINATOR_REQUESTS[method]))
-            except Exception as exc:
-                return FakeReply.failed(exc)
+            brokers = [(srv.info(), self.stopped.get(n, True)) for n, srv in self.servers.items()]
+        try:
+            value = self.coordinator.call(method, req, brokers)
+        except NotImplementedError:
+            raise
+        except Exception as exc:
+            return FakeReply.failed(exc)
         return FakeReply.of(value)
-
-    def _coordinator_route(self, req: RouteRequest) -> RouteReply:
-        return RouteReply(route=self.route_table().route(req.topic))
-
-    def _coordinator_routes(self, req: RoutesRequest) -> RoutesReply:
-        table = self.route_table()
-        return RoutesReply(routes={t: table.route(t) for t in req.topics})
-
-    def _coordinator_topics(self, req: ClientRequest) -> NamesReply:
-        return NamesReply(names=self.route_table().topics())
-
-    def _coordinator_brokers(self, req: ClientRequest) -> NamesReply:
-        return NamesReply(names=sorted(self.route_table().brokers))
-
-    def _coordinator_broker_table(self, req: ClientRequest) -> BrokerTableReply:
-        """Every broker, last seen now; a stopped one (without ``keep_route``) as lost."""
-        now = SYSTEM_CLOCK.now_ms()
-        with self._lock:
-            entries = [
-                BrokerEntry(
-                    broker_name=name,
-                    broker_id=0,
-                    role=srv.role.value,
-                    node_id=srv.node_id,
-                    last_heartbeat_ms=now,
-                    lost=not self.stopped.get(name, True),
-                )
-                for name, srv in sorted(self.servers.items())
-            ]
-        return BrokerTableReply(brokers=entries)
-
-    def _coordinator_read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
-        return ReadReplicaReply(replica=req.broker_name)  # no slaves in the fake cluster
-
-    def _coordinator_lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
-        topic = req.topic
-        return NamesReply(
-            names=sorted(
-                b
-                for b, kept in self.stopped.items()
-                if not kept and (topic is None or topic in self.servers[b].tables.topics)
-            )
-        )
-
-    def _coordinator_group_share(self, req: GroupShareRequest) -> ShareReply:
-        route = self.route_table().route(req.topic)
-        if route is None:
-            return ShareReply(queues=None)
-        return ShareReply(queues=self.groups.share(req, route.read_queues(), SYSTEM_CLOCK.now_ms()))
-
-    def _coordinator_leave_shares(self, req: ClientRequest) -> Done:
-        self.groups.leave(req.client_id)
-        return Done()
-
-    def _coordinator_stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:
-        found = self.stream_plans.get(req.group, req.topic)
-        if found is None:
-            return StreamPlanReply()
-        return StreamPlanReply(batch_id=found[0], ranges=list(found[1]))
-
-    def _coordinator_record_stream_plan(self, req: RecordStreamPlanRequest) -> StreamPlanReply:
-        batch_id = self.stream_plans.record(req.group, req.topic, req.ranges)
-        return StreamPlanReply(batch_id=batch_id, ranges=req.ranges)
-
-    def _coordinator_finish_stream_plan(self, req: FinishStreamPlanRequest) -> Done:
-        return Done(existed=self.stream_plans.finish(req.group, req.topic, req.batch_id))
 
 
 class FakeTransport:

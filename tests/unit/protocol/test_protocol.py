@@ -25,6 +25,7 @@ from rayq.actors.protocol import (
     SendBackItem,
     SendBackRequest,
     check,
+    registry,
 )
 from rayq.store import EncodedBatch
 from rayq.store.errors import InvalidRequestError
@@ -44,7 +45,8 @@ INTERNAL = {
     "broker_config",
     "put_arrow_stats",
 }  # replication: slave -> master, the coordinator's failover; put_arrow_stats: diagnosis
-COORDINATOR_INTERNAL = {"register_broker", "unregister_broker", "ready"}  # brokers, rayq.start
+# brokers, rayq.start: the coordinator's server operations, from the registry
+COORDINATOR_INTERNAL = set(registry.operations("coordinator", registry.Caller.SERVER))
 # Called from the JVM (rayq/connectors/jvm, Ray cross-language calls): bytes in and out, the request
 # as the JSON of a protocol Struct (checked by check_json).
 JVM = {"read_arrow_ipc": protocol.ReadArrowRequest, "put_arrow": protocol.ArrowPutRequest}

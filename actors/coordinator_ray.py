@@ -1,0 +1,184 @@
+"""``CoordinatorPeers`` over Ray: what the coordinator service asks of other actors.
+
+The coordinator keeps a never-returning call (``park``) open on each broker and each
+group member's Consumer actor, so Ray tells it of a death at once; a broker restarted
+by Ray (max_restarts) is wired up again (``start_services``). Members are called with
+``assign``/``revoke``; failover and replica placement are actors/failover.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import ray
+
+from rayq.actors import failover
+from rayq.actors.handles import BrokerHandle, ConsumerHandle, as_broker, as_consumer, within
+from rayq.actors.metrics import metric
+from rayq.actors.protocol import (
+    BROKER_ACTOR_PREFIX,
+    CONSUMER_ACTOR_PREFIX,
+    BrokerInfo,
+    MessageQueue,
+    broker_actor_name,
+    consumer_actor_name,
+)
+from rayq.actors.server.coordinator_peers import BrokerDied, MemberGone
+from rayq.store.errors import ClosedError, InvalidRequestError
+
+logger = logging.getLogger(__name__)
+
+RESTART_WAIT_S = 60.0
+REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
+
+
+class RayPeers:
+    """The named actors of one namespace, found, watched and called through Ray."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.members: dict[tuple[str, str], ConsumerHandle] = {}
+        self.member_watches: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self.broker_watches: dict[str, asyncio.Task[None]] = {}
+
+    # ------------------------------------------------------------ members
+    async def attach_member(self, group: str, client_id: str, gone: MemberGone) -> None:
+        name = consumer_actor_name(client_id)
+        try:
+            found = await asyncio.to_thread(ray.get_actor, name, namespace=self.namespace)
+        except ValueError:
+            raise InvalidRequestError(
+                f"no Consumer actor {name!r} in namespace {self.namespace!r}: "
+                "only a running push consumer can join a group"
+            ) from None
+        key = (group, client_id)
+        self.members[key] = as_consumer(found)
+        watch = self.member_watches.get(key)
+        if watch is None or watch.done():
+            self.member_watches[key] = asyncio.create_task(self._watch_member(key, gone))
+
+    async def _watch_member(self, key: tuple[str, str], gone: MemberGone) -> None:
+        """Ray reports a Consumer actor's death here; ``gone`` moves its queues."""
+        handle = self.members.get(key)
+        if handle is None:
+            return
+        with contextlib.suppress(Exception):  # died (a cancel passes: it left)
+            await handle.park.remote()
+        self.member_watches.pop(key, None)
+        await gone()
+
+    def detach_member(self, group: str, client_id: str) -> None:
+        key = (group, client_id)
+        self.members.pop(key, None)
+        watch = self.member_watches.pop(key, None)
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
+
+    async def assign(
+        self, group: str, client_id: str, generation: int, queues: list[MessageQueue]
+    ) -> None:
+        await self._member(group, client_id).assign.remote(generation, queues)
+
+    async def revoke(
+        self, group: str, client_id: str, generation: int, queues: list[MessageQueue]
+    ) -> None:
+        await self._member(group, client_id).revoke.remote(generation, queues)
+
+    def _member(self, group: str, client_id: str) -> ConsumerHandle:
+        handle = self.members.get((group, client_id))
+        if handle is None:
+            raise KeyError(client_id)
+        return handle
+
+    def rebalanced(self, group: str) -> None:
+        metric("rayq_rebalances").inc(1, {"group": group})
+
+    # ------------------------------------------------------------ brokers
+    def watch_broker(self, broker_name: str, died: BrokerDied) -> None:
+        watch = self.broker_watches.get(broker_name)
+        if watch is None or watch.done():
+            self.broker_watches[broker_name] = asyncio.create_task(
+                self._watch_broker(broker_name, died)
+            )
+
+    def unwatch_broker(self, broker_name: str) -> None:
+        watch = self.broker_watches.pop(broker_name, None)
+        if watch is not None:
+            watch.cancel()
+
+    async def _watch_broker(self, broker_name: str, died: BrokerDied) -> None:
+        """Report a broker's death at once; re-wire it when Ray restarts it."""
+        try:
+            handle = as_broker(ray.get_actor(broker_actor_name(broker_name), self.namespace))
+        except ValueError:
+            return
+        while True:
+            try:
+                await handle.park.remote()
+            except Exception as exc:
+                logger.warning(
+                    "broker %s died (%s); dropping it until it is back",
+                    broker_name,
+                    type(exc).__name__,
+                )
+                died(broker_name, isinstance(getattr(exc, "cause", None), ClosedError))
+            try:  # restarted by Ray (max_restarts): wire it up again
+                await asyncio.wait_for(handle.start_services.remote(), RESTART_WAIT_S)
+            except Exception:
+                return  # killed for good: a later registration starts a new watch
+
+    # ------------------------------------------------------------ replicas
+    async def node_alive(self, node_id: str) -> bool:
+        return await failover.node_alive(node_id)
+
+    async def promote(
+        self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
+    ) -> tuple[int, BrokerInfo] | None:
+        return await failover.promote(name, lost, slaves, self.namespace)
+
+    async def place_replicas(
+        self,
+        masters: dict[str, BrokerInfo],
+        slaves: dict[str, dict[int, BrokerInfo]],
+        suspects: set[str],
+        restartable: dict[str, BrokerInfo],
+    ) -> None:
+        await failover.place_replicas(masters, slaves, self.namespace, suspects, restartable)
+
+    # ------------------------------------------------------------ discovery
+    async def broker_infos(self) -> dict[str, BrokerInfo | BaseException]:
+        brokers, _ = await asyncio.to_thread(named_actors, self.namespace)
+        infos = await asyncio.gather(
+            *(within(h.broker_info.remote(), REBUILD_CALL_TIMEOUT_S) for h in brokers.values()),
+            return_exceptions=True,
+        )
+        return dict(zip(brokers, infos, strict=True))
+
+    async def rejoin_consumers(self) -> dict[str, BaseException | None]:
+        _, consumers = await asyncio.to_thread(named_actors, self.namespace)
+        answers = await asyncio.gather(
+            *(within(h.rejoin.remote(), REBUILD_CALL_TIMEOUT_S) for h in consumers.values()),
+            return_exceptions=True,
+        )
+        return {
+            name: a if isinstance(a, BaseException) else None
+            for name, a in zip(consumers, answers, strict=True)
+        }
+
+
+def named_actors(namespace: str) -> tuple[dict[str, BrokerHandle], dict[str, ConsumerHandle]]:
+    """Handles of the broker and push-consumer actors of ``namespace``, by name."""
+    brokers: dict[str, BrokerHandle] = {}
+    consumers: dict[str, ConsumerHandle] = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        name = entry["name"]
+        if entry["namespace"] != namespace:
+            continue
+        with contextlib.suppress(ValueError):  # gone since it was listed
+            if name.startswith(BROKER_ACTOR_PREFIX):
+                brokers[name] = as_broker(ray.get_actor(name, namespace=namespace))
+            elif name.startswith(CONSUMER_ACTOR_PREFIX):
+                consumers[name] = as_consumer(ray.get_actor(name, namespace=namespace))
+    return brokers, consumers

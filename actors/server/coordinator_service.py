@@ -1,0 +1,403 @@
+"""The coordinator's request handling, without Ray (RocketMQ's NameServer role plus
+the client rebalance): brokers, routes, groups, stream plans and failover decisions.
+
+Soft state only: brokers register on start and re-register (heartbeat) every
+``heartbeat_interval_ms``; a broker silent for ``BROKER_EXPIRY_MS`` is dropped by
+``tick`` (run every ``SCAN_INTERVAL_MS``), and one whose actor dies is dropped at once
+(``CoordinatorPeers.watch_broker`` reports it).
+
+(Re)started, the coordinator does not wait for heartbeats: ``rebuild`` asks every
+broker for its info and every push consumer to join its group again. Queries for
+routes and groups wait for that (at most ``REBUILD_WAIT_S``), so a client never sees
+the empty tables of a coordinator that has just come back. Pull consumers' shares
+come back with their next ``group_share`` call.
+
+Every request is checked here (``protocol.check``), so the actor shell and the
+in-process fake (rayq/testing/fake.py) answer alike. Time comes from the injected
+clock; everything that needs Ray goes through ``CoordinatorPeers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from rayq.actors.protocol import (
+    BrokerEntry,
+    BrokerInfo,
+    BrokerTableReply,
+    ClientRequest,
+    CountReply,
+    Done,
+    FinishStreamPlanRequest,
+    GroupShareRequest,
+    JoinGroupRequest,
+    LostBrokersRequest,
+    MemberRequest,
+    MembersReply,
+    MessageQueue,
+    NamesReply,
+    ReadReplicaReply,
+    ReadReplicaRequest,
+    RecordStreamPlanRequest,
+    RouteReply,
+    RouteRequest,
+    RoutesReply,
+    RoutesRequest,
+    ShareReply,
+    StreamPlanReply,
+    StreamPlanRequest,
+    check,
+)
+from rayq.actors.server.coordinator_groups import GroupCoordinator, wait_ready
+from rayq.actors.server.coordinator_peers import CoordinatorPeers
+from rayq.actors.server.routes import GroupTable, RouteTable
+from rayq.actors.server.stream_plans import StreamPlans
+from rayq.store.clock import SYSTEM_CLOCK, Clock
+from rayq.store.errors import InvalidRequestError
+
+logger = logging.getLogger(__name__)
+
+BROKER_EXPIRY_MS = 120_000
+SCAN_INTERVAL_MS = 10_000
+PLACEMENT_INTERVAL_S = 2.0  # how often lost replicas are looked for (with slaves only)
+RESTART_GRACE_S = 5.0  # a master whose node lives gets this long to be restarted by Ray
+_FREE = asyncio.Lock()
+
+
+class Loops:
+    """Background tasks of one event loop: named loops started once, and one-off tasks
+    kept referenced until they end."""
+
+    def __init__(self) -> None:
+        self.named: dict[str, asyncio.Task[None]] = {}
+        self.pending: set[asyncio.Task[None]] = set()
+
+    def ensure(self, name: str, make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        task = self.named.get(name)
+        if task is None or task.done():
+            self.named[name] = asyncio.create_task(make())
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    def cancel(self) -> None:
+        for task in [*self.named.values(), *self.pending]:
+            task.cancel()
+
+
+class CoordinatorService:
+    """Every coordinator operation (actors/protocol/registry.py, service "coordinator")."""
+
+    def __init__(self, peers: CoordinatorPeers, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.peers = peers
+        self.clock = clock
+        self.table = RouteTable()
+        self.groups = GroupTable()
+        self.stream_plans = StreamPlans()
+        self.loops = Loops()
+        self.lost: dict[str, BrokerInfo] = {}  # died or went silent, not back yet
+        self.slaves: dict[str, dict[int, BrokerInfo]] = {}  # broker name -> id -> last info
+        self.seen_ms: dict[tuple[str, int], int] = {}  # replica -> last registration
+        self.suspects: set[str] = set()
+        self._failover_locks: dict[str, asyncio.Lock] = {}
+        # Set once the soft state is rebuilt by asking (see rebuild): routes once the
+        # brokers answered, groups once the push consumers re-joined.
+        self.routes_ready = asyncio.Event()
+        self.groups_ready = asyncio.Event()
+        self.members = GroupCoordinator(peers, clock, self.loops, self.groups_ready)
+        self.members.queues_of = self._queues_of
+        self.rebalancer = self.members.rebalancer
+
+    # ------------------------------------------------------------ restart
+    def start_rebuild(self) -> None:
+        """Rebuild in the background (an async actor's ``__init__`` runs on its loop)."""
+        self.loops.ensure("rebuild", self.rebuild)
+
+    def skip_rebuild(self) -> None:
+        """Nothing to rebuild (a fresh in-process coordinator): answer at once."""
+        self.routes_ready.set()
+        self.groups_ready.set()
+
+    async def rebuild(self) -> None:
+        """Rebuild the soft state by asking rather than waiting for heartbeats: every
+        broker for its info, then every push consumer to join its group again; then
+        rebalance each group once (held back meanwhile, so no member loses its queues
+        to routes not known yet)."""
+        try:
+            infos = await self.peers.broker_infos()
+            for name, info in infos.items():
+                if isinstance(info, BrokerInfo):
+                    await self.register_broker(info)
+                else:  # it registers itself when it is up
+                    logger.warning("rebuild: broker actor %s did not answer (%s)", name, info)
+            self.routes_ready.set()
+            answers = await self.peers.rejoin_consumers()
+            for name, error in answers.items():
+                if error is not None:  # it re-joins on its member heartbeat
+                    logger.warning("rebuild: consumer actor %s did not re-join (%s)", name, error)
+            if infos or answers:
+                logger.warning(
+                    "coordinator (re)started: %d broker(s) and %d push consumer(s) found",
+                    len(self.table.brokers),
+                    len(answers),
+                )
+        except Exception:
+            logger.exception("coordinator: rebuilding state failed; waiting for heartbeats")
+        finally:
+            self.skip_rebuild()
+        self.members.rebalance_all()
+
+    def close(self) -> None:
+        """Stop every background task (the in-process fake's end)."""
+        self.loops.cancel()
+
+    # ------------------------------------------------------------ brokers
+    async def register_broker(self, info: BrokerInfo) -> bool:
+        """A broker (re-)registers: True if it is new."""
+        self.loops.ensure("scan", self._scan_loop)
+        self.seen_ms[info.broker_name, info.broker_id] = self.clock.now_ms()
+        if info.broker_id != 0:  # a slave: known, never routed to for sends
+            new = info.broker_id not in self.slaves.get(info.broker_name, {})
+            self.slaves.setdefault(info.broker_name, {})[info.broker_id] = info
+            if info.broker_name in self.lost:  # its master is lost: it serves the reads
+                self._read_from_slave(info.broker_name)
+            self._ensure_placement()
+            return new
+        if self.table.read_only.pop(info.broker_name, None) is not None:
+            logger.warning("broker %s: its master is back; reads go to it again", info.broker_name)
+        old = self.table.brokers.get(info.broker_name)
+        changed = {
+            t
+            for t in set(info.topics) | set(old.topics if old else {})
+            if (old.topics.get(t) if old else None) != info.topics.get(t)
+        }
+        new = self.table.register(info, self.clock.now_ms())
+        self.members.routes_changed(changed)
+        self.lost.pop(info.broker_name, None)
+        self.peers.watch_broker(info.broker_name, self.broker_died)
+        return new
+
+    async def unregister_broker(self, broker_name: str) -> None:
+        self.remove_broker(broker_name, lost=False)
+
+    def tick(self, now_ms: int) -> list[str]:
+        """Drop the brokers silent for more than ``BROKER_EXPIRY_MS``: their names."""
+        expired = [
+            b for b, seen in self.table.last_seen_ms.items() if now_ms - seen > BROKER_EXPIRY_MS
+        ]
+        for gone in expired:
+            logger.warning("broker %s missed its heartbeats; dropping it", gone)
+            self.remove_broker(gone)
+        return expired
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
+            self.tick(self.clock.now_ms())
+
+    def broker_died(self, broker_name: str, shut_down: bool) -> None:
+        """Ray reports the broker's actor dead: drop it until it is back, and fail over
+        to a slave unless it was shut down on purpose."""
+        self.remove_broker(broker_name)
+        if self.slaves.get(broker_name) and not shut_down:
+            self.loops.spawn(self._failover(broker_name))
+
+    def remove_broker(self, broker_name: str, *, lost: bool = True) -> None:
+        """Drop a broker from the routes; a ``lost`` one (died or silent) is remembered,
+        so reads of its topics report it unavailable rather than gone, or, if it has a
+        slave, are served by the slave (read-only routes) until a master is back."""
+        info = self.table.brokers.get(broker_name)
+        self.table.remove(broker_name)
+        if lost:
+            self.lost[broker_name] = info or BrokerInfo(
+                broker_name=broker_name, node_id="", store_dir="", topics={}
+            )
+            self._read_from_slave(broker_name)
+            self._ensure_placement()  # brought back when its node is (failover.py)
+        if info is not None:
+            self.members.routes_changed(set(info.topics))
+
+    def _read_from_slave(self, broker_name: str) -> None:
+        """The master of ``broker_name`` is lost: its slave furthest ahead serves reads."""
+        slaves = self.slaves.get(broker_name)
+        if not slaves:
+            return
+        best = max(slaves.values(), key=lambda s: s.written_offset)
+        old = self.table.read_only.get(broker_name)
+        self.table.read_only[broker_name] = best
+        if old is None or old.broker_id != best.broker_id:
+            logger.warning(
+                "broker %s: master lost; slave %d serves its reads", broker_name, best.broker_id
+            )
+            self.members.routes_changed(set(best.topics))
+
+    # ------------------------------------------------------------ failover
+    async def _failover(self, name: str) -> None:
+        """The master of ``name`` died: promote its slave furthest ahead (failover.py),
+        at once if its node is dead, after RESTART_GRACE_S if Ray could restart it."""
+        lost = self.lost.get(name)
+        if lost is None or not lost.auto_failover:
+            return
+        if await self.peers.node_alive(lost.node_id):
+            deadline = asyncio.get_running_loop().time() + RESTART_GRACE_S
+            while asyncio.get_running_loop().time() < deadline:
+                if name in self.table.brokers:
+                    return  # restarted by Ray where it was
+                await asyncio.sleep(0.2)
+        async with self._failover_locks.setdefault(name, asyncio.Lock()):
+            if name in self.table.brokers or name not in self.lost:
+                return
+            self.peers.unwatch_broker(name)
+            try:
+                promoted = await self.peers.promote(name, lost, self.slaves.get(name, {}))
+            except Exception:
+                logger.exception("failover of %s failed", name)
+                return
+            if promoted is not None:
+                self.slaves.get(name, {}).pop(promoted[0], None)
+                await self.register_broker(promoted[1])
+                self._ensure_placement()
+
+    def _ensure_placement(self) -> None:
+        self.loops.ensure("placement", self._placement_loop)
+
+    async def _placement_loop(self) -> None:
+        """Bring lost replicas back as slaves when their node is up (failover.py)."""
+        while True:
+            await asyncio.sleep(PLACEMENT_INTERVAL_S)
+            restartable = {
+                n: info
+                for n, info in self.lost.items()
+                if not (info.auto_failover and self.slaves.get(n))
+                and not self._failover_locks.get(n, _FREE).locked()
+            }
+            try:
+                await self.peers.place_replicas(
+                    dict(self.table.brokers), self.slaves, self.suspects, restartable
+                )
+            except Exception:
+                logger.exception("placing replicas failed; trying again")
+
+    # ------------------------------------------ the client protocol: routes
+    async def route(self, req: RouteRequest) -> RouteReply:
+        req = check(req, RouteRequest)
+        await wait_ready(self.routes_ready)
+        return RouteReply(route=self.table.route(req.topic))
+
+    async def routes(self, req: RoutesRequest) -> RoutesReply:
+        req = check(req, RoutesRequest)
+        await wait_ready(self.routes_ready)
+        return RoutesReply(routes={t: self.table.route(t) for t in req.topics})
+
+    async def topics(self, req: ClientRequest) -> NamesReply:
+        check(req, ClientRequest)
+        await wait_ready(self.routes_ready)
+        return NamesReply(names=self.table.topics())
+
+    async def brokers(self, req: ClientRequest) -> NamesReply:
+        check(req, ClientRequest)
+        await wait_ready(self.routes_ready)
+        return NamesReply(names=sorted(self.table.brokers))
+
+    async def read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
+        """Which replica of a broker serves calls now (a client resolving its name)."""
+        req = check(req, ReadReplicaRequest)
+        await wait_ready(self.routes_ready)
+        return ReadReplicaReply(replica=self.table.replica(req.broker_name))
+
+    async def broker_table(self, req: ClientRequest) -> BrokerTableReply:
+        """Every broker replica known: live masters, slaves and lost masters, each with
+        its role, node and last heartbeat (``rayq cluster list``, ``Admin.health``)."""
+        check(req, ClientRequest)
+        await wait_ready(self.routes_ready)
+        infos = [(i, False) for i in self.table.brokers.values()]
+        infos += [(i, True) for n, i in self.lost.items() if n not in self.table.brokers]
+        infos += [(i, False) for per in self.slaves.values() for i in per.values()]
+        out = [
+            BrokerEntry(
+                broker_name=i.broker_name,
+                broker_id=i.broker_id,
+                role=i.role,
+                node_id=i.node_id,
+                lost=lost,
+                last_heartbeat_ms=self.seen_ms.get((i.broker_name, i.broker_id), 0),
+            )
+            for i, lost in infos
+        ]
+        return BrokerTableReply(brokers=sorted(out, key=lambda e: (e.broker_name, e.broker_id)))
+
+    async def lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
+        """Brokers that died or went silent and are not back (holding ``topic``, if given):
+        their queues are unavailable, not gone."""
+        topic = check(req, LostBrokersRequest).topic
+        await wait_ready(self.routes_ready)
+        return NamesReply(
+            names=sorted(
+                b
+                for b, info in self.lost.items()
+                if (topic is None or topic in info.topics or not info.topics)
+                and b not in self.table.read_only
+            )
+        )
+
+    # ----------------------------------------------- pull-consumer shares
+    async def group_share(self, req: GroupShareRequest) -> ShareReply:
+        """The caller's share of the topic's queues among the group's live members (by
+        the request's strategy); members not heard from for ``expiry_ms`` no longer count."""
+        req = check(req, GroupShareRequest)
+        if not req.client_id:
+            raise InvalidRequestError("group_share needs the caller's client_id")
+        await wait_ready(self.routes_ready)
+        route = self.table.route(req.topic)
+        if route is None:
+            return ShareReply(queues=None)
+        return ShareReply(queues=self.groups.share(req, route.read_queues(), self.clock.now_ms()))
+
+    async def leave_shares(self, req: ClientRequest) -> Done:
+        """A pull consumer shut down: its shares go to the other members at once."""
+        req = check(req, ClientRequest)
+        self.groups.leave(req.client_id)
+        return Done()
+
+    # ------------------------------------------------ push-consumer groups
+    async def join_group(self, req: JoinGroupRequest) -> CountReply:
+        return await self.members.join_group(check(req, JoinGroupRequest))
+
+    async def leave_group(self, req: MemberRequest) -> Done:
+        return await self.members.leave_group(check(req, MemberRequest))
+
+    async def member_alive(self, req: MemberRequest) -> Done:
+        return await self.members.member_alive(check(req, MemberRequest))
+
+    async def group_members(self, req: MemberRequest) -> MembersReply:
+        return await self.members.group_members(check(req, MemberRequest))
+
+    def _queues_of(self, topic: str) -> list[MessageQueue]:
+        route = self.table.route(topic)
+        return route.read_queues() if route is not None else []
+
+    # --------------------------------------------------- stream plans
+    # Streaming batches in flight (stream_plans.py), for the streaming connector.
+    async def stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:
+        req = check(req, StreamPlanRequest)
+        found = self.stream_plans.get(req.group, req.topic)
+        if found is None:
+            return StreamPlanReply()
+        return StreamPlanReply(batch_id=found[0], ranges=list(found[1]))
+
+    async def record_stream_plan(self, req: RecordStreamPlanRequest) -> StreamPlanReply:
+        req = check(req, RecordStreamPlanRequest)
+        batch_id = self.stream_plans.record(req.group, req.topic, req.ranges)
+        return StreamPlanReply(batch_id=batch_id, ranges=req.ranges)
+
+    async def finish_stream_plan(self, req: FinishStreamPlanRequest) -> Done:
+        req = check(req, FinishStreamPlanRequest)
+        return Done(existed=self.stream_plans.finish(req.group, req.topic, req.batch_id))
+
+    async def ready(self) -> bool:
+        return True

@@ -1,0 +1,79 @@
+"""The fake cluster's coordinator: the real ``CoordinatorService``, in-process.
+
+Not a copy of the coordinator's logic: the very service the Coordinator actor
+delegates to, with ``NoPeers`` (no other actor to find, watch or call) and its own
+event loop in a daemon thread, so clients call it synchronously from any thread,
+an event loop included. Before each call it learns every fake broker's state, as
+the brokers' registrations and the coordinator's death watch would tell it: a
+routed broker (re-)registers with its current ``info()``, a stopped one is dropped
+as lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from rayq.actors.protocol import BrokerInfo
+from rayq.actors.protocol.registry import Caller, operations
+from rayq.actors.server.coordinator_peers import NoPeers
+from rayq.actors.server.coordinator_service import CoordinatorService
+from rayq.store.clock import SYSTEM_CLOCK, Clock
+
+T = TypeVar("T")
+
+# The operations a client may call (the registry's, nothing else of the service).
+CLIENT_OPERATIONS = frozenset(operations("coordinator", Caller.CLIENT))
+
+
+class FakeCoordinator:
+    """A ``CoordinatorService`` on an event loop of its own, called synchronously."""
+
+    def __init__(self, namespace: str, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.service = CoordinatorService(NoPeers(namespace), clock)
+        self.service.skip_rebuild()  # nothing ran before it
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="rayq-fake-coordinator", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the coordinator's loop and wait for its result (or error)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def call(self, method: str, req: Any, brokers: list[tuple[BrokerInfo, bool]]) -> Any:
+        """Client operation ``method`` with ``req``, after learning ``brokers`` (each
+        broker's info, and whether it is routed): the reply, or the error raised."""
+        if method not in CLIENT_OPERATIONS:
+            raise NotImplementedError(f"the coordinator has no client operation {method!r}")
+        return self.run(self._call(method, req, brokers))
+
+    async def _call(self, method: str, req: Any, brokers: list[tuple[BrokerInfo, bool]]) -> Any:
+        await self._learn(brokers)
+        return await getattr(self.service, method)(req)
+
+    async def _learn(self, brokers: list[tuple[BrokerInfo, bool]]) -> None:
+        """Register the routed brokers; drop the others as lost (once)."""
+        for info, routed in brokers:
+            if routed:
+                await self.service.register_broker(info)
+            elif info.broker_name not in self.service.lost:
+                await self.service.register_broker(info)
+                self.service.remove_broker(info.broker_name)
+
+    async def _stop_tasks(self) -> None:
+        self.service.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        """Stop the service's tasks and the loop's thread."""
+        if self._loop.is_closed():
+            return
+        self.run(self._stop_tasks())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()

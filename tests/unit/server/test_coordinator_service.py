@@ -1,0 +1,201 @@
+"""The coordinator's request handling without Ray: broker expiry on a fake clock, and
+the in-process fake answering exactly as the real service does (it is the service)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rayq.actors.protocol import (
+    BrokerInfo,
+    ClientRequest,
+    GroupShareRequest,
+    JoinGroupRequest,
+    LostBrokersRequest,
+    MemberRequest,
+    MemberSpec,
+    MessageQueue,
+    QueueData,
+    RouteRequest,
+)
+from rayq.actors.server import coordinator_service
+from rayq.actors.server.coordinator_peers import MemberGone, NoPeers
+from rayq.actors.server.coordinator_service import BROKER_EXPIRY_MS, CoordinatorService
+from rayq.admin.admin import Admin
+from rayq.store.clock import FakeClock
+from rayq.store.errors import InvalidRequestError, RayqError
+from rayq.testing import FakeCluster, FakeTransport
+
+TOPIC = "orders"
+
+
+def info(name: str) -> BrokerInfo:
+    queues = QueueData(broker_name=name, read_queue_nums=4, write_queue_nums=4, perm=6)
+    return BrokerInfo(broker_name=name, node_id="n1", store_dir="", topics={TOPIC: queues})
+
+
+def service(clock: FakeClock) -> CoordinatorService:
+    found = CoordinatorService(NoPeers("test"), clock)
+    found.skip_rebuild()
+    return found
+
+
+def test_no_server_module_imports_ray() -> None:
+    """actors/server holds the Ray-free services (the coordinator's included)."""
+    folder = Path(coordinator_service.__file__).parent
+    for module in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+        assert not {m for m in imported if m == "ray" or m.startswith("ray.")}, module.name
+
+
+def test_a_broker_silent_past_the_expiry_is_dropped_and_reported_lost() -> None:
+    """Given brokers a and b registered, when only b heartbeats for longer than the
+    expiry, expect a dropped from the routes and listed as lost; b kept."""
+
+    async def run() -> None:
+        clock = FakeClock()
+        svc = service(clock)
+        await svc.register_broker(info("broker-a"))
+        await svc.register_broker(info("broker-b"))
+        clock.advance(BROKER_EXPIRY_MS // 2)
+        assert svc.tick(clock.now_ms()) == []
+        await svc.register_broker(info("broker-b"))  # b's heartbeat
+        clock.advance(BROKER_EXPIRY_MS // 2 + 1)
+        assert svc.tick(clock.now_ms()) == ["broker-a"]
+        route = (await svc.route(RouteRequest(topic=TOPIC))).route
+        assert route is not None
+        assert [q.broker_name for q in route.queues] == ["broker-b"]
+        lost = await svc.lost_brokers(LostBrokersRequest(topic=TOPIC))
+        assert lost.names == ["broker-a"]
+        assert (await svc.brokers(ClientRequest())).names == ["broker-b"]
+        svc.close()
+
+    asyncio.run(run())
+
+
+def test_a_heartbeat_after_expiry_brings_the_broker_back() -> None:
+    async def run() -> None:
+        clock = FakeClock()
+        svc = service(clock)
+        await svc.register_broker(info("broker-a"))
+        clock.advance(BROKER_EXPIRY_MS + 1)
+        assert svc.tick(clock.now_ms()) == ["broker-a"]
+        await svc.register_broker(info("broker-a"))
+        assert (await svc.lost_brokers(LostBrokersRequest())).names == []
+        assert (await svc.brokers(ClientRequest())).names == ["broker-a"]
+        svc.close()
+
+    asyncio.run(run())
+
+
+BAD_SHARES = {
+    "no client_id": GroupShareRequest(group="lg", topic=TOPIC, expiry_ms=30_000),
+    "client_id too long": GroupShareRequest(
+        group="lg", topic=TOPIC, expiry_ms=30_000, client_id="c" * 5000
+    ),
+}
+
+
+def _real_error(req: GroupShareRequest) -> RayqError:
+    async def run() -> RayqError:
+        svc = service(FakeClock())
+        await svc.register_broker(info("broker-a"))
+        try:
+            await svc.group_share(req)
+        except RayqError as exc:
+            return exc
+        finally:
+            svc.close()
+        raise AssertionError("the real coordinator accepted it")
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SHARES))
+def test_the_fake_refuses_a_bad_group_share_as_the_real_coordinator_does(
+    case: str, tmp_path: Path
+) -> None:
+    """The fake once had its own group_share without the client_id check; now it runs
+    the real service, so a request without (or with a bad) client_id fails alike."""
+    req = BAD_SHARES[case]
+    expected = _real_error(req)
+    assert isinstance(expected, InvalidRequestError)
+    with FakeCluster(tmp_path) as cluster:
+        Admin(transport=FakeTransport(cluster)).create_topic(TOPIC, queues=4)
+        reply = FakeTransport(cluster).coordinator().group_share(req)
+        with pytest.raises(RayqError) as got:
+            reply.result(5)
+    assert type(got.value) is type(expected)
+    assert str(got.value) == str(expected)
+
+
+def test_the_fake_answers_a_good_group_share(tmp_path: Path) -> None:
+    with FakeCluster(tmp_path) as cluster:
+        Admin(transport=FakeTransport(cluster)).create_topic(TOPIC, queues=4)
+        req = GroupShareRequest(group="lg", topic=TOPIC, expiry_ms=30_000, client_id="c1")
+        share = FakeTransport(cluster).coordinator().group_share(req).result(5)
+    assert share.queues is not None and len(share.queues) == 4
+
+
+class RecordingMembers(NoPeers):
+    """Consumer actors that are there and acknowledge every call, recorded; ``die``
+    reports one dead as Ray would."""
+
+    def __init__(self) -> None:
+        super().__init__("test")
+        self.owned: dict[str, list[MessageQueue]] = {}
+        self.gone: dict[str, MemberGone] = {}
+
+    async def attach_member(self, group: str, client_id: str, gone: MemberGone) -> None:
+        self.gone[client_id] = gone
+
+    async def assign(
+        self, group: str, client_id: str, generation: int, queues: list[MessageQueue]
+    ) -> None:
+        self.owned[client_id] = list(queues)
+
+    async def revoke(
+        self, group: str, client_id: str, generation: int, queues: list[MessageQueue]
+    ) -> None:
+        self.owned[client_id] = [q for q in self.owned[client_id] if q not in queues]
+
+
+def test_push_members_share_the_queues_and_a_dead_members_queues_move() -> None:
+    """Given two members of a group on a 4-queue topic, expect two queues each; when
+    one dies, expect the other to own all four."""
+
+    async def run() -> None:
+        peers = RecordingMembers()
+        svc = CoordinatorService(peers, FakeClock())
+        svc.skip_rebuild()
+        await svc.register_broker(info("broker-a"))
+        spec = MemberSpec(subscriptions=((TOPIC, "*"),))
+        for cid in ("c1", "c2"):
+            await svc.join_group(JoinGroupRequest(group="pg", spec=spec, client_id=cid))
+        assert sorted(len(qs) for qs in peers.owned.values()) == [2, 2]
+        await peers.gone["c1"]()
+        assert len(peers.owned["c2"]) == 4
+        members = await svc.group_members(MemberRequest(group="pg"))
+        assert list(members.members) == ["c2"]
+        svc.close()
+
+    asyncio.run(run())
+
+
+def test_join_group_without_a_consumer_actor_is_refused() -> None:
+    async def run() -> None:
+        svc = service(FakeClock())
+        spec = MemberSpec(subscriptions=((TOPIC, "*"),))
+        with pytest.raises(InvalidRequestError, match="only a running push consumer"):
+            await svc.join_group(JoinGroupRequest(group="pg", spec=spec, client_id="c1"))
+        svc.close()
+
+    asyncio.run(run())
