@@ -44,23 +44,27 @@ class RayHoldBroker:
         self.replica = config.replica_name
         self.peer = Peer(broker_actor_name(config.replica_name), namespace)
 
-    async def _call(self, method: str, req: Any, park: Park | None) -> Any:
+    def _broker(self) -> Any:
         broker = self.peer.get()
         if broker is None:
             raise BrokerUnavailableError(f"broker {self.replica} is not running (yet); retry")
-        args = (to_wire(req),) if park is None else (to_wire(req), to_wire(park))
+        return broker
+
+    async def _answer(self, ref: Any) -> Any:
         try:
-            reply = await getattr(broker, method).remote(*args)
+            reply = await ref
         except PEER_LOST_ERRORS:
             self.peer.forget()
             raise
         return from_wire(reply, PullResponse) if type(reply) is bytes else reply
 
     async def pull(self, req: PullRequest, park: Park | None = None) -> PullResponse:
-        return await self._call("pull", req, park)
+        wire = (to_wire(req),) if park is None else (to_wire(req), to_wire(park))
+        return await self._answer(self._broker().pull.remote(*wire))
 
     async def pull_many(self, req: PullManyRequest, park: Park | None = None) -> PullManyResponse:
-        return await self._call("pull_many", req, park)
+        wire = (to_wire(req),) if park is None else (to_wire(req), to_wire(park))
+        return await self._answer(self._broker().pull_many.remote(*wire))
 
 
 class PullHoldActor:
