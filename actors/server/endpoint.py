@@ -23,67 +23,10 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from rayq.actors.protocol import (
-    ArrowPage,
-    ArrowPutRequest,
-    BatchSendResult,
-    BrokerInfo,
-    BrokerStatus,
-    BrokerStatusRequest,
-    CommitOffsetsReply,
-    CommitOffsetsRequest,
-    CompareAndSetOffsetsRequest,
-    CreateTopicRequest,
-    DeleteGroupRequest,
-    Done,
-    EndTransactionReply,
-    EndTransactionRequest,
-    FlushTargets,
-    GetMessageRequest,
-    GroupConfigReply,
-    GroupRequest,
-    GroupsReply,
-    HaChunk,
-    HaFetch,
-    HalfSendRequest,
-    ListGroupsRequest,
-    LockQueuesReply,
-    LockQueuesRequest,
-    MaxOffsetRequest,
-    MessagesReply,
-    MetadataReply,
-    MetadataRequest,
-    OffsetByTimeRequest,
-    OffsetReply,
-    OffsetsReply,
-    PageReadersReply,
-    PageReadersRequest,
-    Park,
-    PullManyRequest,
-    PullManyResponse,
-    PullRequest,
-    PullResponse,
-    QueryMessageRequest,
-    QueryOffsetsRequest,
-    QueueBoundsReply,
-    ReadArrowRequest,
-    ReplicationRequest,
-    ReplicationStats,
-    ResetOffsetsRequest,
-    ScheduleStats,
-    ScheduleStatsRequest,
-    SendBackRequest,
-    SendBackResult,
-    TopicRequest,
-    TopicStatsReply,
-    TransactionChecksReply,
-    TransactionChecksRequest,
-    UpdateGroupRequest,
-    ViewMessageRequest,
-    check,
-    check_json,
-    to_wire,
-)
+from rayq.actors.protocol import broker as b
+from rayq.actors.protocol import check, check_json, to_wire
+from rayq.actors.protocol import hold as h
+from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server import columnar
 from rayq.actors.server.broker_server import BrokerServer
@@ -190,14 +133,14 @@ class BrokerEndpoint:
     def count_pull(self, req: Pull, reply: Reply) -> None:
         """Tally the messages and bytes a pull answered, per topic."""
         pulls = self.tallies.pulls
-        if isinstance(req, PullRequest):
-            assert isinstance(reply, PullResponse)
+        if isinstance(req, h.PullRequest):
+            assert isinstance(reply, h.PullResponse)
             if reply.count:
                 pulls.count((req.topic,), reply.count, len(reply.buffer))
             return
-        assert isinstance(reply, PullManyResponse)
+        assert isinstance(reply, h.PullManyResponse)
         for item, got in zip(req.items, reply.results, strict=False):
-            if type(got) is PullResponse and got.count:
+            if type(got) is h.PullResponse and got.count:
                 pulls.count((item.topic,), got.count, len(got.buffer))
 
     async def _serve(self, method: Callable[[Any], R], req: object, cls: type) -> R:
@@ -213,7 +156,7 @@ class BrokerEndpoint:
 
     # ------------------------------------------------------------ sends
 
-    async def put(self, batch: EncodedBatch | bytes, *chunks: bytes) -> BatchSendResult | bytes:
+    async def put(self, batch: EncodedBatch | bytes, *chunks: bytes) -> b.BatchSendResult | bytes:
         """Append one batch. Its records may come as ``chunks`` after it (each under
         Ray's inline limit), joined here: one call, so the batch is appended whole or not
         at all. A batch sent as ``to_wire`` bytes is answered in bytes too."""
@@ -237,24 +180,24 @@ class BrokerEndpoint:
 
     async def put_arrow(self, req: bytes, rows: bytes) -> bytes:
         """Rows from the JVM (Spark's rayq sink): the request as JSON (an
-        ``ArrowPutRequest``), the rows as an Arrow IPC stream, encoded column-wise and
+        ``b.ArrowPutRequest``), the rows as an Arrow IPC stream, encoded column-wise and
         appended as idempotent batches, each as ``put`` appends one. Answers
         ``{"rows": n}``. With ``rows_file``, the rows come from that slot of an executor
         on this node (server/shared_rows.py), all read before the first await; a slot
         this process cannot read answers ``{"rows": 0, "resend": true}``."""
         started = time.perf_counter()
-        put = check_json(req, ArrowPutRequest)
+        put = check_json(req, b.ArrowPutRequest)
         stream = self.shared_rows.rows_of(put.rows_file, put.rows_length, rows)
         if stream is None:
             return b'{"rows": 0, "resend": true}'
         batches = self.server.arrow_batches(put, stream)  # copied out of a slot
         del stream
-        for i, batch in enumerate(batches):
+        for n, batch in enumerate(batches):
             self.server.authorize("put", batch)
-            if i == 0:
+            if n == 0:
                 await earlier_batches(self.server.sequences, batch)
             await self._append(batch, started, own=True)
-        return b'{"rows": %d}' % sum(b.count for b in batches)
+        return b'{"rows": %d}' % sum(batch.count for batch in batches)
 
     async def put_arrow_stats(self) -> dict[str, int]:
         """``put_arrow`` calls so far, by how their rows came (``shared`` or ``inline``)."""
@@ -262,7 +205,7 @@ class BrokerEndpoint:
 
     async def _append(
         self, batch: EncodedBatch, started: float, own: bool = False
-    ) -> BatchSendResult:
+    ) -> b.BatchSendResult:
         """Append an authorized batch (``own``: encoded here), wake the pulls parked on
         its queue, answer when it is as safe as the flush and replication modes say."""
         known = batch.topic in self.server.tables.topics
@@ -278,18 +221,18 @@ class BrokerEndpoint:
         self.tallies.puts.observe((batch.topic,), time.perf_counter() - started)
         return result
 
-    async def put_half(self, req: HalfSendRequest | bytes) -> BatchSendResult:
+    async def put_half(self, req: b.HalfSendRequest | bytes) -> b.BatchSendResult:
         """A transactional send's half message(s): stored, in no queue yet; acknowledged
         as safe as a ``put`` is."""
-        req = check(req, HalfSendRequest)
+        req = check(req, b.HalfSendRequest)
         self.server.authorize("put_half", req)
         result = self.server.put_half(req)
         self.notify_append()
         return await wait_safe(self.server, self.peers.flusher, result)
 
-    async def end_transaction(self, req: EndTransactionRequest | bytes) -> EndTransactionReply:
+    async def end_transaction(self, req: b.EndTransactionRequest | bytes) -> b.EndTransactionReply:
         """Commit or roll back a transaction; a commit wakes the pulls parked on its queue."""
-        req = check(req, EndTransactionRequest)
+        req = check(req, b.EndTransactionRequest)
         self.server.authorize("end_transaction", req)
         reply = self.server.end_transaction(req)
         if reply.ended:
@@ -298,12 +241,12 @@ class BrokerEndpoint:
             asyncio.get_running_loop().call_soon(self.wake, ((req.topic, reply.queue_id),))
         return reply
 
-    async def transaction_checks(self, req: TransactionChecksRequest) -> TransactionChecksReply:
-        return await self._serve(self.server.transaction_checks, req, TransactionChecksRequest)
+    async def transaction_checks(self, req: b.TransactionChecksRequest) -> b.TransactionChecksReply:
+        return await self._serve(self.server.transaction_checks, req, b.TransactionChecksRequest)
 
-    async def send_back(self, req: SendBackRequest) -> SendBackResult:
-        req = check(req, SendBackRequest)
-        result = await self._serve(self.server.send_back, req, SendBackRequest)
+    async def send_back(self, req: b.SendBackRequest) -> b.SendBackResult:
+        req = check(req, b.SendBackRequest)
+        result = await self._serve(self.server.send_back, req, b.SendBackRequest)
         self.wake((t, 0) for t in set(result.topics))
         dead = sum(1 for t in result.topics if is_dlq_topic(t))
         self.tallies.send_backs.count((req.group,), len(result.topics) - dead, dead)
@@ -312,137 +255,137 @@ class BrokerEndpoint:
     # ------------------------------------------------------------ pulls
 
     async def pull(
-        self, req: PullRequest | bytes, park: Park | bytes | None = None
-    ) -> PullResponse | bytes:
+        self, req: h.PullRequest | bytes, park: h.Park | bytes | None = None
+    ) -> h.PullResponse | bytes:
         """Read without waiting (answered in bytes if asked in bytes). With ``park`` (the
         hold service's waiting pull), a read that finds nothing new leaves the pull
         parked: the next append to its queue answers it through the hold service."""
         started = time.perf_counter()
         wire = type(req) is bytes
-        req = check(req, PullRequest)
+        req = check(req, h.PullRequest)
         self.server.authorize("pull", req)  # also the hold service's: the client's request
         if park is None:
             resp = self.server.pull(req)
         else:
-            got, _, _ = self.polling.park_and_read(check(park, Park).token, req)
-            assert isinstance(got, PullResponse)
+            got, _, _ = self.polling.park_and_read(check(park, h.Park).token, req)
+            assert isinstance(got, h.PullResponse)
             resp = got
         self.count_pull(req, resp)
         self.tallies.pulls.observe((), time.perf_counter() - started)
         return to_wire(resp) if wire else resp
 
     async def pull_many(
-        self, req: PullManyRequest | bytes, park: Park | bytes | None = None
-    ) -> PullManyResponse:
+        self, req: h.PullManyRequest | bytes, park: h.Park | bytes | None = None
+    ) -> h.PullManyResponse:
         """``pull`` for each queue of ``req``; a queue's error is its answer, not the call's.
         With ``park``: parked (on all its queues) if none of them has anything new."""
         started = time.perf_counter()
-        req = check(req, PullManyRequest)
+        req = check(req, h.PullManyRequest)
         self.server.authorize("pull_many", req)
         if req.commits:
             self.server.commit_pulled(req)
         if park is None:
             reply = self.server.pull_many(req)
         else:
-            got, _, _ = self.polling.park_and_read(check(park, Park).token, req)
-            assert isinstance(got, PullManyResponse)
+            got, _, _ = self.polling.park_and_read(check(park, h.Park).token, req)
+            assert isinstance(got, h.PullManyResponse)
             reply = got
         self.count_pull(req, reply)
         self.tallies.pulls.observe((), time.perf_counter() - started)
         return reply
 
-    async def read_arrow(self, req: ReadArrowRequest) -> ArrowPage:
-        return await self._serve(self.server.read_arrow, req, ReadArrowRequest)
+    async def read_arrow(self, req: b.ReadArrowRequest) -> b.ArrowPage:
+        return await self._serve(self.server.read_arrow, req, b.ReadArrowRequest)
 
     async def read_arrow_ipc(self, req: bytes) -> bytes:
         """``read_arrow`` for the JVM: the request as JSON; the page as bytes: the next
         offset and the row count (little-endian int64s), then an Arrow IPC stream of the
         asked columns (none when no columns were asked for: a count)."""
         page = await self._serve(
-            self.server.read_arrow, check_json(req, ReadArrowRequest), ReadArrowRequest
+            self.server.read_arrow, check_json(req, b.ReadArrowRequest), b.ReadArrowRequest
         )
         return columnar.page_bytes(page.batch, page.next_offset)
 
-    async def page_readers(self, req: PageReadersRequest) -> PageReadersReply:
+    async def page_readers(self, req: b.PageReadersRequest) -> b.PageReadersReply:
         """This replica's page readers (Spark's JVM reads its pages from them), started
         on the first call; answered once they run."""
-        reply = await self._serve(self.server.page_readers, req, PageReadersRequest)
+        reply = await self._serve(self.server.page_readers, req, b.PageReadersRequest)
         await self.peers.page_readers.start()
         return reply
 
     # ------------------------------------------------------------ admin, offsets, locks
-    async def create_topic(self, req: CreateTopicRequest) -> Done:
-        return await self._serve(self.server.create_topic, req, CreateTopicRequest)
+    async def create_topic(self, req: b.CreateTopicRequest) -> b.Done:
+        return await self._serve(self.server.create_topic, req, b.CreateTopicRequest)
 
-    async def delete_topic(self, req: TopicRequest) -> Done:
-        return await self._serve(self.server.delete_topic, req, TopicRequest)
+    async def delete_topic(self, req: b.TopicRequest) -> b.Done:
+        return await self._serve(self.server.delete_topic, req, b.TopicRequest)
 
-    async def topic_stats(self, req: TopicRequest) -> TopicStatsReply:
-        return await self._serve(self.server.topic_stats, req, TopicRequest)
+    async def topic_stats(self, req: b.TopicRequest) -> b.TopicStatsReply:
+        return await self._serve(self.server.topic_stats, req, b.TopicRequest)
 
-    async def queue_bounds(self, req: TopicRequest) -> QueueBoundsReply:
-        return await self._serve(self.server.queue_bounds, req, TopicRequest)
+    async def queue_bounds(self, req: b.TopicRequest) -> b.QueueBoundsReply:
+        return await self._serve(self.server.queue_bounds, req, b.TopicRequest)
 
-    async def max_offset(self, req: MaxOffsetRequest) -> OffsetReply:
-        return await self._serve(self.server.max_offset, req, MaxOffsetRequest)
+    async def max_offset(self, req: b.MaxOffsetRequest) -> b.OffsetReply:
+        return await self._serve(self.server.max_offset, req, b.MaxOffsetRequest)
 
-    async def get_group(self, req: GroupRequest) -> GroupConfigReply:
-        return await self._serve(self.server.get_group, req, GroupRequest)
+    async def get_group(self, req: b.GroupRequest) -> b.GroupConfigReply:
+        return await self._serve(self.server.get_group, req, b.GroupRequest)
 
-    async def update_group(self, req: UpdateGroupRequest) -> GroupConfigReply:
-        return await self._serve(self.server.update_group, req, UpdateGroupRequest)
+    async def update_group(self, req: b.UpdateGroupRequest) -> b.GroupConfigReply:
+        return await self._serve(self.server.update_group, req, b.UpdateGroupRequest)
 
-    async def delete_group(self, req: DeleteGroupRequest) -> Done:
-        return await self._serve(self.server.delete_group, req, DeleteGroupRequest)
+    async def delete_group(self, req: b.DeleteGroupRequest) -> b.Done:
+        return await self._serve(self.server.delete_group, req, b.DeleteGroupRequest)
 
-    async def groups(self, req: ListGroupsRequest) -> GroupsReply:
-        return await self._serve(self.server.groups, req, ListGroupsRequest)
+    async def groups(self, req: b.ListGroupsRequest) -> b.GroupsReply:
+        return await self._serve(self.server.groups, req, b.ListGroupsRequest)
 
-    async def ensure_retry_topic(self, req: GroupRequest) -> Done:
-        return await self._serve(self.server.ensure_retry_topic, req, GroupRequest)
+    async def ensure_retry_topic(self, req: b.GroupRequest) -> b.Done:
+        return await self._serve(self.server.ensure_retry_topic, req, b.GroupRequest)
 
-    async def query_offsets(self, req: QueryOffsetsRequest) -> OffsetsReply:
-        return await self._serve(self.server.query_offsets, req, QueryOffsetsRequest)
+    async def query_offsets(self, req: b.QueryOffsetsRequest) -> b.OffsetsReply:
+        return await self._serve(self.server.query_offsets, req, b.QueryOffsetsRequest)
 
-    async def commit_offsets(self, req: CommitOffsetsRequest) -> CommitOffsetsReply:
-        return await self._serve(self.server.commit_offsets, req, CommitOffsetsRequest)
+    async def commit_offsets(self, req: b.CommitOffsetsRequest) -> b.CommitOffsetsReply:
+        return await self._serve(self.server.commit_offsets, req, b.CommitOffsetsRequest)
 
-    async def compare_and_set_offsets(self, req: CompareAndSetOffsetsRequest) -> Done:
+    async def compare_and_set_offsets(self, req: b.CompareAndSetOffsetsRequest) -> b.Done:
         return await self._serve(
-            self.server.compare_and_set_offsets, req, CompareAndSetOffsetsRequest
+            self.server.compare_and_set_offsets, req, b.CompareAndSetOffsetsRequest
         )
 
-    async def reset_offsets(self, req: ResetOffsetsRequest) -> OffsetsReply:
-        return await self._serve(self.server.reset_offsets, req, ResetOffsetsRequest)
+    async def reset_offsets(self, req: b.ResetOffsetsRequest) -> b.OffsetsReply:
+        return await self._serve(self.server.reset_offsets, req, b.ResetOffsetsRequest)
 
-    async def offset_by_time(self, req: OffsetByTimeRequest) -> OffsetReply:
-        return await self._serve(self.server.offset_by_time, req, OffsetByTimeRequest)
+    async def offset_by_time(self, req: b.OffsetByTimeRequest) -> b.OffsetReply:
+        return await self._serve(self.server.offset_by_time, req, b.OffsetByTimeRequest)
 
-    async def lock_queues(self, req: LockQueuesRequest) -> LockQueuesReply:
-        return await self._serve(self.server.lock_queues, req, LockQueuesRequest)
+    async def lock_queues(self, req: b.LockQueuesRequest) -> b.LockQueuesReply:
+        return await self._serve(self.server.lock_queues, req, b.LockQueuesRequest)
 
-    async def unlock_queues(self, req: LockQueuesRequest) -> LockQueuesReply:
-        return await self._serve(self.server.unlock_queues, req, LockQueuesRequest)
+    async def unlock_queues(self, req: b.LockQueuesRequest) -> b.LockQueuesReply:
+        return await self._serve(self.server.unlock_queues, req, b.LockQueuesRequest)
 
-    async def query_message(self, req: QueryMessageRequest) -> MessagesReply:
-        return await self._serve(self.server.query_message, req, QueryMessageRequest)
+    async def query_message(self, req: b.QueryMessageRequest) -> b.MessagesReply:
+        return await self._serve(self.server.query_message, req, b.QueryMessageRequest)
 
-    async def view_message(self, req: ViewMessageRequest) -> MessagesReply:
-        return await self._serve(self.server.view_message, req, ViewMessageRequest)
+    async def view_message(self, req: b.ViewMessageRequest) -> b.MessagesReply:
+        return await self._serve(self.server.view_message, req, b.ViewMessageRequest)
 
-    async def get_message(self, req: GetMessageRequest) -> MessagesReply:
-        return await self._serve(self.server.get_message, req, GetMessageRequest)
+    async def get_message(self, req: b.GetMessageRequest) -> b.MessagesReply:
+        return await self._serve(self.server.get_message, req, b.GetMessageRequest)
 
-    async def schedule_stats(self, req: ScheduleStatsRequest) -> ScheduleStats:
-        return await self._serve(self.server.schedule_stats, req, ScheduleStatsRequest)
+    async def schedule_stats(self, req: b.ScheduleStatsRequest) -> b.ScheduleStats:
+        return await self._serve(self.server.schedule_stats, req, b.ScheduleStatsRequest)
 
-    async def replication(self, req: ReplicationRequest) -> ReplicationStats:
-        return await self._serve(self.server.replication, req, ReplicationRequest)
+    async def replication(self, req: b.ReplicationRequest) -> b.ReplicationStats:
+        return await self._serve(self.server.replication, req, b.ReplicationRequest)
 
-    async def broker_status(self, req: BrokerStatusRequest) -> BrokerStatus:
+    async def broker_status(self, req: b.BrokerStatusRequest) -> b.BrokerStatus:
         """This replica's state, with how far its flusher has made the log durable and
         whether its flusher and hold service answer (within STATUS_PEER_TIMEOUT_S)."""
-        status = await self._serve(self.server.broker_status, req, BrokerStatusRequest)
+        status = await self._serve(self.server.broker_status, req, b.BrokerStatusRequest)
         flushed, flusher_error = await _ask(self.peers.flusher.name, self.peers.flusher.durable)
         _, hold_error = await _ask(self.peers.hold.name, self.peers.hold.ready)
         return msgspec.structs.replace(
@@ -454,10 +397,10 @@ class BrokerEndpoint:
 
     # ------------------------------------------------------------ replication, internal
 
-    async def ha_fetch(self, req: HaFetch | bytes) -> HaChunk:
+    async def ha_fetch(self, req: i.HaFetch | bytes) -> i.HaChunk:
         """A slave's fetch: the commit-log bytes from its offset, as soon as there are some
         (or empty after its ``wait_ms``). Its offset acknowledges everything below."""
-        req = check(req, HaFetch)
+        req = check(req, i.HaFetch)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.wait_ms / 1000
         waiting = (loop, asyncio.Event())
@@ -470,7 +413,7 @@ class BrokerEndpoint:
                     return chunk
                 left = deadline - loop.time()
                 if left <= 0:
-                    return HaChunk(
+                    return i.HaChunk(
                         offset=req.offset,
                         master_offset=self.server.store.written_offset,
                         topics_version=self.server.tables.topics.data_version,
@@ -480,9 +423,9 @@ class BrokerEndpoint:
         finally:
             self.fetching.discard(waiting)
 
-    async def ha_metadata(self, req: MetadataRequest | bytes) -> MetadataReply:
+    async def ha_metadata(self, req: i.MetadataRequest | bytes) -> i.MetadataReply:
         """A slave's metadata sync: its committed offsets in, this master's tables out."""
-        return self.server.ha_metadata(check(req, MetadataRequest))
+        return self.server.ha_metadata(check(req, i.MetadataRequest))
 
     async def sync_metadata(self) -> bool:
         """One metadata sync now (a slave; its runtime runs it every interval). False if
@@ -500,7 +443,7 @@ class BrokerEndpoint:
             await self.register()
         return True
 
-    async def broker_info(self) -> BrokerInfo:
+    async def broker_info(self) -> i.BrokerInfo:
         """For the coordinator (and operators): this broker's topics, node and store."""
         return self.server.info()
 
@@ -508,7 +451,7 @@ class BrokerEndpoint:
         """For the coordinator's failover: this replica's settings."""
         return self.server.config
 
-    async def flush_targets(self) -> FlushTargets:
+    async def flush_targets(self) -> i.FlushTargets:
         """For the flusher: how far the files are written."""
         return self.server.flush_targets()
 
