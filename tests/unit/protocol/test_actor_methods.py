@@ -8,6 +8,8 @@ append, read or run anything). The actors' work lives in Ray-free services
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from rayq.actors.broker import BrokerActor
@@ -15,6 +17,8 @@ from rayq.actors.flusher import FlusherActor
 from rayq.actors.page_reader import PageReaderActor
 from rayq.actors.protocol import registry
 from rayq.actors.pull_hold import PullHoldActor
+from rayq.actors.server.broker_runtime import BrokerRuntime
+from rayq.actors.server.endpoint import BrokerEndpoint
 
 
 def _methods(cls: type) -> set[str]:
@@ -43,3 +47,17 @@ def test_every_server_operation_names_its_request_and_reply(service: str) -> Non
     for op in registry.operations(service, registry.Caller.SERVER).values():
         assert op.request is None or isinstance(op.request, type), op.key
         assert op.reply is None or isinstance(op.reply, type), op.key
+
+
+# The actor's lifecycle (its timers, the coordinator's watch, its exit) is the runtime's
+# (actors/server/broker_runtime.py); every other operation is the endpoint's.
+LIFECYCLE = {"start_services", "park", "shutdown"}
+
+
+def test_the_broker_endpoint_serves_every_other_broker_operation() -> None:
+    ops = set(registry.operations("broker"))
+    for name in ops - LIFECYCLE:
+        assert inspect.iscoroutinefunction(getattr(BrokerEndpoint, name, None)), name
+    for name in LIFECYCLE - {"shutdown"}:
+        assert inspect.iscoroutinefunction(getattr(BrokerRuntime, name, None)), name
+    assert callable(BrokerRuntime.close)
