@@ -90,58 +90,63 @@ class FlushService:
             self.timings.observe(("async",), time.perf_counter() - started)
 
 
+async def flush_loop(service: FlushService, broker: Peer, broker_name: str) -> None:
+    """The flusher's rounds: ask the broker how far its files are written, flush that
+    (thoroughly, and the consume queues, every so many rounds), report, sleep."""
+    cfg = service.config
+    thorough_every = max(1, cfg.flush_thorough_interval_ms // cfg.flush_interval_ms)
+    logics_every = max(1, cfg.flush_cq_interval_ms // cfg.flush_interval_ms)
+    tags = {"broker": broker_name}
+    n = 0
+    while True:  # the first round at once: a restarted flusher catches up now
+        n += 1
+        handle = broker.get()  # None while not there (yet): next round looks again
+        try:
+            if handle is not None:
+                targets: FlushTargets = await handle.flush_targets.remote()
+                report(service, tags, targets.written)
+                await service.tick(
+                    targets.written,
+                    targets.dispatched,
+                    thorough=n % thorough_every == 0,
+                    logics=n % logics_every == 0,
+                )
+        except PEER_LOST_ERRORS as exc:  # restarting or replaced: look it up again
+            logger.info(
+                "flusher %s: broker unreachable (%s); retrying next round",
+                broker_name,
+                type(exc).__name__,
+            )
+            broker.forget()
+        except Exception:
+            logger.exception("flusher %s: flush round failed", broker_name)
+        await asyncio.sleep(cfg.flush_interval_ms / 1000)
+
+
+def report(service: FlushService, tags: dict[str, str], written: int) -> None:
+    """The bytes not yet durable now, and the flush timings since the last round."""
+    dirty = max(written - service.disk.commitlog_flushed, 0)
+    metric("rayq_flush_dirty_bytes").set(dirty, tags)
+    record_tally(service.timings, tags, (), "rayq_flush_latency_seconds")
+
+
 class FlusherActor:
-    """Ray shell over FlushService. It finds its broker by name and starts its flush
-    loop in its constructor, so a flusher that Ray restarted flushes again at once
-    (no one has to re-wire it)."""
+    """Ray shell over FlushService (``__init__`` and registry operations only). It finds
+    its broker by name and starts its flush loop in its constructor, so a flusher that
+    Ray restarted flushes again at once (no one has to re-wire it)."""
 
     def __init__(
         self, store_dir: str, config: StoreConfig, broker_name: str, namespace: str
     ) -> None:
         self.service = FlushService(store_dir, config)
-        self.broker_name = broker_name
-        self.broker = Peer(broker_actor_name(broker_name), namespace)
-        self._tags = {"broker": broker_name}
+        broker = Peer(broker_actor_name(broker_name), namespace)
         # An async actor's __init__ runs on its event loop: the loop starts now.
-        self._task: asyncio.Task = asyncio.get_running_loop().create_task(self._loop())
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+            flush_loop(self.service, broker, broker_name)
+        )
 
     async def sync(self, offset: int) -> int:
         return await self.service.sync(offset)
-
-    async def _loop(self) -> None:
-        cfg = self.service.config
-        thorough_every = max(1, cfg.flush_thorough_interval_ms // cfg.flush_interval_ms)
-        logics_every = max(1, cfg.flush_cq_interval_ms // cfg.flush_interval_ms)
-        n = 0
-        while True:  # the first round at once: a restarted flusher catches up now
-            n += 1
-            broker = self.broker.get()  # None while not there (yet): next round looks again
-            try:
-                if broker is not None:
-                    targets: FlushTargets = await broker.flush_targets.remote()
-                    self._report(targets.written)
-                    await self.service.tick(
-                        targets.written,
-                        targets.dispatched,
-                        thorough=n % thorough_every == 0,
-                        logics=n % logics_every == 0,
-                    )
-            except PEER_LOST_ERRORS as exc:  # restarting or replaced: look it up again
-                logger.info(
-                    "flusher %s: broker unreachable (%s); retrying next round",
-                    self.broker_name,
-                    type(exc).__name__,
-                )
-                self.broker.forget()
-            except Exception:
-                logger.exception("flusher %s: flush round failed", self.broker_name)
-            await asyncio.sleep(cfg.flush_interval_ms / 1000)
-
-    def _report(self, written: int) -> None:
-        """The bytes not yet durable now, and the flush timings since the last round."""
-        dirty = max(written - self.service.disk.commitlog_flushed, 0)
-        metric("rayq_flush_dirty_bytes").set(dirty, self._tags)
-        record_tally(self.service.timings, self._tags, (), "rayq_flush_latency_seconds")
 
     async def durable(self) -> int:
         """Commit-log offset below which everything is known durable."""

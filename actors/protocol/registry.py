@@ -29,6 +29,7 @@ from rayq.actors.protocol import broker as b
 from rayq.actors.protocol import coordinator as c
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.store.batch import EncodedBatch
 
 
@@ -175,7 +176,34 @@ _COORDINATOR_SERVER: Final = (
     _op("consumer", "stats", None, dict, "", A.NONE, Caller.SERVER),
     _op("consumer", "shutdown", None, dict, "", A.NONE, Caller.SERVER),
 )
-_SERVER: Final[tuple[Operation, ...]] = (*_COORDINATOR_SERVER,)
+S = Caller.SERVER
+# The broker's, its hold service's, its flusher's and its page readers' (actors/broker.py,
+# pull_hold.py, flusher.py, page_reader.py): lifecycle, the coordinator's registration and
+# watch, replication (slave -> master), flush targets, answers to parked pulls, diagnosis.
+_BROKER_SERVER: Final = (
+    _op("broker", "start_services", None, bool, "", A.NONE, S),
+    _op("broker", "broker_info", None, i.BrokerInfo, "admin", A.NONE, S),
+    _op("broker", "broker_config", None, BrokerConfig, "admin", A.NONE, S),
+    _op("broker", "flush_targets", None, i.FlushTargets, "admin", A.NONE, S),
+    _op("broker", "park", None, None, "watch", A.NONE, S),
+    _op("broker", "ready", None, str, "", A.NONE, S),
+    _op("broker", "shutdown", None, None, "", A.NONE, S),
+    _op("broker", "ha_fetch", i.HaFetch, i.HaChunk, "ha", A.NONE, S),
+    _op("broker", "ha_metadata", i.MetadataRequest, i.MetadataReply, "ha", A.NONE, S),
+    _op("broker", "sync_metadata", None, bool, "admin", A.NONE, S),
+    _op("broker", "put_arrow_stats", None, dict, "", A.NONE, S),
+    # deliver(token, answer): the answer (a PullResponse, or a PullManyResponse for a
+    # pull_many) to the parked pull ``token``; True if a caller waited for it
+    _op("hold", "deliver", h.PullResponse, bool, "", A.NONE, S),
+    _op("hold", "ready", None, bool, "", A.NONE, S),
+    _op("flusher", "sync", int, int, "", A.NONE, S),  # a commit-log offset
+    _op("flusher", "durable", None, int, "", A.NONE, S),
+    _op("flusher", "ready", None, bool, "", A.NONE, S),
+    _op("page_reader", "read_arrow_ipc", bytes, bytes, "", A.NONE, S),  # the JVM's, too
+    _op("page_reader", "stats", None, dict, "", A.NONE, S),
+    _op("page_reader", "ready", None, bool, "", A.NONE, S),
+)
+_SERVER: Final[tuple[Operation, ...]] = (*_BROKER_SERVER, *_COORDINATOR_SERVER)
 
 OPERATIONS: Final[tuple[Operation, ...]] = (
     *_BROKER_CLIENT,

@@ -12,10 +12,12 @@ implements ``rayq.transport.base.Transport``: hand it to a client::
     ...
     cluster.close()
 
-Each broker call checks its request as the actor does (``protocol.check``; ``put``
-takes exactly an ``EncodedBatch``; then ``BrokerServer.authorize``, the ACL), runs
-the server method and returns a completed ``FakeReply``. Hold pulls that find
-nothing wait (long polling) until a write to a queue they watch, or their suspend
+Each broker call is served by the broker's real ``BrokerEndpoint`` (the check, the
+ACL, the processors: actors/server/endpoint.py) and each hold call by its real
+``HoldService`` (actors/server/long_polling.py), on one event-loop thread of the
+fake's (rayq/testing/fake_broker.py); the fake only adds its controls. A broker call
+returns a completed ``FakeReply``; a hold pull that finds nothing is parked at the
+endpoint and answered by the next append to a queue it watches, or at its suspend
 time (capped as ``PullHoldActor`` caps it).
 
 Controls for tests: ``stop(name)``/``start(name)`` (a stopped broker answers every
@@ -24,10 +26,11 @@ routes at once, ``keep_route=True`` keeps routing to it, as before the coordinat
 notices), ``fail_next(name, method, exc, times)`` and the call log ``calls``.
 
 Not covered: delayed delivery runs only when a test calls ``schedule_tick(name)``;
-SYNC_FLUSH (no flusher: never ``FLUSH_DISK_TIMEOUT``); push-consumer groups
-(no Consumer actors: ``join_group`` fails as the coordinator's does without one);
-nothing is serialized between client and server except requests (``check``
-re-decodes them), so replies are shared objects; the clock is the real one.
+SYNC_FLUSH (the fake's flusher reports every offset durable: never
+``FLUSH_DISK_TIMEOUT``); replication (no slaves); push-consumer groups (no Consumer
+actors: ``join_group`` fails as the coordinator's does without one); nothing is
+serialized between client and server except requests (``check`` re-decodes them), so
+replies are shared objects; the clock is the real one.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
 from rayq.store.message import MessageExt
+from rayq.testing.fake_broker import FakeBroker, LoopThread
 from rayq.testing.fake_coordinator import FakeCoordinator
 from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
 
@@ -65,8 +69,6 @@ _completed = threading.Condition()
 
 # The request type each broker method takes, from the typed client.
 _REQUESTS: dict[str, type] = BrokerClient.request_types()
-# calls after which held pulls are re-checked
-_WRITES = frozenset({"put", "send_back", "end_transaction"})
 
 
 class FakeReply(Reply[T]):
@@ -135,7 +137,11 @@ class FakeReply(Reply[T]):
             future: asyncio.Future[None] = loop.create_future()
 
             def wake(_: Reply[T]) -> None:
-                loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+                def settle() -> None:
+                    if not future.done():
+                        future.set_result(None)
+
+                loop.call_soon_threadsafe(settle)
 
             self.add_done_callback(wake)
             await future
@@ -147,24 +153,6 @@ class FakeReply(Reply[T]):
                 self._callbacks.append(callback)
                 return
         callback(self)
-
-
-class _Held:
-    """A held pull: the queues it waits on (and beyond which offset), how to answer."""
-
-    def __init__(
-        self,
-        broker: str,
-        beyond: dict[tuple[str, int], int],
-        again: Callable[[], Any],
-        timeout_answer: Any,
-    ) -> None:
-        self.broker = broker
-        self.beyond = beyond
-        self.again = again
-        self.timeout_answer = timeout_answer
-        self.reply: FakeReply[Any] = FakeReply()
-        self.timer: threading.Timer | None = None
 
 
 class FakeCluster:
@@ -183,16 +171,22 @@ class FakeCluster:
         self.namespace = namespace
         base = config or BrokerConfig(store=StoreConfig.for_tests())
         self.servers: dict[str, BrokerServer] = {}
+        self.brokers: dict[str, FakeBroker] = {}  # the real endpoint and hold service of each
+        self._loop = LoopThread()
         for name in brokers:
             cfg = msgspec.structs.replace(base, broker_name=name)
-            self.servers[name] = BrokerServer(cfg, str(self.root / name), node_id="fake-node")
+            self._open(BrokerServer(cfg, str(self.root / name), node_id="fake-node"))
         self.coordinator = FakeCoordinator(namespace)
         self.calls: list[tuple[str, str]] = []
         self.stopped: dict[str, bool] = {}  # broker -> still routed (keep_route)
         self._failures: dict[tuple[str, str], list[BaseException]] = {}
-        self._held: list[_Held] = []
+        self._held: list[tuple[str, FakeReply[Any], asyncio.Task[Any]]] = []
         self._lock = threading.RLock()
         self._closed = False
+
+    def _open(self, server: BrokerServer) -> None:
+        self.servers[server.name] = server
+        self.brokers[server.name] = FakeBroker(server)
 
     def server(self, broker_name: str = "") -> BrokerServer:
         """A broker's server (the only one if no name is given), for reading it back."""
@@ -205,10 +199,7 @@ class FakeCluster:
         self.server(broker_name)
         with self._lock:
             self.stopped[broker_name] = keep_route
-            held = [h for h in self._held if h.broker == broker_name]
-            self._held = [h for h in self._held if h.broker != broker_name]
-        for h in held:
-            self._finish(h, error=BrokerUnavailableError(f"broker {broker_name} stopped"))
+        self._fail_held(broker_name, BrokerUnavailableError(f"broker {broker_name} stopped"))
 
     def start(self, broker_name: str) -> None:
         """A stopped broker is reachable (and routed) again, with its store as it was."""
@@ -238,28 +229,23 @@ class FakeCluster:
 
     def schedule_tick(self, broker_name: str = "") -> None:
         """Deliver the due delayed messages (the broker actor's timer, by hand)."""
-        with self._lock:
-            self.server(broker_name).schedule_tick()
-        self._wake(broker_name or next(iter(self.servers)))
+        broker = self.brokers[broker_name or next(iter(self.servers))]
+        self._loop.run(_tick(broker, broker.server.schedule_tick))
 
     def transaction_tick(self, broker_name: str = "") -> None:
         """One round of the transaction check service (the broker actor's timer, by hand)."""
-        with self._lock:
-            self.server(broker_name).transaction_tick()
-        self._wake(broker_name or next(iter(self.servers)))
+        broker = self.brokers[broker_name or next(iter(self.servers))]
+        self._loop.run(_tick(broker, broker.server.transaction_tick))
 
     def restart(self, broker_name: str = "") -> BrokerServer:
         """Close a broker's server and open its store again (a broker restart: recovery
         from its files); its held pulls fail."""
         name = broker_name or next(iter(self.servers))
+        self._fail_held(name, BrokerUnavailableError(f"broker {name} restarted"))
         with self._lock:
             old = self.servers[name]
-            held = [h for h in self._held if h.broker == name]
-            self._held = [h for h in self._held if h.broker != name]
             old.close()
-            self.servers[name] = BrokerServer(old.config, str(old.root), node_id="fake-node")
-        for h in held:
-            self._finish(h, error=BrokerUnavailableError(f"broker {name} restarted"))
+            self._open(BrokerServer(old.config, str(old.root), node_id="fake-node"))
         return self.servers[name]
 
     def close(self) -> None:
@@ -267,9 +253,8 @@ class FakeCluster:
             if self._closed:
                 return
             self._closed = True
-            held, self._held = self._held, []
-        for h in held:
-            self._finish(h, error=BrokerUnavailableError("the fake cluster is closed"))
+        self._fail_held(None, BrokerUnavailableError("the fake cluster is closed"))
+        self._loop.close()
         for srv in self.servers.values():
             srv.close()
         self.coordinator.close()
@@ -296,117 +281,63 @@ class FakeCluster:
         return None
 
     def call_broker(self, broker_name: str, method: str, arg: Any) -> FakeReply[Any]:
-        srv = self.server(broker_name)
+        """The broker's endpoint serves ``method`` (a client operation) on the fake's loop."""
+        broker = self.brokers[self.server(broker_name).name]
         with self._lock:
             error = self._enter(broker_name, method)
-            if error is None:
-                try:
-                    value = self._serve(srv, method, arg)
-                except Exception as exc:  # the reply carries it, as Ray's would
-                    error = exc
-        if method in _WRITES and error is None:
-            self._wake(broker_name)
-        return FakeReply.failed(error) if error is not None else FakeReply.of(value)
-
-    def _serve(self, srv: BrokerServer, method: str, arg: Any) -> Any:
-        if method == "put":
-            if type(arg) is not EncodedBatch:
-                raise InvalidRequestError(f"put takes an EncodedBatch, got {type(arg).__name__}")
-            srv.authorize("put", arg)
-            return srv.put(arg)
-        cls = _REQUESTS.get(method)
-        if cls is None:
-            raise InvalidRequestError(f"the broker has no client method {method!r}")
-        req = protocol.check(arg, cls)
-        srv.authorize(method, req)
-        if method == "pull_many" and req.commits:
-            srv.commit_pulled(req)
-        return getattr(srv, method)(req)
+        if error is not None:
+            return FakeReply.failed(error)
+        try:
+            value = self._loop.run(_serve(broker, method, arg))
+        except Exception as exc:  # the reply carries it, as Ray's would
+            return FakeReply.failed(exc)
+        return FakeReply.of(value)
 
     # ----------------------------------------------------------- hold calls
     def call_hold(self, broker_name: str, method: str, req: Any) -> FakeReply[Any]:
-        srv = self.server(broker_name)
-        held: _Held | None = None
+        """The broker's real hold service (long polling) serves ``method``: answered at
+        once if the pull finds something, else when an append answers it or at its
+        suspend time (``PullHoldActor``'s cap)."""
+        broker = self.brokers[self.server(broker_name).name]
         with self._lock:
             error = self._enter(broker_name, f"hold.{method}")
-            if error is None:
-                try:
-                    if method == "pull":
-                        req = protocol.check(req, PullRequest)
-                        srv.authorize("pull", req)
-                        resp = srv.pull(req)
-                        if req.suspend_ms > 0 and protocol.nothing_new([resp]):
-                            beyond = {
-                                (req.topic, req.queue_id): max(req.queue_offset, resp.max_offset)
-                            }
-                            held = _Held(broker_name, beyond, lambda: srv.pull(req), resp)
-                    elif method == "pull_many":
-                        req = protocol.check(req, PullManyRequest)
-                        srv.authorize("pull_many", req)
-                        if req.commits:
-                            srv.commit_pulled(req)
-                        reply = srv.pull_many(req)
-                        if req.suspend_ms > 0 and protocol.nothing_new(reply.results):
-                            beyond = {
-                                (i.topic, i.queue_id): max(i.queue_offset, r.max_offset)
-                                for i, r in zip(req.items, reply.results, strict=True)
-                            }
-                            held = _Held(broker_name, beyond, lambda: srv.pull_many(req), reply)
-                        resp = reply
-                    else:
-                        raise InvalidRequestError(f"the hold service has no method {method!r}")
-                except Exception as exc:
-                    error = exc
-            if held is not None:
-                self._held.append(held)
-                held.reply._on_cancel = lambda h=held: self._unhold(h)
-                held.timer = threading.Timer(
-                    srv.config.hold_s(req.suspend_ms), self._timeout, args=(held,)
-                )
-                held.timer.daemon = True
-                held.timer.start()
-                return held.reply
-        return FakeReply.failed(error) if error is not None else FakeReply.of(resp)
-
-    def _unhold(self, held: _Held) -> bool:
-        with self._lock:
-            if held not in self._held:
-                return False
-            self._held.remove(held)
-        if held.timer is not None:
-            held.timer.cancel()
-        return True
-
-    def _timeout(self, held: _Held) -> None:
-        if self._unhold(held):
-            self._finish(held, value=held.timeout_answer)
-
-    def _wake(self, broker_name: str) -> None:
-        """Answer the held pulls of ``broker_name`` whose queues grew."""
-        srv = self.servers[broker_name]
-        answers: list[tuple[_Held, Any, BaseException | None]] = []
-        with self._lock:
-            for h in [h for h in self._held if h.broker == broker_name]:
-                if not any(srv.store.max_offset(t, q) > b for (t, q), b in h.beyond.items()):
-                    continue
-                self._held.remove(h)
-                try:
-                    answers.append((h, h.again(), None))
-                except Exception as exc:
-                    answers.append((h, None, exc))
-        for h, value, error in answers:
-            if h.timer is not None:
-                h.timer.cancel()
-            self._finish(h, value=value, error=error)
-
-    @staticmethod
-    def _finish(held: _Held, value: Any = None, error: BaseException | None = None) -> None:
-        if held.timer is not None:
-            held.timer.cancel()
         if error is not None:
-            held.reply.set_error(error)
-        else:
-            held.reply.set_result(value)
+            return FakeReply.failed(error)
+        try:
+            task = self._loop.run(_start_hold(broker, method, req))
+        except Exception as exc:
+            return FakeReply.failed(exc)
+        reply: FakeReply[Any] = FakeReply()
+        if task.done():
+            _complete(reply, task)
+            return reply
+        entry = (broker_name, reply, task)
+        with self._lock:
+            self._held.append(entry)
+
+        def cancel() -> None:
+            self._loop.loop.call_soon_threadsafe(task.cancel)
+
+        reply._on_cancel = cancel
+        task.add_done_callback(lambda t: self._answer_held(entry))
+        return reply
+
+    def _answer_held(self, entry: tuple[str, FakeReply[Any], asyncio.Task[Any]]) -> None:
+        """A held pull's answer, handed over on a thread of its own (not the loop's: a
+        client's callback may call the fake again and wait for the loop)."""
+        with self._lock:
+            if entry in self._held:
+                self._held.remove(entry)
+        threading.Thread(target=_complete, args=(entry[1], entry[2]), daemon=True).start()
+
+    def _fail_held(self, broker_name: str | None, error: BaseException) -> None:
+        """Fail the held pulls of ``broker_name`` (of every broker if None)."""
+        with self._lock:
+            held = [h for h in self._held if broker_name is None or h[0] == broker_name]
+            self._held = [h for h in self._held if h not in held]
+        for _, reply, task in held:
+            reply.set_error(error)
+            self._loop.loop.call_soon_threadsafe(task.cancel)
 
     # ---------------------------------------------------------- coordinator
     def call_coordinator(self, method: str, req: Any) -> FakeReply[Any]:
@@ -422,6 +353,48 @@ class FakeCluster:
         except Exception as exc:
             return FakeReply.failed(exc)
         return FakeReply.of(value)
+
+
+async def _serve(broker: FakeBroker, method: str, arg: Any) -> Any:
+    """``method`` of the broker's endpoint for ``arg`` (a client operation only)."""
+    if method == "put":
+        if type(arg) is not EncodedBatch:
+            raise InvalidRequestError(f"put takes an EncodedBatch, got {type(arg).__name__}")
+        return await broker.endpoint.put(arg)
+    if method not in _REQUESTS:
+        raise InvalidRequestError(f"the broker has no client method {method!r}")
+    return await getattr(broker.endpoint, method)(arg)
+
+
+async def _start_hold(broker: FakeBroker, method: str, req: Any) -> asyncio.Task[Any]:
+    """Start a hold pull and run it until it answers or waits."""
+    if method == "pull":
+        task: asyncio.Task[Any] = asyncio.ensure_future(
+            broker.hold.pull(protocol.check(req, PullRequest))
+        )
+    elif method == "pull_many":
+        task = asyncio.ensure_future(broker.hold.pull_many(protocol.check(req, PullManyRequest)))
+    else:
+        raise InvalidRequestError(f"the hold service has no method {method!r}")
+    for _ in range(3):  # its broker calls complete without waiting: a few steps settle it
+        if task.done():
+            break
+        await asyncio.sleep(0)
+    return task
+
+
+async def _tick(broker: FakeBroker, tick: Callable[[], Any]) -> None:
+    """A timer's round by hand: run ``tick``, wake the pulls parked on what it wrote."""
+    broker.endpoint.wake(tick())
+
+
+def _complete(reply: FakeReply[Any], task: asyncio.Task[Any]) -> None:
+    if task.cancelled():
+        reply.set_error(BrokerUnavailableError("the call was cancelled"))
+    elif task.exception() is not None:
+        reply.set_error(task.exception())  # type: ignore[arg-type]
+    else:
+        reply.set_result(task.result())
 
 
 class FakeTransport:

@@ -27,29 +27,18 @@ from rayq.actors.protocol import (
     check,
     registry,
 )
+from rayq.actors.protocol.registry import Caller
 from rayq.store import EncodedBatch
 from rayq.store.errors import InvalidRequestError
 from rayq.transport.base import BrokerClient, CoordinatorClient
 
 # Methods for the other rayq actors and rayq.start only: not in the client transport.
-INTERNAL = {
-    "start_services",
-    "broker_info",
-    "flush_targets",
-    "park",
-    "ready",
-    "shutdown",
-    "ha_fetch",
-    "ha_metadata",
-    "sync_metadata",
-    "broker_config",
-    "put_arrow_stats",
-}  # replication: slave -> master, the coordinator's failover; put_arrow_stats: diagnosis
+INTERNAL = set(registry.operations("broker", Caller.SERVER))
 # brokers, rayq.start: the coordinator's server operations, from the registry
-COORDINATOR_INTERNAL = set(registry.operations("coordinator", registry.Caller.SERVER))
+COORDINATOR_INTERNAL = set(registry.operations("coordinator", Caller.SERVER))
 # Called from the JVM (rayq/connectors/jvm, Ray cross-language calls): bytes in and out, the request
 # as the JSON of a protocol Struct (checked by check_json).
-JVM = {"read_arrow_ipc": protocol.ReadArrowRequest, "put_arrow": protocol.ArrowPutRequest}
+JVM = {n: op.request for n, op in registry.operations("broker", Caller.JVM).items()}
 
 
 def _without_bytes(hint: object) -> type:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgspec
 
@@ -15,9 +16,11 @@ from rayq.actors.protocol import (
     check,
     follow_up,
     follow_up_token,
+    to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.actors.pull_hold import HoldTable, PullHoldActor
+from rayq.actors.pull_hold import PullHoldActor
+from rayq.actors.server.long_polling import HoldTable
 
 REQ = PullRequest(
     group="g", topic="t", queue_id=0, queue_offset=5, suspend_ms=30_000, client_id="c1"
@@ -98,8 +101,9 @@ def test_an_answer_a_caller_waited_for_notes_the_follow_up_for_adoption_until_it
 
 
 class FakeBroker:
-    """The broker behind ``PullHoldActor._call``: answers NO_NEW_MSG (parking the pull)
-    and records the calls; ``append`` delivers the next records as the broker does."""
+    """The broker behind ``PullHoldActor``'s ``HoldService`` (a ``HoldBroker``): answers
+    NO_NEW_MSG (parking the pull) and records the calls; ``append`` delivers the next
+    records as the broker does."""
 
     def __init__(self, hold: PullHoldActor) -> None:
         self.hold = hold
@@ -107,6 +111,12 @@ class FakeBroker:
         self.parked: tuple[str, PullRequest] | None = None
         self.offset = 5
         self.waited: list[bool] = []
+
+    async def pull(self, req: Any, park: Park | None = None) -> Any:
+        return await self("pull", req, None if park is None else to_wire(park))
+
+    async def pull_many(self, req: Any, park: Park | None = None) -> Any:
+        return await self("pull_many", req, None if park is None else to_wire(park))
 
     async def __call__(self, method: str, req: PullRequest, park: bytes | None = None) -> object:
         self.calls.append((method, req))
@@ -134,7 +144,7 @@ def test_a_consumer_that_keeps_up_is_answered_by_deliveries_with_one_broker_call
     async def run() -> tuple[list[object], int, list[bool]]:
         hold = PullHoldActor(BrokerConfig(), "ns")
         broker = FakeBroker(hold)
-        hold._call = broker  # type: ignore[method-assign]
+        hold.service.broker = broker
         got: list[object] = []
         offset = 5
         for n in (1, 2, 3):
@@ -159,7 +169,7 @@ def test_an_answer_that_comes_before_the_next_pull_is_kept_for_it() -> None:
     async def run() -> tuple[object, int, list[bool]]:
         hold = PullHoldActor(BrokerConfig(), "ns")
         broker = FakeBroker(hold)
-        hold._call = broker  # type: ignore[method-assign]
+        hold.service.broker = broker
         waiter = asyncio.create_task(hold.pull(REQ))
         await asyncio.sleep(0.02)
         await broker.append(2)
@@ -176,7 +186,7 @@ def test_a_held_pull_nobody_answers_returns_the_first_answer_at_its_suspend_time
     async def run() -> tuple[PullStatus, int]:
         hold = PullHoldActor(BrokerConfig(), "ns")
         broker = FakeBroker(hold)
-        hold._call = broker  # type: ignore[method-assign]
+        hold.service.broker = broker
         got = await hold.pull(msgspec.structs.replace(REQ, suspend_ms=100))
         return got.status, len(broker.calls)
 

@@ -1,4 +1,4 @@
-"""The broker's table of parked pulls (actors/server/parked_pulls.py), no Ray."""
+"""The broker's table of parked pulls (actors/server/long_polling.py), no Ray."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rayq.actors.protocol import (
     follow_up,
     follow_up_token,
 )
-from rayq.actors.server.parked_pulls import GRACE_S, ParkedPulls
+from rayq.actors.server.long_polling import GRACE_S, ParkedPulls
 from rayq.store.errors import InvalidOffsetError
 
 

@@ -27,11 +27,12 @@ from rayq.actors.protocol import (
     PullStatus,
     check,
     nothing_new,
+    to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.pull_hold import PullHoldActor
 from rayq.actors.server.broker_server import BrokerServer
-from rayq.actors.server.parked_pulls import ParkedPulls
+from rayq.actors.server.long_polling import ParkedPulls
 from rayq.consumer.pull import PullConsumer
 from rayq.store import InnerMessage, StoreConfig, codec
 from rayq.store.batch import encode_batch
@@ -127,14 +128,20 @@ def test_pull_many_answers_a_damaged_queue_at_once_per_queue(server: BrokerServe
 
 
 class ParkingBroker:
-    """The broker behind ``PullHoldActor._call``, over a real BrokerServer: a pull sent
-    with a ``Park`` token is parked first and stays parked only if its read found
-    nothing new (``BrokerActor._park_and_read``)."""
+    """The broker behind ``PullHoldActor``'s ``HoldService`` (a ``HoldBroker``), over a
+    real BrokerServer: a pull sent with a ``Park`` token is parked first and stays parked
+    only if its read found nothing new (``BrokerLongPolling.park_and_read``)."""
 
     def __init__(self, srv: BrokerServer) -> None:
         self.srv = srv
         self.parked = ParkedPulls()
         self.calls = 0
+
+    async def pull(self, req: Any, park: Park | None = None) -> Any:
+        return await self("pull", req, None if park is None else to_wire(park))
+
+    async def pull_many(self, req: Any, park: Park | None = None) -> Any:
+        return await self("pull_many", req, None if park is None else to_wire(park))
 
     async def __call__(self, method: str, req: Any, park: bytes | None = None) -> Any:
         self.calls += 1
@@ -162,7 +169,7 @@ def test_the_hold_service_answers_a_long_poll_over_damage_at_once(server: Broker
     async def run() -> tuple[Any, Any, int, int]:
         hold = PullHoldActor(BrokerConfig(), "ns")
         broker = ParkingBroker(server)
-        hold._call = broker  # type: ignore[method-assign]
+        hold.service.broker = broker
         one = await hold.pull(request(GOOD, suspend_ms=2_000))
         many = await hold.pull_many(
             PullManyRequest(

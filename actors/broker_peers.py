@@ -1,0 +1,111 @@
+"""The broker's peers over Ray: ``peer_api``'s interfaces implemented with actor handles.
+
+Each is found by name (actors/peers.py) on first need and again after a call to it
+failed; a missing actor raises ``PeerMissingError``, a call to one that died
+``PeerLostError``, so the Ray-free services never see a Ray exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rayq.actors.peers import PEER_LOST_ERRORS, Peer
+from rayq.actors.protocol import (
+    COORDINATOR_NAME,
+    BrokerInfo,
+    HaChunk,
+    HaFetch,
+    MetadataReply,
+    MetadataRequest,
+    PullManyResponse,
+    PullResponse,
+    broker_actor_name,
+    flusher_actor_name,
+    hold_actor_name,
+    to_wire,
+)
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.server.endpoint import BrokerPeers
+from rayq.actors.server.peer_api import PeerLostError, PeerMissingError
+
+T = TypeVar("T")
+
+
+class RayPeer:
+    """A peer actor by name; ``handle`` raises PeerMissingError while it is not there."""
+
+    def __init__(self, name: str, namespace: str) -> None:
+        self.name = name
+        self.peer = Peer(name, namespace)
+
+    def handle(self) -> Any:
+        handle = self.peer.get()
+        if handle is None:
+            raise PeerMissingError(f"actor {self.name} is not running")
+        return handle
+
+    async def result(self, ref: Awaitable[T]) -> T:
+        """The call's answer; PeerLostError (and a fresh lookup next time) if it died."""
+        try:
+            return await ref
+        except PEER_LOST_ERRORS as exc:
+            self.peer.forget()
+            raise PeerLostError(f"actor {self.name} is unreachable ({type(exc).__name__})") from exc
+
+
+class RayFlusher(RayPeer):
+    async def sync(self, offset: int) -> int:
+        return await self.result(self.handle().sync.remote(offset))
+
+    async def durable(self) -> int:
+        return await self.result(self.handle().durable.remote())
+
+
+class RayHold(RayPeer):
+    async def deliver(self, token: str, answer: PullResponse | PullManyResponse) -> bool:
+        wire = to_wire(answer) if type(answer) is PullResponse else answer
+        return await self.result(self.handle().deliver.remote(token, wire))
+
+    async def ready(self) -> bool:
+        return await self.result(self.handle().ready.remote())
+
+
+class RayRegistrar(RayPeer):
+    async def register_broker(self, info: BrokerInfo) -> None:
+        await self.result(self.handle().register_broker.remote(info))
+
+
+class RayMaster(RayPeer):
+    def ha_fetch(self, req: HaFetch) -> Awaitable[HaChunk]:
+        return self.result(self.handle().ha_fetch.remote(req))  # the call starts now
+
+    async def ha_metadata(self, req: MetadataRequest) -> MetadataReply:
+        return await self.result(self.handle().ha_metadata.remote(req))
+
+
+class RayPageReaders:
+    """The replica's page readers (actors/page_reader.py), started on the first call."""
+
+    def __init__(self, config: BrokerConfig, store_dir: str, namespace: str, node_id: str):
+        self.args = (config, str(Path(store_dir)), namespace, node_id)
+
+    async def start(self) -> None:
+        from rayq.actors.page_reader import spawn_page_readers
+
+        readers = spawn_page_readers(*self.args)
+        await asyncio.gather(*(r.ready.remote() for r in readers))
+
+
+def ray_peers(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> BrokerPeers:
+    """The peers of the broker replica ``config`` describes, by name in ``namespace``."""
+    replica = config.replica_name
+    return BrokerPeers(
+        flusher=RayFlusher(flusher_actor_name(replica), namespace),
+        hold=RayHold(hold_actor_name(replica), namespace),
+        registrar=RayRegistrar(COORDINATOR_NAME, namespace),
+        page_readers=RayPageReaders(config, store_dir, namespace, node_id),
+        master=RayMaster(broker_actor_name(config.broker_name), namespace),  # a slave's
+    )

@@ -1,0 +1,63 @@
+"""Each thin actor class defines ``__init__`` and its registry operations, nothing else.
+
+Ray exposes every method of an actor class to every driver, ``_``-methods too, so a
+helper method on an actor would be an operation outside the protocol (one that could
+append, read or run anything). The actors' work lives in Ray-free services
+(actors/server/), their methods are the registry's (actors/protocol/registry.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from rayq.actors.broker import BrokerActor
+from rayq.actors.flusher import FlusherActor
+from rayq.actors.page_reader import PageReaderActor
+from rayq.actors.protocol import registry
+from rayq.actors.pull_hold import PullHoldActor
+from rayq.actors.server.broker_runtime import BrokerRuntime
+from rayq.actors.server.endpoint import BrokerEndpoint
+
+
+def _methods(cls: type) -> set[str]:
+    """Everything callable the class itself defines, ``_``-prefixed included."""
+    return {n for n, f in vars(cls).items() if callable(f) and n != "__init__"}
+
+
+@pytest.mark.parametrize(
+    ("actor", "service"),
+    [
+        (BrokerActor, "broker"),
+        (PullHoldActor, "hold"),
+        (FlusherActor, "flusher"),
+        (PageReaderActor, "page_reader"),
+    ],
+    ids=["broker", "hold", "flusher", "page_reader"],
+)
+def test_an_actor_class_defines_exactly_its_registry_operations(actor: type, service: str) -> None:
+    assert _methods(actor) == set(registry.operations(service))
+
+
+@pytest.mark.parametrize(
+    "service", ["broker", "hold", "flusher", "page_reader"], ids=lambda s: str(s)
+)
+def test_every_server_operation_names_its_request_and_reply(service: str) -> None:
+    for op in registry.operations(service, registry.Caller.SERVER).values():
+        assert op.request is None or isinstance(op.request, type), op.key
+        assert op.reply is None or isinstance(op.reply, type), op.key
+
+
+# The actor's lifecycle (its timers, the coordinator's watch, its exit) is the runtime's
+# (actors/server/broker_runtime.py); every other operation is the endpoint's.
+LIFECYCLE = {"start_services", "park", "shutdown"}
+
+
+def test_the_broker_endpoint_serves_every_other_broker_operation() -> None:
+    ops = set(registry.operations("broker"))
+    for name in ops - LIFECYCLE:
+        assert inspect.iscoroutinefunction(getattr(BrokerEndpoint, name, None)), name
+    for name in LIFECYCLE - {"shutdown"}:
+        assert inspect.iscoroutinefunction(getattr(BrokerRuntime, name, None)), name
+    assert callable(BrokerRuntime.close)
