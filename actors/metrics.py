@@ -10,7 +10,7 @@ are few and bounded: broker, topic, group, slave (a broker id), mode. Never a
 message, key or client id.
 
 The hot paths (a put, a pull, a listener call) only add to a ``Tally``
-(actors/server/tally.py): a dict lookup, no Ray call. The broker's and consumer's
+(store/tally.py): a dict lookup, no Ray call. The broker's and consumer's
 metrics timers (every ``REPORT_INTERVAL_S``) and the flusher's rounds drain it into
 the counters and histograms and set the gauges (lag, parked pulls, disk,
 replication, dirty bytes) from the server objects they hold. The coordinator counts

@@ -10,7 +10,7 @@ batch of 100 x 1 KiB and of 1,000 x 1 KiB sent as:
 - one call whose arguments are the halves (each under the limit, so inlined);
 - for 1,000 messages: eight calls in flight, and one call of eleven ~93 KiB arguments.
 
-rayq's ``put`` takes the third shape (``rayq/ray_transport.py inline_args``) up to six
+rayq's ``put`` takes the third shape (``rayq/transport/ray_actors.py inline_args``) up to six
 chunks: faster than pipelined calls here, and still one call, so the broker appends the
 batch whole or not at all without tying calls together. Beyond that one object-store
 transfer (about 2 ms whatever the size) wins, and the records go as one bytes object

@@ -1,7 +1,7 @@
 """Arrow record batches as idempotent commit-log batches, column-wise.
 
 What a writer of Arrow rows sends: the Spark and Ray Data writers in Python tasks
-(rayq/arrow_io.py) and the broker's ``put_arrow`` (the rows Spark's JVM sends:
+(rayq/connectors/arrow_io.py) and the broker's ``put_arrow`` (the rows Spark's JVM sends:
 rayq/connectors/jvm). ``encoded_puts`` cuts a stream of record batches into batches of at most
 ``put_bytes`` of records by a deterministic rule over the rows alone (so a re-run
 Spark task cuts the same batches), numbers the rows from 0 (the idempotent sequence

@@ -77,7 +77,7 @@ _tag_prefixes: dict[int, bytes] = {}  # tag hash -> b"TAGS\x01<tags>\x02" last v
 class RequestAuth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A signed request's credentials (ACL, actors/server/acl.py): the account, when it
     was signed (ms since the epoch), the client's declared address and the hex
-    keyed-BLAKE3 MAC of the request encoded with ``signature`` empty (actors/auth.py).
+    keyed-BLAKE3 MAC of the request encoded with ``signature`` empty (actors/protocol/auth.py).
     An unsigned one (no ``access_key``) only declares ``address``, for whitelisted hosts."""
 
     access_key: str = ""

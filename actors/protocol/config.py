@@ -24,7 +24,7 @@ REPLICA_SEPARATOR = "#"
 
 def replica_name(broker_name: str, broker_id: int) -> str:
     """What a broker replica's actors are named after: the master runs under the broker
-    name, a slave under ``<name>#<id>`` (actors/protocol.py ``broker_actor_name``)."""
+    name, a slave under ``<name>#<id>`` (actors/protocol/ ``broker_actor_name``)."""
     return broker_name if broker_id == 0 else f"{broker_name}{REPLICA_SEPARATOR}{broker_id}"
 
 

@@ -18,7 +18,7 @@ at the boundary by the broker actor and by ``rayq.testing.FakeCluster`` (through
 Perms are DENY, PUB, SUB and PUB|SUB. A request whose declared address matches a
 whitelist entry passes without a signature. Otherwise its ``auth`` must name a known
 account, carry a timestamp within ``acl_timestamp_window_ms`` of the broker's clock
-(replay protection) and the right signature (actors/auth.py); then each resource it
+(replay protection) and the right signature (actors/protocol/auth.py); then each resource it
 touches must grant the perm needed: PUB on the topic to send; SUB on the topic and
 the group to pull, commit or query offsets, lock queues or send messages back; SUB on
 the topic for reads by topic (stats, bounds, message queries, Arrow reads). Admin

@@ -1,6 +1,6 @@
 """Planned streaming batches, kept by the coordinator (plain class, no Ray).
 
-A streaming query (rayq/streaming.py) records each micro-batch's offset ranges
+A streaming query (rayq/connectors/streaming.py) records each micro-batch's offset ranges
 here *before* it runs the batch and removes them once the batch's offsets are
 committed. A query that crashed in between finds its batch here and runs it again
 with the same ranges and batch id. Soft state like the rest of the coordinator:

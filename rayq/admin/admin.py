@@ -469,7 +469,7 @@ class Admin:
         return {n: out[n] for n in replicas}
 
     def health(self, limits: HealthLimits | None = None) -> list[ActorHealth]:
-        """Each actor's health (rayq/health.py): the coordinator, and per broker replica the
+        """Each actor's health (rayq/admin/health.py): the coordinator, and per broker replica the
         broker, its flusher and its hold service, each check OK, WARN or FAIL and why."""
         if limits is not None and not isinstance(limits, HealthLimits):
             raise ConfigError(f"limits must be a HealthLimits, got {type(limits).__name__}")

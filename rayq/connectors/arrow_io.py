@@ -25,7 +25,7 @@ How rows become batches (the cuts, the sequence numbers, the properties a
 
 With ACL on, tasks sign their broker calls: the driver hands a task the user's
 ``Credentials`` (``ClientConfig.credentials``) and ``read_range`` / ``write_batches``
-wrap each broker client with a ``Signer`` made once per task (actors/auth.py), as
+wrap each broker client with a ``Signer`` made once per task (actors/protocol/auth.py), as
 ``ClientContext.broker`` does for the other clients. ``None`` sends unsigned requests.
 """
 

@@ -4,7 +4,7 @@
     ds = rayq.data.read_topic("orders", starting="earliest", ending="latest")
     ds.write_datasink(rayq.data.TopicDatasink("results", body_col="body"))
 
-``read_topic`` plans offset ranges on the driver (rayq/ranges.py, same specs as
+``read_topic`` plans offset ranges on the driver (rayq/connectors/ranges.py, same specs as
 ``rayq.spark.read``); each read task reads one range from its broker, one page
 (``arrow_io.PAGE_BYTES`` of records) per block, so ``iter_batches()`` streams: a page
 is asked for while the one before it is handed on, and Ray Data's backpressure

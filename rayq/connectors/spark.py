@@ -6,13 +6,13 @@
     query = rqspark.stream(spark, "orders", group="etl", process=fn)  # fn(df, batch_id)
     rqspark.write(df, "results", body_col="body")
 
-``read`` fixes offset ranges on the driver (rayq/ranges.py), deals them to as few
+``read`` fixes offset ranges on the driver (rayq/connectors/ranges.py), deals them to as few
 Spark partitions as keep the session's cores busy (``ranges.pack``, as Spark sizes
 file splits), and each task reads its ranges from the broker actor as Arrow, so a
 retried task re-reads exactly the same messages: through rayq's Spark source (Java,
 rayq/connectors/jvm: only the columns the query uses, no Python worker) when the session has it
-(rayq/spark_jar.py), else in Python tasks (``mapInArrow``; rayq/arrow_io.py).
-``stream`` runs micro-batches from the driver (rayq/streaming.py): ranges recorded
+(rayq/connectors/spark_jar.py), else in Python tasks (``mapInArrow``; rayq/connectors/arrow_io.py).
+``stream`` runs micro-batches from the driver (rayq/connectors/streaming.py): ranges recorded
 with the coordinator before a batch runs, offsets committed (compare-and-set) only
 after ``process(df, batch_id)`` returns. ``write`` sends
 each partition to one queue with idempotent puts (producer id per write and
@@ -259,7 +259,7 @@ def ranges_df(
 
 
 def has_source(spark: Any) -> bool:
-    """Whether ``spark``'s driver can load rayq's Spark source and sink (rayq/spark_jar.py;
+    """Whether ``spark``'s driver can load rayq's Spark source and sink (connectors/spark_jar.py;
     sessions made by :func:`session` have them when a JDK was there to build them)."""
     try:
         spark._jvm.org.apache.spark.util.Utils.classForName(spark_jar.SOURCE_CLASS, True, False)
@@ -312,7 +312,7 @@ def read(
     """The messages of ``topic`` between ``starting`` and ``ending`` as a DataFrame
     (columns: topic, broker, queue_id, queue_offset, msg_id, tags, keys, body,
     properties, born_timestamp, store_timestamp, reconsume_times). Offset specs are
-    described in rayq/ranges.py; the ranges are fixed now, the data is read when the
+    described in rayq/connectors/ranges.py; the ranges are fixed now, the data is read when the
     DataFrame is evaluated. A broker holding the topic that is down raises
     BrokerUnavailableError, unless ``skip_unavailable`` (then its queues are left out).
     With ACL on, ``config=ClientConfig(credentials=...)`` signs the planning calls and
@@ -347,7 +347,7 @@ def stream(
     ``max_messages_per_trigger`` new messages as one DataFrame to ``process(df, batch_id)``
     (read when ``process`` runs an action on it, in partitions as ``read`` makes them: one
     for a small batch; the engine itself runs no Spark job);
-    the group's offsets are committed after it returns (see rayq/streaming.py). With ACL
+    the group's offsets are committed after it returns (see rayq/connectors/streaming.py). With ACL
     on, ``config=ClientConfig(credentials=...)`` signs the offset queries and commits and
     every task's reads."""
     if not callable(process):

@@ -33,7 +33,7 @@ group's ``allocate_strategy``, over the members that asked within
 ``member_expiry_ms``); every consumer asks for its share on ``subscribe`` and every
 ``rebalance_interval_ms`` during ``poll``, commits the positions of queues it gives
 up, starts the queues it gets at their committed offsets, and tells the topic's
-``MessageQueueListener`` (rayq/pull_share.py). ``shutdown`` leaves the group at once.
+``MessageQueueListener`` (rayq/consumer/shares.py). ``shutdown`` leaves the group at once.
 ``assign`` takes queues by hand instead. With ``model=MessageModel.BROADCASTING``
 every consumer reads every queue and keeps its offsets in a local file
 (``rayq.consumer.offset_store.LocalOffsetStore``, as the push consumer does).

@@ -18,7 +18,7 @@ and is not retried.
 The broker call: ``Sender._start_put(broker_name, batch)`` is the only code of the
 produce path that reaches a broker (one ``Broker.put``); it returns a ``PutCall`` at
 once (pipelining), whose ``result(timeout_s)`` waits and ``add_done_callback`` is
-for the async thread. It goes through the client transport (rayq/transport.py).
+for the async thread. It goes through the client transport (rayq/transport/base.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the Spark and Ray Data readers and writers, streaming queries) reaches the
 server only through a ``Transport``:
 
 * ``broker(name)`` -> ``BrokerClient``: the broker's client protocol, one typed
-  method per operation (actors/protocol.py), each returning a ``Reply``;
+  method per operation (actors/protocol/), each returning a ``Reply``;
 * ``hold(name)`` -> ``HoldClient``: pulls that may wait (long polling);
 * ``coordinator()`` -> ``CoordinatorClient``: routes, brokers, group membership;
 * ``wait(replies, timeout_s)``: the replies that are ready (the pull consumer's poll).

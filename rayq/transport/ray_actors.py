@@ -1,9 +1,9 @@
-"""``RayTransport``: the client transport over Ray actor calls (see rayq/transport.py).
+"""``RayTransport``: the client transport over Ray actor calls (see rayq/transport/base.py).
 
 Brokers, hold services and the coordinator are named actors in one namespace;
 handles are looked up by name on first use and again after ``forget`` (a broker
 that failed may have been restarted by Ray). Each typed method of the clients
-in rayq/transport.py becomes one ``handle.<method>.remote(...)`` call.
+in rayq/transport/base.py becomes one ``handle.<method>.remote(...)`` call.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Health verdicts (rayq/health.py), the put rate, and the admin calls behind ``rayq
+"""Health verdicts (rayq/admin/health.py), the put rate, and the admin calls behind ``rayq
 message get`` / ``broker status`` over the in-process fake cluster (no Ray)."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from rayq.connectors.spark import raised_in_task
 
 JOB_ERROR = """An exception was thrown from the Python worker. Please see the stack trace below.
 Traceback (most recent call last):
-  File "rayq/ray_transport.py", line 82, in result
+  File "rayq/transport/ray_actors.py", line 82, in result
     raise unwrap(exc) from None
 rayq.store.errors.PermissionDeniedError: put: ACL is on and the request carries no credentials
 

@@ -1,4 +1,4 @@
-"""The push consumer's service (rayq/consume_service.py) against the in-process fake
+"""The push consumer's service (rayq/consumer/service.py) against the in-process fake
 cluster, no Ray: how it pulls (rounds through the hold service or straight from the
 broker, how much a round asks for under flow control), how a pulled batch goes to the
 listener and is acked, committed and retried. Group membership is left out: the tests

@@ -1,4 +1,4 @@
-"""A push consumer's pull answered OFFSET_ILLEGAL (rayq/consume_pull.py), against the
+"""A push consumer's pull answered OFFSET_ILLEGAL (rayq/consumer/pull_loop.py), against the
 in-process fake cluster (no Ray): as RocketMQ's ``DefaultMQPushConsumerImpl``, the
 queue's process queue is dropped, the offset the broker corrected to is committed, and
 the queue is removed until the next rebalance assigns it again, from that offset.

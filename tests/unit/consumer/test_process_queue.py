@@ -1,4 +1,4 @@
-"""``ProcessQueue`` (rayq/process_queue.py): what flow control and commits read from it.
+"""``ProcessQueue`` (rayq/consumer/process_queue.py): what flow control and commits read from it.
 
 The commit offset and orderly take/commit/rollback are in server/test_rebalance.py; here:
 the counts, bytes and span that the push consumer's flow control compares with

@@ -1,4 +1,4 @@
-"""``prepare_batch`` (rayq/produce_batch.py) is ``prepare`` per message, in bulk.
+"""``prepare_batch`` (rayq/producer/batch.py) is ``prepare`` per message, in bulk.
 
 The oracle is the loop ``send_batch`` ran before: ``check_batch``, ``prepare`` of each
 message, ``batch_topic``. For every batch the bulk path must give the same records

@@ -1,4 +1,4 @@
-"""The sender's one retry policy (rayq/produce_sender.py), against fake brokers, no Ray.
+"""The sender's one retry policy (rayq/producer/sender.py), against fake brokers, no Ray.
 
 The fake broker's ``put`` returns its answer (or the error it ends in) as a completed
 transport ``Reply`` (``rayq.testing.FakeReply``), so the whole retry loop runs in one

@@ -1,4 +1,4 @@
-"""The producer's input checks (rayq/produce_validation.py): pure functions, no Ray."""
+"""The producer's input checks (rayq/producer/validation.py): pure functions, no Ray."""
 
 from __future__ import annotations
 

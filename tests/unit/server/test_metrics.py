@@ -1,6 +1,6 @@
 """Metrics without Ray: the Tally the hot paths fill, how a tally becomes Ray metric
 calls, the gauges whose label sets come and go, the declared names, and consumer lag
-computed by BrokerServer (actors/metrics.py, actors/server/tally.py)."""
+computed by BrokerServer (actors/metrics.py, store/tally.py)."""
 
 from __future__ import annotations
 

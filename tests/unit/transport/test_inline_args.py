@@ -1,4 +1,4 @@
-"""Splitting a put's records under Ray's inline limit (rayq/ray_transport.py), no Ray."""
+"""Splitting a put's records under Ray's inline limit (rayq/transport/ray_actors.py), no Ray."""
 
 from __future__ import annotations
 
