@@ -176,7 +176,7 @@ class FakeCluster:
         for name in brokers:
             cfg = msgspec.structs.replace(base, broker_name=name)
             self._open(BrokerServer(cfg, str(self.root / name), node_id="fake-node"))
-        self.coordinator = FakeCoordinator(namespace)
+        self.coordinator = FakeCoordinator(namespace, self._loop)
         self.calls: list[tuple[str, str]] = []
         self.stopped: dict[str, bool] = {}  # broker -> still routed (keep_route)
         self._failures: dict[tuple[str, str], list[BaseException]] = {}
@@ -254,10 +254,10 @@ class FakeCluster:
                 return
             self._closed = True
         self._fail_held(None, BrokerUnavailableError("the fake cluster is closed"))
+        self.coordinator.close()
         self._loop.close()
         for srv in self.servers.values():
             srv.close()
-        self.coordinator.close()
 
     def __enter__(self) -> FakeCluster:
         return self

@@ -1,18 +1,16 @@
 """The fake cluster's coordinator: the real ``CoordinatorService``, in-process.
 
 Not a copy of the coordinator's logic: the very service the Coordinator actor
-delegates to, with ``NoPeers`` (no other actor to find, watch or call) and its own
-event loop in a daemon thread, so clients call it synchronously from any thread,
-an event loop included. Before each call it learns every fake broker's state, as
-the brokers' registrations and the coordinator's death watch would tell it: a
-routed broker (re-)registers with its current ``info()``, a stopped one is dropped
-as lost.
+delegates to, with ``NoPeers`` (no other actor to find, watch or call), on the
+fake's event-loop thread (``LoopThread``, shared with its brokers), so clients call
+it synchronously from any thread, an event loop included. Before each call it
+learns every fake broker's state, as the brokers' registrations and the
+coordinator's death watch would tell it: a routed broker (re-)registers with its
+current ``info()``, a stopped one is dropped as lost.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -21,6 +19,7 @@ from rayq.actors.protocol.registry import Caller, operations
 from rayq.actors.server.coordinator_peers import NoPeers
 from rayq.actors.server.coordinator_service import CoordinatorService
 from rayq.store.clock import SYSTEM_CLOCK, Clock
+from rayq.testing.fake_broker import LoopThread
 
 T = TypeVar("T")
 
@@ -29,20 +28,16 @@ CLIENT_OPERATIONS = frozenset(operations("coordinator", Caller.CLIENT))
 
 
 class FakeCoordinator:
-    """A ``CoordinatorService`` on an event loop of its own, called synchronously."""
+    """A ``CoordinatorService`` on the fake's event loop, called synchronously."""
 
-    def __init__(self, namespace: str, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, namespace: str, loop: LoopThread, clock: Clock = SYSTEM_CLOCK) -> None:
         self.service = CoordinatorService(NoPeers(namespace), clock)
         self.service.skip_rebuild()  # nothing ran before it
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="rayq-fake-coordinator", daemon=True
-        )
-        self._thread.start()
+        self._loop = loop
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the coordinator's loop and wait for its result (or error)."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        """Run ``coro`` on the fake's loop and wait for its result (or error)."""
+        return self._loop.run(coro)
 
     def call(self, method: str, req: Any, brokers: list[tuple[BrokerInfo, bool]]) -> Any:
         """Client operation ``method`` with ``req``, after learning ``brokers`` (each
@@ -64,16 +59,9 @@ class FakeCoordinator:
                 await self.service.register_broker(info)
                 self.service.remove_broker(info.broker_name)
 
-    async def _stop_tasks(self) -> None:
+    async def _close(self) -> None:
         self.service.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
-        """Stop the service's tasks and the loop's thread."""
-        if self._loop.is_closed():
-            return
-        self.run(self._stop_tasks())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        """Stop the service's background tasks (the fake closes the loop after)."""
+        self.run(self._close())
