@@ -78,12 +78,15 @@ def test_lag_is_reported_and_bounds_what_a_lost_master_loses(dep, replication_ki
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if dep.info("broker-a").node_id == dep.slave_node.node_id:
+            # promoted, and the coordinator sends reads to it again (the promoted master
+            # answers before the coordinator has its registration)
+            if dep.info("broker-a").node_id == dep.slave_node.node_id and _reads_go_to_master():
                 break
         except (ValueError, ray.exceptions.RayError, rayq.RayqError):
             pass
         time.sleep(0.2)
     assert dep.info("broker-a").node_id == dep.slave_node.node_id  # promoted
+    assert _reads_go_to_master()
     got = kit.read_all(NAMESPACE, "Lag", len(acked) - lag_messages)
     missing = [b for b, _ in acked if b not in got]
     assert len(missing) <= lag_messages
@@ -112,3 +115,11 @@ def test_a_slave_whose_master_is_missing_says_so_and_keeps_trying(dep) -> None:
         assert again.error == stats.error
     finally:
         ray.kill(slave, no_restart=True)
+
+
+def _reads_go_to_master() -> bool:
+    from rayq.actors.protocol import COORDINATOR_NAME, ReadReplicaRequest
+
+    coordinator = ray.get_actor(COORDINATOR_NAME, namespace=NAMESPACE)
+    reply = ray.get(coordinator.read_replica.remote(ReadReplicaRequest(broker_name="broker-a")))
+    return reply.replica == "broker-a"
