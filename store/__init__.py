@@ -6,15 +6,15 @@ each module (codec.py, segment.py, consume_queue.py, index_file.py, checkpoint.p
 json_file.py) and summarised in docs/STORAGE.md.
 """
 
-from rayq.store.batch import EncodedBatch, encode_batch
-from rayq.store.clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
-from rayq.store.codec import decode_record, decode_records
-from rayq.store.config import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
-from rayq.store.errors import *  # noqa: F403
-from rayq.store.errors import RayqError
-from rayq.store.filters import TagFilter, java_string_hash
-from rayq.store.flush import DiskFlusher
-from rayq.store.message import (
+from .batch import EncodedBatch, encode_batch
+from .clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
+from .codec import decode_record, decode_records
+from .config import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
+from .errors import *  # noqa: F403
+from .errors import RayqError
+from .filters import TagFilter, java_string_hash
+from .flush import DiskFlusher
+from .message import (
     AppendResult,
     GetResult,
     GetStatus,
@@ -24,10 +24,10 @@ from rayq.store.message import (
     PutResult,
     PutStatus,
 )
-from rayq.store.message_store import MessageStore
-from rayq.store.msg_id import UniqIdGenerator
-from rayq.store.recovery import RecoveryReport
-from rayq.store.retention import RetentionReport
+from .message_store import MessageStore
+from .msg_id import UniqIdGenerator
+from .recovery import RecoveryReport
+from .retention import RetentionReport
 
 __all__ = [
     "DEFAULT_STORE_CONFIG",

@@ -43,13 +43,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from rayq.store import codec
-from rayq.store import properties as P
-from rayq.store.batch import EncodedBatch, body_too_large, properties_too_large
-from rayq.store.errors import InvalidMessageError, MessageTooLargeError
-from rayq.store.filters import tags_code
-from rayq.store.index_file import topic_seed
-from rayq.store.names import validate_topic
+from . import codec
+from . import properties as P
+from .batch import EncodedBatch, body_too_large, properties_too_large
+from .errors import InvalidMessageError, MessageTooLargeError
+from .filters import tags_code
+from .index_file import topic_seed
+from .names import validate_topic
 
 # codec.HEADER as a numpy record (big-endian); the store block stays zero.
 _HEADER: Final = np.dtype(

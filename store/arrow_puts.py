@@ -26,8 +26,8 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from rayq.store import properties as P
-from rayq.store.arrow_encode import (
+from . import properties as P
+from .arrow_encode import (
     ArrowRows,
     arrow_rows,
     cuts,
@@ -36,8 +36,8 @@ from rayq.store.arrow_encode import (
     record_bounds,
     sequence_ids,
 )
-from rayq.store.batch import EncodedBatch
-from rayq.store.errors import InvalidMessageError
+from .batch import EncodedBatch
+from .errors import InvalidMessageError
 
 MAX_BODY_BYTES: Final[int] = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES: Final[int] = 32 * 1024

@@ -40,14 +40,14 @@ import msgspec
 import numpy as np
 from crc32c import crc32c
 
-from rayq.store import batch_encode as E
-from rayq.store import codec
-from rayq.store import properties as P
-from rayq.store.crc_fold import fold_store_blocks
-from rayq.store.errors import InvalidMessageError, MessageTooLargeError
-from rayq.store.filters import tags_code
-from rayq.store.message import TRANSACTION_TYPE_MASK, InnerMessage
-from rayq.store.names import validate_topic
+from . import batch_encode as E
+from . import codec
+from . import properties as P
+from .crc_fold import fold_store_blocks
+from .errors import InvalidMessageError, MessageTooLargeError
+from .filters import tags_code
+from .message import TRANSACTION_TYPE_MASK, InnerMessage
+from .names import validate_topic
 
 _shared_property_texts = E.shared_property_texts  # tests/unit/store/test_batch_paths.py
 

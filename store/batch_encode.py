@@ -20,12 +20,12 @@ from typing import Final, NamedTuple
 import msgspec
 from crc32c import crc32c
 
-from rayq.store import codec
-from rayq.store import properties as P
-from rayq.store.errors import InvalidMessageError
-from rayq.store.filters import tags_code
-from rayq.store.index_file import topic_seed
-from rayq.store.message import InnerMessage
+from . import codec
+from . import properties as P
+from .errors import InvalidMessageError
+from .filters import tags_code
+from .index_file import topic_seed
+from .message import InnerMessage
 
 _RESERVED: Final = (P.TAGS, P.KEYS, P.UNIQ_KEY)
 _NONE: Final = type(None)

@@ -31,12 +31,12 @@ import numpy as np
 from crc32c import crc32c
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rayq.store import codec
-from rayq.store.commitlog import CommitLog
-from rayq.store.consume_queue import ENTRY_DTYPE, HOLE_SIZE, ConsumeQueue
-from rayq.store.crc_fold import fold_store_blocks
-from rayq.store.message import GetStatus
-from rayq.store.reader import offset_status
+from . import codec
+from .commitlog import CommitLog
+from .consume_queue import ENTRY_DTYPE, HOLE_SIZE, ConsumeQueue
+from .crc_fold import fold_store_blocks
+from .message import GetStatus
+from .reader import offset_status
 
 logger = logging.getLogger(__name__)
 

@@ -55,12 +55,12 @@ from typing import Any, Final
 
 from crc32c import crc32c
 
-from rayq.store.hosts import HOST_SIZE
-from rayq.store.hosts import decode_host as decode_host  # re-exported
-from rayq.store.hosts import decode_offset_msg_id as decode_offset_msg_id  # re-exported
-from rayq.store.hosts import encode_host as encode_host  # re-exported
-from rayq.store.hosts import offset_msg_id as offset_msg_id  # re-exported
-from rayq.store.message import COMPRESSED_FLAG, MessageExt, lazy_message_ext
+from .hosts import HOST_SIZE
+from .hosts import decode_host as decode_host  # re-exported
+from .hosts import decode_offset_msg_id as decode_offset_msg_id  # re-exported
+from .hosts import encode_host as encode_host  # re-exported
+from .hosts import offset_msg_id as offset_msg_id  # re-exported
+from .message import COMPRESSED_FLAG, MessageExt, lazy_message_ext
 
 HEADER: Final[struct.Struct] = struct.Struct(
     ">"

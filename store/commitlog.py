@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING
 import msgspec
 from crc32c import crc32c
 
-from rayq.store import codec
-from rayq.store.consume_queue import HOLE_SIZE
-from rayq.store.filters import tags_code
-from rayq.store.index_file import topic_seed
-from rayq.store.segment import Segment, SegmentedFile, segment_name
+from . import codec
+from .consume_queue import HOLE_SIZE
+from .filters import tags_code
+from .index_file import topic_seed
+from .segment import Segment, SegmentedFile, segment_name
 
 if TYPE_CHECKING:
-    from rayq.store.scanner import GoodRun
+    from .scanner import GoodRun
 
 logger = logging.getLogger(__name__)
 

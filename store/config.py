@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final, TypeVar
 import msgspec
 from msgspec import Meta
 
-from rayq.store.errors import ConfigError
+from .errors import ConfigError
 
 KiB: Final[int] = 1024
 MiB: Final[int] = 1024 * KiB

@@ -29,7 +29,7 @@ from typing import Final
 
 import numpy as np
 
-from rayq.store.segment import Segment, SegmentedFile
+from .segment import Segment, SegmentedFile
 
 ENTRY: Final[struct.Struct] = struct.Struct(">qiq")
 ENTRY_SIZE: Final[int] = ENTRY.size  # 20

@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 from crc32c import crc32c
 
-from rayq.store import codec
+from . import codec
 
 _ONES: Final = np.uint32(0xFFFFFFFF)  # CRC-32C's initial value and final xor
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import msgspec
 
-from rayq.store.errors import StoreError
-from rayq.store.json_file import JsonFile
+from .errors import StoreError
+from .json_file import JsonFile
 
 
 class EpochEntries(msgspec.Struct, kw_only=True):

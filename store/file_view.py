@@ -31,11 +31,11 @@ import mmap
 import os
 from pathlib import Path
 
-from rayq.store.bulk_reader import RecordPage, read_page
-from rayq.store.config import StoreConfig
-from rayq.store.consume_queue import ENTRY, ENTRY_SIZE, queue_dir
-from rayq.store.message import GetStatus
-from rayq.store.segment import NAME_DIGITS, segment_name
+from .bulk_reader import RecordPage, read_page
+from .config import StoreConfig
+from .consume_queue import ENTRY, ENTRY_SIZE, queue_dir
+from .message import GetStatus
+from .segment import NAME_DIGITS, segment_name
 
 
 class _Mapped:

@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import msgspec
 
-from rayq.store.errors import InvalidMessageError
+from .errors import InvalidMessageError
 
 SUB_ALL = "*"
 

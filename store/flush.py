@@ -13,9 +13,9 @@ import logging
 import os
 from pathlib import Path
 
-from rayq.store.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from rayq.store.clock import SYSTEM_CLOCK, Clock
-from rayq.store.segment import segment_name
+from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from .clock import SYSTEM_CLOCK, Clock
+from .segment import segment_name
 
 logger = logging.getLogger(__name__)
 

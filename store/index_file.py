@@ -45,7 +45,7 @@ from typing import Final
 import numpy as np
 from crc32c import crc32c
 
-from rayq.store.segment import _preallocate
+from .segment import _preallocate
 
 HEADER: Final[struct.Struct] = struct.Struct(">qqqqii")
 HEADER_SIZE: Final[int] = HEADER.size  # 40

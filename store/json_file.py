@@ -58,8 +58,8 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from rayq.store.clock import SYSTEM_CLOCK, Clock
-from rayq.store.errors import StoreError
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import StoreError
 
 logger = logging.getLogger(__name__)
 

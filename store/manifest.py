@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from rayq.store.consume_queue import ENTRY_SIZE, ConsumeQueue
-from rayq.store.index_file import IndexService
+from .consume_queue import ENTRY_SIZE, ConsumeQueue
+from .index_file import IndexService
 
 QueueKey = tuple[str, int]
 

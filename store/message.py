@@ -15,8 +15,8 @@ from typing import Any, Final
 
 import msgspec
 
-from rayq.store import properties as P
-from rayq.store.hosts import decode_host, offset_msg_id
+from . import properties as P
+from .hosts import decode_host, offset_msg_id
 
 # sys_flag bits (RocketMQ MessageSysFlag).
 COMPRESSED_FLAG = 0x1

@@ -40,9 +40,9 @@ from typing import TypeVar
 import msgspec
 import numpy as np
 
-from rayq.store import codec
-from rayq.store import properties as P
-from rayq.store.batch import (
+from . import codec
+from . import properties as P
+from .batch import (
     BatchRejected,
     EncodedBatch,
     check_encoded,
@@ -51,14 +51,14 @@ from rayq.store.batch import (
     own_layout,
     split_by_queue,
 )
-from rayq.store.bulk_reader import RecordPage, read_page
-from rayq.store.checkpoint import ABORT_NAME, load_checkpoint
-from rayq.store.clock import SYSTEM_CLOCK, Clock
-from rayq.store.commitlog import CommitLog, DispatchBatch
-from rayq.store.config import DEFAULT_STORE_CONFIG, StoreConfig
-from rayq.store.consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
-from rayq.store.disk_gauge import DiskGauge
-from rayq.store.errors import (
+from .bulk_reader import RecordPage, read_page
+from .checkpoint import ABORT_NAME, load_checkpoint
+from .clock import SYSTEM_CLOCK, Clock
+from .commitlog import CommitLog, DispatchBatch
+from .config import DEFAULT_STORE_CONFIG, StoreConfig
+from .consume_queue import HOLE_SIZE, ConsumeQueue, pack_entries
+from .disk_gauge import DiskGauge
+from .errors import (
     ClosedError,
     InvalidMessageError,
     InvalidOffsetError,
@@ -66,12 +66,12 @@ from rayq.store.errors import (
     RayqError,
     StoreLockedError,
 )
-from rayq.store.filters import TagFilter
-from rayq.store.flush import DiskFlusher
-from rayq.store.index_file import IndexService
-from rayq.store.json_file import JsonFile
-from rayq.store.manifest import DispatchManifest, damaged_queues, index_damaged
-from rayq.store.message import (
+from .filters import TagFilter
+from .flush import DiskFlusher
+from .index_file import IndexService
+from .json_file import JsonFile
+from .manifest import DispatchManifest, damaged_queues, index_damaged
+from .message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -82,19 +82,19 @@ from rayq.store.message import (
     PutResult,
     PutStatus,
 )
-from rayq.store.names import (
+from .names import (
     NAME_PATTERN,
     NO_QUEUE_TOPICS,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     validate_topic,
 )
-from rayq.store.reader import QueueReader
-from rayq.store.recovery import RecoveryReport, rebuild_scan, validate_tail
-from rayq.store.replica import append_chunk, read_chunk, whole_records
-from rayq.store.retention import RetentionPolicy, RetentionReport
-from rayq.store.scanner import GoodRun
-from rayq.store.warm import Warmer
+from .reader import QueueReader
+from .recovery import RecoveryReport, rebuild_scan, validate_tail
+from .replica import append_chunk, read_chunk, whole_records
+from .retention import RetentionPolicy, RetentionReport
+from .scanner import GoodRun
+from .warm import Warmer
 
 logger = logging.getLogger(__name__)
 

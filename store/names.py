@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from rayq.store.errors import (
+from .errors import (
     ConfigError,
     InvalidGroupError,
     InvalidTopicError,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from rayq.store.errors import InvalidMessageError
+from .errors import InvalidMessageError
 
 NAME_VALUE_SEPARATOR: Final[str] = "\x01"
 PROPERTY_SEPARATOR: Final[str] = "\x02"

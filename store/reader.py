@@ -27,13 +27,13 @@ from operator import add, sub
 
 from crc32c import crc32c
 
-from rayq.store import codec
-from rayq.store.commitlog import CommitLog
-from rayq.store.config import StoreConfig
-from rayq.store.consume_queue import ENTRY, HOLE_SIZE, ConsumeQueue
-from rayq.store.filters import TagFilter
-from rayq.store.message import GetResult, GetStatus
-from rayq.store.segment import Segment
+from . import codec
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .consume_queue import ENTRY, HOLE_SIZE, ConsumeQueue
+from .filters import TagFilter
+from .message import GetResult, GetStatus
+from .segment import Segment
 
 logger = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from collections.abc import Callable
 
 import msgspec
 
-from rayq.store.codec import Check
-from rayq.store.commitlog import CommitLog, DispatchBatch
-from rayq.store.resync import Damage, walk
-from rayq.store.scanner import GoodRun
+from .codec import Check
+from .commitlog import CommitLog, DispatchBatch
+from .resync import Damage, walk
+from .scanner import GoodRun
 
 logger = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from rayq.store import codec
-from rayq.store.codec import Check
-from rayq.store.commitlog import CommitLog
-from rayq.store.errors import CorruptRecordError, InvalidOffsetError
-from rayq.store.scanner import GoodRun, _check_run, _walk
+from . import codec
+from .codec import Check
+from .commitlog import CommitLog
+from .errors import CorruptRecordError, InvalidOffsetError
+from .scanner import GoodRun, _check_run, _walk
 
 Item = GoodRun | tuple[int, int, codec.ParsedRecord]
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from rayq.store import codec
-from rayq.store.codec import Check
-from rayq.store.commitlog import CommitLog
-from rayq.store.scanner import GoodRun, scan
+from . import codec
+from .codec import Check
+from .commitlog import CommitLog
+from .scanner import GoodRun, scan
 
 _PASSES = (Check.OK, Check.BLANK, Check.QUARANTINED)
 

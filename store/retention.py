@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 
-from rayq.store.config import StoreConfig, parse_delete_when
+from .config import StoreConfig, parse_delete_when
 
 logger = logging.getLogger(__name__)
 

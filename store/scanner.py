@@ -19,9 +19,9 @@ from typing import NamedTuple
 import numpy as np
 from crc32c import crc32c
 
-from rayq.store import codec
-from rayq.store.codec import Check
-from rayq.store.commitlog import CommitLog
+from . import codec
+from .codec import Check
+from .commitlog import CommitLog
 
 CHUNK_RECORDS = 16384
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from rayq.store.errors import StoreError
+from .errors import StoreError
 
 logger = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from rayq.store.errors import InvalidFilterError
-from rayq.store.properties import decode_properties
+from .errors import InvalidFilterError
+from .properties import decode_properties
 
 Props = dict[str, str]
 Pred = Callable[[Props], bool | None]
