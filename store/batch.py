@@ -192,6 +192,36 @@ class BatchRejected(Exception):
     """An encoded batch failed the store's checks (becomes MESSAGE_ILLEGAL)."""
 
 
+_BUFFERS = (bytes, bytearray, memoryview)
+# (field, the width of its items in bytes)
+_COLUMNS = (("sizes", 4), ("tags_codes", 8), ("index_hashes", 8), ("index_records", 4))
+
+
+def check_shape(batch: EncodedBatch) -> None:
+    """BatchRejected unless ``batch``'s fields have their types and its columns whole
+    items: a batch that reached the broker as a Python object (not msgpack bytes) was
+    never validated against the Struct, and ``msg_ids`` must name each record (the
+    reply's ids line up with the messages)."""
+    if not isinstance(batch, EncodedBatch):
+        raise BatchRejected(f"a put takes an EncodedBatch, got {type(batch).__name__}")
+    ints = (batch.queue_id, batch.count, batch.first_sequence)
+    if any(type(v) is not int for v in ints) or type(batch.scheduled) is not bool:
+        raise BatchRejected("batch queue_id, count and first_sequence must be ints")
+    if type(batch.topic) is not str or type(batch.producer_id) is not str:
+        raise BatchRejected("batch topic and producer_id must be str")
+    if not isinstance(batch.records, _BUFFERS):
+        raise BatchRejected(f"batch records must be bytes, got {type(batch.records).__name__}")
+    for name, width in _COLUMNS:
+        column = getattr(batch, name)
+        if not isinstance(column, _BUFFERS) or len(column) % width:
+            raise BatchRejected(f"batch column {name} must be bytes of {width}-byte items")
+    ids = batch.msg_ids
+    if type(ids) is not list or any(type(i) is not str for i in ids):
+        raise BatchRejected("batch msg_ids must be a list of str")
+    if ids and len(ids) != batch.count:
+        raise BatchRejected(f"batch has {batch.count} records but {len(ids)} msg_ids")
+
+
 def check_encoded(
     batch: EncodedBatch,
     max_body_bytes: int,
@@ -205,6 +235,7 @@ def check_encoded(
     No Python bytecode per field: C-level ``map``s of ``struct.unpack_from`` and
     ``crc32c`` over the records, and one comprehension of comparisons.
     """
+    check_shape(batch)
     n = batch.count
     sizes = np.frombuffer(batch.sizes, dtype="<i4").tolist()
     if n < 1 or len(sizes) != n or len(batch.tags_codes) != 8 * n:

@@ -159,6 +159,7 @@ class CoordinatorService:
     # ------------------------------------------------------------ brokers
     async def register_broker(self, info: BrokerInfo) -> bool:
         """A broker (re-)registers: True if it is new."""
+        info = check(info, BrokerInfo)
         self.loops.ensure("scan", self._scan_loop)
         self.seen_ms[info.broker_name, info.broker_id] = self.clock.now_ms()
         if info.broker_id != 0:  # a slave: known, never routed to for sends

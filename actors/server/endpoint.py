@@ -43,6 +43,7 @@ from rayq.actors.server.peer_api import (
 from rayq.actors.server.replication_wait import earlier_batches, wait_safe
 from rayq.actors.server.shared_rows import SharedRows
 from rayq.store import EncodedBatch
+from rayq.store.batch import BatchRejected, check_shape
 from rayq.store.errors import InvalidRequestError
 from rayq.store.names import is_dlq_topic
 from rayq.store.tally import Tally
@@ -174,6 +175,10 @@ class BrokerEndpoint:
                     "batch whose records are empty, not both"
                 )
             batch = msgspec.structs.replace(batch, records=b"".join(chunks))
+        try:  # a batch that came as a Python object was never checked against its Struct
+            check_shape(batch)
+        except BatchRejected as exc:
+            raise InvalidRequestError(f"malformed EncodedBatch: {exc}") from None
         self.server.authorize("put", batch)  # signed whole, before it was split
         result = await self._append(batch, started)
         return to_wire(result) if wire else result

@@ -21,8 +21,10 @@ from rayq.actors.server.replication import (
     merge_slave_offsets,
     snapshot_tables,
 )
+from rayq.actors.server.table_files import split_offset_key
 from rayq.store import SYSTEM_CLOCK
 from rayq.store.errors import (
+    InvalidRequestError,
     PermissionDeniedError,
     ReplicationError,
 )
@@ -67,6 +69,11 @@ class ReplicationProcessor(ProcessorBase):
         """A slave's metadata sync: merge the offsets committed on it, answer the tables."""
         if self.master is None:
             raise ReplicationError(f"broker {self.config.replica_name} is a SLAVE, not a master")
+        for key in req.offsets:  # all checked before any is merged
+            try:
+                split_offset_key(key)
+            except ValueError as exc:
+                raise InvalidRequestError(f"malformed MetadataRequest: {exc}") from None
         if merge_slave_offsets(self.tables, req):
             self.tables.consumer_offsets.persist()
         return snapshot_tables(self.tables)

@@ -18,6 +18,7 @@ from rayq.actors.protocol import (
     TopicRequest,
 )
 from rayq.actors.protocol.config import ClientConfig
+from rayq.actors.protocol.limits import TIMESTAMP_MS_MAX
 from rayq.store.errors import ConfigError
 from rayq.transport.context import ClientContext, bind
 
@@ -34,11 +35,11 @@ def check_start_options(
     if consume_timestamp_ms is not None and (
         not isinstance(consume_timestamp_ms, int)
         or isinstance(consume_timestamp_ms, bool)
-        or consume_timestamp_ms < 0
+        or not 0 <= consume_timestamp_ms <= TIMESTAMP_MS_MAX
     ):
         raise ConfigError(
-            f"consume_timestamp_ms must be an int >= 0 (ms since the epoch), "
-            f"got {consume_timestamp_ms!r}"
+            f"consume_timestamp_ms must be an int from 0 to {TIMESTAMP_MS_MAX} (ms since the "
+            f"epoch), got {consume_timestamp_ms!r}"
         )
     if config is not None and not isinstance(config, ClientConfig):
         raise ConfigError(f"config must be a rayq ClientConfig, got {type(config).__name__}")
