@@ -40,3 +40,12 @@ def test_jvm_operations_answer_bytes() -> None:
         if op.caller is Caller.JVM:
             assert op.reply is bytes, op.key
             assert typing.get_origin(op.request) is None, op.key
+
+
+def test_read_requests_name_exactly_the_columns_of_a_page() -> None:
+    """``ColumnName`` (what a read may ask for) and the page schema list one set of
+    columns, in one order: a column added to one must be added to the other."""
+    from rayq.actors.protocol.arrow import SCHEMA
+    from rayq.actors.protocol.broker import ColumnName
+
+    assert list(typing.get_args(ColumnName)) == SCHEMA.names
