@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from rayq.transport.namespace import set_current_namespace
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
 
 
 class Cluster:
@@ -74,6 +76,7 @@ class Cluster:
             for actor_name in replica_actor_names(name):
                 _stop(actor_name, self.namespace)
         _stop(COORDINATOR_NAME, self.namespace)
+        _wait_gone(self.namespace)
         if self._owns_ray:
             ray.shutdown()
 
@@ -97,6 +100,17 @@ def _stop(actor_name: str, namespace: str) -> None:
         except Exception:
             logger.warning("broker %s did not shut down cleanly", actor_name)
     ray.kill(handle, no_restart=True)
+
+
+def _wait_gone(namespace: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Wait until Ray has released every rayq actor name in ``namespace``: ``ray.kill``
+    returns before the actor is dead, and a ``start`` right after a ``stop`` must not
+    find the old names taken."""
+    deadline = time.monotonic() + timeout_s
+    while (left := running_actors(namespace)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if left:
+        logger.warning("rayq actors still alive %.0f s after stop: %s", timeout_s, left)
 
 
 def running_actors(namespace: str) -> list[str]:
