@@ -104,6 +104,7 @@ class CoordinatorService:
         self.slaves: dict[str, dict[int, BrokerInfo]] = {}  # broker name -> id -> last info
         self.seen_ms: dict[tuple[str, int], int] = {}  # replica -> last registration
         self.suspects: set[str] = set()
+        self.scan_interval_s = SCAN_INTERVAL_MS / 1000  # how often _scan_loop ticks
         self._failover_locks: dict[str, asyncio.Lock] = {}
         # Set once the soft state is rebuilt by asking (see rebuild): routes once the
         # brokers answered, groups once the push consumers re-joined.
@@ -198,7 +199,7 @@ class CoordinatorService:
 
     async def _scan_loop(self) -> None:
         while True:
-            await asyncio.sleep(SCAN_INTERVAL_MS / 1000)
+            await asyncio.sleep(self.scan_interval_s)
             self.tick(self.clock.now_ms())
 
     def broker_died(self, broker_name: str, shut_down: bool) -> None:

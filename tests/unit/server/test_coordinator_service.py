@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,37 @@ def test_a_broker_silent_past_the_expiry_is_dropped_and_reported_lost() -> None:
         assert [q.broker_name for q in route.queues] == ["broker-b"]
         lost = await svc.lost_brokers(LostBrokersRequest(topic=TOPIC))
         assert lost.names == ["broker-a"]
+        assert (await svc.brokers(ClientRequest())).names == ["broker-b"]
+        svc.close()
+
+    asyncio.run(run())
+
+
+def test_the_scan_loop_drops_a_broker_silent_for_120_s_on_the_services_clock() -> None:
+    """The coordinator's own scan loop (started by the first registration), not a
+    hand-called tick: on a fake clock, a broker silent for 120 s stays routed while
+    the loop scans many times, and is dropped by the loop just past the expiry."""
+
+    async def scan_rounds(rounds: int, until: Callable[[], object] = lambda: False) -> None:
+        for _ in range(rounds):  # the loop scans every ~1 ms of real time here
+            await asyncio.sleep(0.005)
+            if until():
+                return
+
+    async def run() -> None:
+        clock = FakeClock()
+        svc = service(clock)
+        svc.scan_interval_s = 0.001
+        await svc.register_broker(info("broker-a"))
+        await svc.register_broker(info("broker-b"))
+        assert BROKER_EXPIRY_MS == 120_000
+        clock.advance(BROKER_EXPIRY_MS)  # silent exactly 120 s: not yet past it
+        await svc.register_broker(info("broker-b"))
+        await scan_rounds(20)
+        assert (await svc.brokers(ClientRequest())).names == ["broker-a", "broker-b"]
+        clock.advance(1)
+        await scan_rounds(2000, until=lambda: svc.lost)
+        assert (await svc.lost_brokers(LostBrokersRequest())).names == ["broker-a"]
         assert (await svc.brokers(ClientRequest())).names == ["broker-b"]
         svc.close()
 
