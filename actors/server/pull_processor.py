@@ -149,14 +149,17 @@ class PullProcessor(ProcessorBase):
     ) -> tuple[PullStatus, int]:
         """RocketMQ's PullMessageProcessor: a queue with nothing in it (or none at all)
         moves a pull at an offset other than 0 to 0 (OFFSET_ILLEGAL; at 0 it waits for
-        news). A slave may lag its master, so it corrects nothing backwards: such a pull
-        waits there, and one past its end moves to its end, never back to its start."""
-        if got.status in _EMPTY_QUEUE and queue_offset != 0:
-            if self.slave is None:
-                return PullStatus.OFFSET_ILLEGAL, 0
+        news). A slave may lag its master, so it corrects no offset (RocketMQ's default,
+        ``offsetCheckInSlave=false``): a pull at an offset of a queue it has nothing of
+        yet, or past its end, waits there for replication to bring it; moving it to the
+        slave's end would move the consumer's offset back and redeliver all between."""
+        if self.slave is not None and (
+            (got.status in _EMPTY_QUEUE and queue_offset != 0)
+            or got.status is GetStatus.OFFSET_OVERFLOW_BADLY
+        ):
             return PullStatus.NO_NEW_MSG, queue_offset
-        if got.status is GetStatus.OFFSET_OVERFLOW_BADLY and self.slave is not None:
-            return status, got.max_offset
+        if got.status in _EMPTY_QUEUE and queue_offset != 0:
+            return PullStatus.OFFSET_ILLEGAL, 0
         return status, next_offset
 
     def _filters(self, req: PullRequest) -> tuple[TagFilter | None, SqlFilter | None]:
