@@ -9,9 +9,12 @@ call to the old master failed looks the name up again and finds the new one.
 (at once), or its node is alive but Ray has not brought the actor back within
 ``RESTART_GRACE_S``, and ``auto_failover`` is on:
 
-1. every live slave is asked how far it has the log; the one furthest ahead wins
-   (under SYNC_MASTER every acknowledged send is on the slave that acknowledged it,
-   and no slave acknowledges past its own end, so the furthest one has them all);
+1. every live slave is asked how far it has the log and how far it was told the
+   master's sends are acknowledged; among those whose log reaches the highest such
+   offset (with the lost master's last heartbeat's), the one furthest ahead wins
+   (actors/server/election.py). If none reaches it, nobody is promoted: the broker
+   stays read-only rather than lose acknowledged messages, and the coordinator tries
+   again when a slave that reaches it registers, or brings the old master back;
 2. the old master's actors are killed for good (on a dead node they could only
    linger), the chosen slave closes its store cleanly and its actors end;
 3. a new master (broker id 0, the old master's role) is started on the slave's node
@@ -49,6 +52,7 @@ from rayq.actors.protocol import BrokerInfo, broker_actor_name, replica_actor_na
 from rayq.actors.protocol.config import REPLICA_SEPARATOR, BrokerConfig, BrokerRole, replica_name
 from rayq.actors.pull_hold import spawn_hold
 from rayq.actors.server.coordinator_service import RESTART_GRACE_S as RESTART_GRACE_S
+from rayq.actors.server.election import elect
 from rayq.store.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -114,9 +118,11 @@ def _with(config: BrokerConfig, **changes: Any) -> BrokerConfig:
 async def promote(
     name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo], namespace: str
 ) -> tuple[int, BrokerInfo] | None:
-    """Make the live slave furthest ahead the master of ``name``: its former broker id
-    and new info, or None if there is no live slave (logged)."""
-    alive: list[tuple[int, int, BrokerHandle, BrokerInfo]] = []
+    """Make the live slave furthest ahead among those that hold every acknowledged
+    message (actors/server/election.py) the master of ``name``: its former broker id and
+    new info, or None if there is no such slave (logged; the broker stays read-only)."""
+    answers: dict[int, BrokerInfo] = {}
+    handles: dict[int, BrokerHandle] = {}
     epochs = [lost.epoch]
     for broker_id in sorted(slaves):
         handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
@@ -126,20 +132,38 @@ async def promote(
             info = await within(handle.broker_info.remote(), ASK_TIMEOUT_S)
         except Exception:  # lost too
             continue
-        alive.append((info.written_offset, broker_id, handle, info))
+        answers[broker_id], handles[broker_id] = info, handle
         epochs.append(info.epoch)
-    if not alive:
-        logger.error("failover of %s: no live slave to promote; it stays unavailable", name)
+    k = 1
+    for handle in handles.values():
+        with contextlib.suppress(Exception):
+            k = (await within(handle.broker_config.remote(), ASK_TIMEOUT_S)).min_in_sync_replicas
+            break
+    choice = elect(lost, answers, len(slaves), k)
+    if choice.chosen is None:
+        logger.error(
+            "failover of %s: %s; not promoting: it stays read-only (no sends) until its "
+            "master or a slave with the log up to %d is back",
+            name,
+            choice.reason,
+            choice.acked_offset,
+        )
         return None
-    written, broker_id, handle, info = max(alive, key=lambda a: (a[0], a[1]))
+    broker_id = choice.chosen
+    handle, info = handles[broker_id], answers[broker_id]
+    written = info.written_offset
+    if lost.role == BrokerRole.SYNC_MASTER.value and not choice.proven:
+        logger.warning("failover of %s: %s", name, choice.reason)
     config = await within(handle.broker_config.remote(), ASK_TIMEOUT_S)
     store_dir, node_id = info.store_dir, info.node_id
     epoch = max(epochs) + 1
     logger.warning(
-        "failover of %s: promoting slave %d (log up to %d) to master in epoch %d",
+        "failover of %s: promoting slave %d (log up to %d, sends acknowledged up to %d) "
+        "to master in epoch %d",
         name,
         broker_id,
         written,
+        choice.acked_offset,
         epoch,
     )
     await kill_replica(name, namespace)

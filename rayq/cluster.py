@@ -228,6 +228,7 @@ def start(
             for i in range(brokers)
             for broker_id in range(slaves + 1)
         ]
+    _warn_few_slaves(base, plan)
     names, replicas = [], []
     for name, broker_id, port, node_id in plan:  # masters first: their slaves find them
         role = base.broker_role if broker_id == 0 else BrokerRole.SLAVE
@@ -265,6 +266,25 @@ def start(
     return Cluster(
         namespace, names, root, owns_ray, [*names, *[r for r in replicas if r not in names]]
     )
+
+
+def _warn_few_slaves(config: BrokerConfig, plan: list[tuple[str, int, int, str]]) -> None:
+    """Log a SYNC_MASTER that has fewer slaves than ``min_in_sync_replicas``: its sends
+    are stored but get SLAVE_NOT_AVAILABLE until enough slaves join."""
+    if config.broker_role is not BrokerRole.SYNC_MASTER:
+        return
+    for name in sorted({p[0] for p in plan}):
+        slaves = sum(1 for p in plan if p[0] == name and p[1] > 0)
+        if slaves < config.min_in_sync_replicas:
+            logger.warning(
+                "broker %s: SYNC_MASTER with min_in_sync_replicas=%d but %d slave(s): "
+                "every send is stored and answered SLAVE_NOT_AVAILABLE until %d slaves "
+                "are in sync",
+                name,
+                config.min_in_sync_replicas,
+                slaves,
+                config.min_in_sync_replicas,
+            )
 
 
 def resource_plan(pinned: dict[str, str], port: int) -> list[tuple[str, int, int, str]]:

@@ -260,6 +260,9 @@ class ReplicationStats(msgspec.Struct, frozen=True, kw_only=True):
     written_offset: int
     replicas: list[ReplicaStatus] = []
     error: str = ""  # a slave: why it is not replicating now ("" while it is)
+    # a SYNC_MASTER: its sends are acknowledged up to here (min_in_sync_replicas slaves
+    # have it); a slave: the highest such offset its master told it; -1: none
+    acked_offset: int = -1
 
 
 class GetMessageRequest(_Request, frozen=True, kw_only=True):

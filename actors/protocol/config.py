@@ -44,6 +44,25 @@ class BrokerRole(enum.Enum):
         return self is not BrokerRole.SLAVE
 
 
+MAX_IN_SYNC_REPLICAS = 64
+
+
+def _check_in_sync(value: int) -> None:
+    """ConfigError unless ``min_in_sync_replicas`` is a number of slaves in 1..64."""
+    if not 1 <= value <= MAX_IN_SYNC_REPLICAS:
+        hint = (
+            "a SYNC_MASTER that waits for no slave is an ASYNC_MASTER: set broker_role instead"
+            if value == 0
+            else "it counts the slaves that must have a send before a SYNC_MASTER acknowledges it"
+        )
+        raise ConfigError(
+            f"BrokerConfig.min_in_sync_replicas={value!r} is invalid: it must be in "
+            f"1..{MAX_IN_SYNC_REPLICAS} (the default is 1); {hint}",
+            field="min_in_sync_replicas",
+            value=repr(value),
+        )
+
+
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Broker settings (RocketMQ ``BrokerConfig`` and ``MessageStoreConfig``)."""
 
@@ -54,6 +73,12 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # sends SLAVE_NOT_AVAILABLE; chunks of at most ha_transfer_batch_bytes; a slave's
     # fetch waits up to ha_fetch_wait_ms for new bytes; metadata copied every interval.
     ha_slave_fallbehind_max: Positive = 256 * 1024 * 1024
+    # SYNC_MASTER: how many slaves must have a send's bytes before it is acknowledged
+    # (RocketMQ 5's minInSyncReplicas and Kafka's min.insync.replicas, but counting slaves
+    # only: Kafka's min.insync.replicas=3 is 2 here). Fewer slaves connected and within
+    # ha_slave_fallbehind_max: SLAVE_NOT_AVAILABLE. With k, a failover that loses the
+    # master and up to k-1 slaves keeps every acknowledged send (docs/REPLICATION.md).
+    min_in_sync_replicas: int = 1
     ha_transfer_batch_bytes: Positive = 4 * 1024 * 1024
     ha_fetch_wait_ms: Positive = 1_000
     # a slave of an ASYNC_MASTER that got a chunk under 1 MiB waits this long before its
@@ -102,6 +127,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     def __post_init__(self) -> None:
         check_fields(self)
+        _check_in_sync(self.min_in_sync_replicas)
         DelayLevels.parse(self.message_delay_level)  # ConfigError for a bad table
         if not self.broker_name or REPLICA_SEPARATOR in self.broker_name:
             raise ConfigError(

@@ -37,6 +37,10 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     auto_failover: bool = True
     disk_ratio: float = 0.0  # the store disk's last measured used-space ratio
     put_tps: float = 0.0  # messages stored per second, over the last few seconds
+    # A SYNC_MASTER: the commit-log offset its sends are acknowledged up to (its
+    # min_in_sync_replicas slaves have it). A slave: the highest such offset its master
+    # told it. -1: none known. A failover promotes no slave whose log ends below it.
+    acked_offset: int = -1
 
 
 class HaFetch(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,6 +69,7 @@ class HaChunk(msgspec.Struct, frozen=True, kw_only=True):
     tail: bytes = b""
     topics_version: int = 0  # the master's topic table version: a slave behind syncs at once
     sync: bool = False  # the master is a SYNC_MASTER: sends wait for the slave's next fetch
+    acked_offset: int = -1  # a SYNC_MASTER's sends are acknowledged up to here (-1: none)
 
 
 class MetadataRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -200,6 +200,7 @@ class BrokerServer(
             auto_failover=self.config.auto_failover,
             disk_ratio=self.store.disk.ratio,
             put_tps=self.put_rate.per_second(now),
+            acked_offset=self.acked_offset,
         )
 
     # ------------------------------------------------------------- groups

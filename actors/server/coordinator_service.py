@@ -105,6 +105,10 @@ class CoordinatorService:
         self.seen_ms: dict[tuple[str, int], int] = {}  # replica -> last registration
         self.suspects: set[str] = set()
         self.scan_interval_s = SCAN_INTERVAL_MS / 1000  # how often _scan_loop ticks
+        # lost masters whose failover found no slave holding every acknowledged message:
+        # name -> the acknowledged offset known then (tried again when a slave that
+        # reaches it registers; the old master may be restarted where its store is)
+        self.refused: dict[str, int] = {}
         self._failover_locks: dict[str, asyncio.Lock] = {}
         # Set once the soft state is rebuilt by asking (see rebuild): routes once the
         # brokers answered, groups once the push consumers re-joined.
@@ -168,6 +172,9 @@ class CoordinatorService:
             self.slaves.setdefault(info.broker_name, {})[info.broker_id] = info
             if info.broker_name in self.lost:  # its master is lost: it serves the reads
                 self._read_from_slave(info.broker_name)
+                needed = self.refused.get(info.broker_name)
+                if needed is not None and info.written_offset >= needed:
+                    self.loops.spawn(self._failover(info.broker_name))
             self._ensure_placement()
             return new
         if self.table.read_only.pop(info.broker_name, None) is not None:
@@ -181,6 +188,7 @@ class CoordinatorService:
         new = self.table.register(info, self.clock.now_ms())
         self.members.routes_changed(changed)
         self.lost.pop(info.broker_name, None)
+        self.refused.pop(info.broker_name, None)
         self.peers.watch_broker(info.broker_name, self.broker_died)
         return new
 
@@ -240,8 +248,10 @@ class CoordinatorService:
 
     # ------------------------------------------------------------ failover
     async def _failover(self, name: str) -> None:
-        """The master of ``name`` died: promote its slave furthest ahead (failover.py),
-        at once if its node is dead, after RESTART_GRACE_S if Ray could restart it."""
+        """The master of ``name`` died: promote its slave furthest ahead among those
+        holding every acknowledged send (failover.py), at once if its node is dead, after
+        RESTART_GRACE_S if Ray could restart it; if there is none, remember it in
+        ``refused`` (the broker stays read-only)."""
         lost = self.lost.get(name)
         if lost is None or not lost.auto_failover:
             return
@@ -260,10 +270,20 @@ class CoordinatorService:
             except Exception:
                 logger.exception("failover of %s failed", name)
                 return
-            if promoted is not None:
-                self.slaves.get(name, {}).pop(promoted[0], None)
-                await self.register_broker(promoted[1])
-                self._ensure_placement()
+            if promoted is None:  # nobody to promote without losing acknowledged sends
+                self.refused[name] = self.acked_offset(name)
+                return
+            self.refused.pop(name, None)
+            self.slaves.get(name, {}).pop(promoted[0], None)
+            await self.register_broker(promoted[1])
+            self._ensure_placement()
+
+    def acked_offset(self, name: str) -> int:
+        """The highest offset ``name``'s sends are known to be acknowledged up to, from the
+        lost master's last heartbeat and its slaves' registrations (-1: none)."""
+        lost = self.lost.get(name)
+        known = [s.acked_offset for s in self.slaves.get(name, {}).values()]
+        return max([lost.acked_offset if lost else -1, *known])
 
     def _ensure_placement(self) -> None:
         self.loops.ensure("placement", self._placement_loop)
@@ -275,7 +295,7 @@ class CoordinatorService:
             restartable = {
                 n: info
                 for n, info in self.lost.items()
-                if not (info.auto_failover and self.slaves.get(n))
+                if (n in self.refused or not (info.auto_failover and self.slaves.get(n)))
                 and not self._failover_locks.get(n, _FREE).locked()
             }
             try:

@@ -422,6 +422,7 @@ class BrokerEndpoint:
                         offset=req.offset,
                         master_offset=self.server.store.written_offset,
                         topics_version=self.server.tables.topics.data_version,
+                        acked_offset=self.server.acked_offset,
                     )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiting[1].wait(), left)

@@ -7,8 +7,9 @@ of every byte below. The master answers with raw commit-log bytes from there
 
 * ``MasterReplication``: which slaves are connected and how far each is
   (``ReplicaStatus``: acked offset, lag in bytes and in time), the sends of a
-  SYNC_MASTER waiting for a slave (one list of waiters resolved by every fetch: group
-  commit), and the fencing of a slave whose history diverged.
+  SYNC_MASTER waiting for ``min_in_sync_replicas`` slaves (one list of waiters resolved
+  by every fetch: group commit), the offset acknowledged so far (sent to the slaves with
+  every chunk), and the fencing of a slave whose history diverged.
 * ``SlaveReplication``: what to fetch next, and applying a chunk: cutting a divergent
   tail first (after checking that the bytes below the cut agree with the master's),
   adopting the master's epochs, appending and dispatching.
@@ -92,7 +93,8 @@ class MasterReplication:
             master_offset=written,
             epochs=epochs,
             topics_version=self.topics_version(),
-            sync=self.config.broker_role.value == "SYNC_MASTER",
+            sync=self.sync,
+            acked_offset=self.acknowledged(),
         )
 
     def _fence(self, req: HaFetch, written: int) -> HaChunk | None:
@@ -152,16 +154,25 @@ class MasterReplication:
             self._release()
 
     # ------------------------------------------------------- SYNC_MASTER
-    def slave_available(self, written: int, now_ms: int) -> bool:
-        """A slave is connected and at most ``ha_slave_fallbehind_max`` behind ``written``."""
-        return any(
+    @property
+    def sync(self) -> bool:
+        return self.config.broker_role.value == "SYNC_MASTER"
+
+    def in_sync(self, written: int, now_ms: int) -> int:
+        """How many slaves are connected and at most ``ha_slave_fallbehind_max`` behind
+        ``written``."""
+        return sum(
             written - s.acked <= self.config.ha_slave_fallbehind_max
             for s in self._connected(now_ms)
         )
 
+    def slave_available(self, written: int, now_ms: int) -> bool:
+        """At least ``min_in_sync_replicas`` slaves are in sync (``in_sync``)."""
+        return self.in_sync(written, now_ms) >= self.config.min_in_sync_replicas
+
     def wait(self, offset: int) -> concurrent.futures.Future[None]:
-        """A future done once a slave has acknowledged the log up to ``offset`` (await it
-        with ``asyncio.wrap_future``; cancel it to stop waiting)."""
+        """A future done once ``min_in_sync_replicas`` slaves have acknowledged the log up
+        to ``offset`` (await it with ``asyncio.wrap_future``; cancel it to stop waiting)."""
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         with self._lock:
             if self.acked() >= offset:
@@ -171,7 +182,20 @@ class MasterReplication:
         return future
 
     def acked(self) -> int:
-        return max((s.acked for s in self.slaves.values()), default=-1)
+        """The offset ``min_in_sync_replicas`` slaves have the log up to (the k-th highest
+        acknowledgement; -1 while fewer slaves have fetched)."""
+        k = self.config.min_in_sync_replicas
+        offsets = sorted((s.acked for s in self.slaves.values()), reverse=True)
+        return offsets[k - 1] if len(offsets) >= k else -1
+
+    def acknowledged(self) -> int:
+        """How far this master's sends are acknowledged as replicated: ``acked`` for a
+        SYNC_MASTER, -1 (nothing promised) for an ASYNC_MASTER. Slaves learn it with every
+        chunk and report it, so that a failover promotes no slave below it."""
+        if not self.sync:
+            return -1
+        with self._lock:
+            return self.acked()
 
     def _release(self) -> None:
         acked = self.acked()
@@ -219,6 +243,9 @@ class SlaveReplication:
         self.epochs = epochs
         self.config = config
         self.master_offset = 0
+        # the highest offset a master said its sends were acknowledged up to (HaChunk's
+        # acked_offset): a failover promotes no slave whose log ends below it
+        self.master_acked = -1
         self.transactions: TransactionService | None = None  # set by the broker server
 
     def request(self) -> HaFetch:
@@ -239,6 +266,7 @@ class SlaveReplication:
         """Fence, adopt epochs and append the bytes: after this the next fetch may carry
         the acknowledgement, while ``dispatch`` indexes what came."""
         self.master_offset = chunk.master_offset
+        self.master_acked = max(self.master_acked, chunk.acked_offset)
         if chunk.truncate_to >= 0:
             self._truncate(chunk)
         if chunk.epochs:

@@ -52,6 +52,14 @@ class ReplicationProcessor(ProcessorBase):
             )
         return self.master.fetch(req, SYSTEM_CLOCK.now_ms())
 
+    @property
+    def acked_offset(self) -> int:
+        """A master's acknowledged offset, or the highest one its master told this slave
+        (BrokerInfo, ReplicationStats, HaChunk)."""
+        if self.master is not None:
+            return self.master.acknowledged()
+        return self.slave.master_acked if self.slave is not None else -1
+
     def replication(self, req: ReplicationRequest) -> ReplicationStats:
         """This broker's role, epoch and written offset; a master's slaves and their lag."""
         slaves = self.master.status(SYSTEM_CLOCK.now_ms()) if self.master else []
@@ -63,6 +71,7 @@ class ReplicationProcessor(ProcessorBase):
             written_offset=self.store.written_offset,
             replicas=slaves,
             error=self.replication_error,
+            acked_offset=self.acked_offset,
         )
 
     def ha_metadata(self, req: MetadataRequest) -> MetadataReply:

@@ -1,10 +1,11 @@
 """The waits of a send before it is acknowledged, without Ray.
 
 SYNC_FLUSH: the flusher must report the append durable (``sync_flush``); SYNC_MASTER:
-a slave must have fetched past it (``sync_slave``, every concurrent send waits on the
-same fetches: group commit). ``wait_safe`` runs the waits the configuration asks for
-side by side. ``earlier_batches`` is ``put_arrow``'s reorder wait: Ray may start a call
-before an earlier one of the same producer, so a JVM batch waits briefly for those.
+``min_in_sync_replicas`` slaves must have fetched past it (``sync_slave``, every
+concurrent send waits on the same fetches: group commit). ``wait_safe`` runs the waits
+the configuration asks for side by side. ``earlier_batches`` is ``put_arrow``'s reorder
+wait: Ray may start a call before an earlier one of the same producer, so a JVM batch
+waits briefly for those.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ async def sync_flush(server: BrokerServer, flusher: Flusher, written: int) -> Se
 
 
 async def sync_slave(server: BrokerServer, written: int) -> SendStatus:
-    """SYNC_MASTER: acknowledge only once a slave has the append; FLUSH_SLAVE_TIMEOUT if
-    none has it in ``sync_flush_timeout_ms``, SLAVE_NOT_AVAILABLE if no slave is
-    connected or one is more than ``ha_slave_fallbehind_max`` behind."""
+    """SYNC_MASTER: acknowledge only once ``min_in_sync_replicas`` slaves have the
+    append; SLAVE_NOT_AVAILABLE (before waiting) if fewer slaves are connected and at
+    most ``ha_slave_fallbehind_max`` behind, FLUSH_SLAVE_TIMEOUT if they do not all have
+    it within ``sync_flush_timeout_ms``. Either way the message is stored on the master."""
     master = server.master
     assert master is not None
     if not master.slave_available(written, SYSTEM_CLOCK.now_ms()):

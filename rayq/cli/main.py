@@ -2,7 +2,8 @@
 
     rayq start  [--brokers 1] [--store-dir DIR] [--placement local|resource]
                 [--wait-brokers N] [--wait-timeout S] [--slaves N]
-                [--role ASYNC_MASTER|SYNC_MASTER] [--no-failover]
+                [--role ASYNC_MASTER|SYNC_MASTER] [--min-in-sync-replicas K]
+                [--no-failover]
     rayq status | stop
     rayq topic   list | route | status | create | update | delete
     rayq group   list | progress | connections | create | update | delete
@@ -268,6 +269,14 @@ def _add_start(sub: Any, common: argparse.ArgumentParser) -> None:
         help="the masters' replication role",
     )
     cmd.add_argument(
+        "--min-in-sync-replicas",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --role SYNC_MASTER: slaves that must have a send before it is "
+        "acknowledged (default 1)",
+    )
+    cmd.add_argument(
         "--no-failover",
         action="store_true",
         help="never promote a slave (it then serves reads only)",
@@ -367,7 +376,11 @@ def _start(args: argparse.Namespace) -> int:
 
     if args.wait_brokers:
         _wait_for_broker_nodes(args)
-    config = BrokerConfig(broker_role=BrokerRole(args.role), auto_failover=not args.no_failover)
+    config = BrokerConfig(
+        broker_role=BrokerRole(args.role),
+        auto_failover=not args.no_failover,
+        min_in_sync_replicas=args.min_in_sync_replicas,
+    )
     cluster = start(
         args.store_dir,
         args.brokers,

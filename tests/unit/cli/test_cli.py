@@ -41,6 +41,9 @@ def test_start_takes_slaves_role_and_failover() -> None:
     assert (args.slaves, args.role, args.no_failover) == (1, "SYNC_MASTER", True)
     with pytest.raises(SystemExit):
         parser.parse_args(["start", "--role", "SLAVE"])  # slaves come from --slaves/resources
+    assert parser.parse_args(["start"]).min_in_sync_replicas == 1
+    args = parser.parse_args(["start", "--slaves", "2", "--min-in-sync-replicas", "2"])
+    assert args.min_in_sync_replicas == 2
 
 
 def test_every_read_command_takes_json_and_address_and_namespace() -> None:

@@ -127,3 +127,33 @@ def test_local_offset_store_keeps_its_file_under_the_directory(tmp_path: Path) -
     assert (root / "host@1:a.b" / "cg" / "offsets.json").is_file()
     reread = LocalOffsetStore(str(root), "host@1:a.b", "cg")
     assert asyncio.run(reread.read([mq])) == {mq: 7}
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (-1, "it counts the slaves"),
+        (0, "a SYNC_MASTER that waits for no slave is an ASYNC_MASTER"),
+        (65, "it counts the slaves"),
+    ],
+)
+def test_min_in_sync_replicas_out_of_range_is_refused_with_a_hint(value: int, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        BrokerConfig(min_in_sync_replicas=value)
+    text = str(info.value)
+    assert f"min_in_sync_replicas={value}" in text and "1..64" in text and hint in text
+    assert info.value.details["field"] == "min_in_sync_replicas"
+    with pytest.raises(ConfigError, match="min_in_sync_replicas"):
+        BrokerConfig.from_dict({"min_in_sync_replicas": value})
+
+
+@pytest.mark.parametrize("value", [True, "2", 1.5])
+def test_min_in_sync_replicas_of_another_type_is_refused(value: Any) -> None:
+    with pytest.raises(ConfigError, match="min_in_sync_replicas"):
+        BrokerConfig(min_in_sync_replicas=value)
+
+
+def test_min_in_sync_replicas_defaults_to_one_and_takes_a_count_of_slaves() -> None:
+    assert BrokerConfig().min_in_sync_replicas == 1
+    assert BrokerConfig(min_in_sync_replicas=2).min_in_sync_replicas == 2
+    assert BrokerConfig.from_dict({"min_in_sync_replicas": 64}).min_in_sync_replicas == 64
