@@ -21,7 +21,7 @@ def written_log(root: Path) -> list[int]:
     """A commit log in one segment; the end offset of each of its messages."""
     store = MessageStore(root, CONFIG, clock=FakeClock())
     ends = []
-    for i in range(SENDERS):
+    for _ in range(SENDERS):
         result = store.put_messages([InnerMessage(topic="T", queue_id=0, body=b"x" * 100)])
         assert result.ok, result.error
         ends.append(store.written_offset)
@@ -54,8 +54,8 @@ def test_senders_waiting_together_share_one_fsync(
         service = FlushService(str(tmp_path), CONFIG)
         service.disk.reset(0)  # nothing durable yet: every sender must wait
         first = asyncio.create_task(service.sync(ends[0]))
-        while not disk_busy.is_set():  # the first sender's fsync is on the disk
-            await asyncio.sleep(0.001)
+        # the first sender's fsync is on the disk
+        assert await asyncio.to_thread(disk_busy.wait, 30)
         rest = [asyncio.create_task(service.sync(end)) for end in ends[1:]]
         await asyncio.sleep(0.01)  # every other sender is waiting now
         assert len(service._waiters) == SENDERS
