@@ -72,15 +72,21 @@ class Cluster:
         self._owns_ray = owns_ray
         self._closed = False
 
+    def server_actor(self, actor_name: str) -> Any:
+        """``server_actor(actor_name, namespace)`` for this deployment."""
+        return server_actor(actor_name, self.namespace)
+
     def shutdown(self) -> None:
         """Stop brokers (closing their stores cleanly), then every rayq actor."""
         if self._closed:
             return
         self._closed = True
+        if self._server_key is not None and _KEYS.get(self.namespace) is self._server_key:
+            del _KEYS[self.namespace]
         for name in [*self.replicas[len(self.broker_names) :], *self.broker_names]:  # slaves first
             for actor_name in replica_actor_names(name):
                 _stop(actor_name, self.namespace, self._server_key)
-        _stop(COORDINATOR_NAME, self.namespace)
+        _stop(COORDINATOR_NAME, self.namespace, None)
         _wait_gone(self.namespace)
         if self._owns_ray:
             ray.shutdown()
@@ -90,6 +96,35 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+# The server keys of the deployments this driver started, by namespace.
+_KEYS: dict[str, ServerKey] = {}
+
+
+def server_actor(actor_name: str, namespace: str) -> Any:
+    """The running server actor ``actor_name`` (a broker, flusher or hold service, the
+    coordinator) of the deployment this driver started in ``namespace``, its server
+    operations (``broker_info``, ``flush_targets`` ...) signed with that deployment's
+    server key: for the operator who started it, and tests. ValueError if it is not
+    running; ConfigError if this driver did not start the deployment (only the driver
+    that started one holds its key)."""
+    key = _KEYS.get(namespace)
+    if key is None:
+        raise ConfigError(
+            f"no deployment started by this driver in namespace {namespace!r}: only the "
+            "driver that started a deployment holds its server key",
+            namespace=namespace,
+        )
+    prefixes = {
+        broker_actor_name(""): "broker",
+        flusher_actor_name(""): "flusher",
+        hold_actor_name(""): "hold",
+        COORDINATOR_NAME: "coordinator",
+    }
+    service = next((s for p, s in prefixes.items() if actor_name.startswith(p)), "")
+    handle = ray.get_actor(actor_name, namespace=namespace)
+    return Signed(handle, key, service, actor_name) if service else handle
 
 
 def _stop(actor_name: str, namespace: str, server_key: ServerKey | None) -> None:
@@ -216,6 +251,7 @@ def start(
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
     key = ServerKey.new()  # this deployment's: every server actor holds it (server_key.py)
+    _KEYS[namespace] = key
     coordinator = spawn_coordinator(namespace, _head_node_id() or node_id, key)
     _started(coordinator.ready.remote(), "the coordinator")
     if placement == "resource":

@@ -25,7 +25,8 @@ from rayq.actors.protocol import (
     hold_actor_name,
 )
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.cluster import Cluster
+from rayq.actors.protocol.server_key import ServerKey, Signed
+from rayq.cluster import Cluster, server_actor
 from rayq.store import (
     InnerMessage,
     StoreConfig,
@@ -122,7 +123,13 @@ def test_the_broker_hands_a_parked_pull_the_records_it_appends(
     hold = RecordingHold.options(name=hold_actor_name(name), namespace=NAMESPACE).remote()
     config = BrokerConfig(broker_name=name, store=StoreConfig.for_tests())
     node = ray.get_runtime_context().get_node_id()
-    broker = spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node)
+    key = ServerKey.new()  # its own deployment's: the test signs its shutdown
+    broker = Signed(
+        spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node, server_key=key),
+        key,
+        "broker",
+        broker_actor_name(name),
+    )
     try:
         ray.get(broker.ready.remote())
         msgs = [
@@ -175,7 +182,7 @@ def test_a_held_pull_over_damaged_records_is_answered_at_once(ctx: ClientContext
     suspend time; the pull from there waits for news as usual. The damage is undone at
     the end: the module's later tests restart this broker, and recovery would meet it."""
     put(ctx, "damaged", 0, 5)
-    broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
+    broker = server_actor(broker_actor_name("broker-a"), NAMESPACE)
     root = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
     damaged = decode_records(pull(ctx, "damaged", 0, 2).buffer)
     for m in damaged:
