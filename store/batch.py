@@ -78,7 +78,7 @@ class RequestAuth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """A signed request's credentials (ACL, actors/server/acl.py): the account, when it
     was signed (ms since the epoch), the client's declared address and the hex
     keyed-BLAKE3 MAC of the request encoded with ``signature`` empty (actors/protocol/auth.py).
-    An unsigned one (no ``access_key``) only declares ``address``, for whitelisted hosts."""
+    ``address`` is the client's word, for logs: the whitelist never trusts it."""
 
     access_key: str = ""
     timestamp_ms: int = 0

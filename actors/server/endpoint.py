@@ -46,7 +46,7 @@ from rayq.actors.server.replication_wait import earlier_batches, wait_safe
 from rayq.actors.server.shared_rows import SharedRows
 from rayq.store import EncodedBatch
 from rayq.store.batch import BatchRejected, check_shape
-from rayq.store.errors import InvalidRequestError
+from rayq.store.errors import InvalidRequestError, PermissionDeniedError
 from rayq.store.names import is_dlq_topic
 from rayq.store.tally import Tally
 
@@ -114,6 +114,10 @@ class BrokerEndpoint:
             return True
         except PeerMissingError:  # logged once by the lookup
             pass
+        except PermissionDeniedError as exc:  # another deployment's key: never routed
+            logger.error(
+                "broker %s: the coordinator refused its registration: %s", self.server.name, exc
+            )
         except PeerLostError as exc:
             logger.warning(
                 "broker %s: coordinator unreachable (%s); registering again later",
