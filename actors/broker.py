@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from rayq.actors.broker_peers import ray_peers
+from rayq.actors.handles import deployment_key
 from rayq.actors.malloc import keep_freed_memory
 from rayq.actors.metrics import REPORT_INTERVAL_S, BrokerMetrics
 from rayq.actors.protocol import broker as b
@@ -29,6 +30,7 @@ from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.registry import concurrency_groups, operations
+from rayq.actors.protocol.server_key import ServerKey, ServerProof
 from rayq.actors.server.broker_runtime import BrokerRuntime, open_server
 from rayq.actors.server.endpoint import BrokerEndpoint
 from rayq.store import EncodedBatch
@@ -44,14 +46,20 @@ class BrokerActor:
     """Ray shell: ``__init__`` and the registry's broker operations, nothing else."""
 
     def __init__(
-        self, config: BrokerConfig, store_dir: str, namespace: str, epoch: int = 0
+        self,
+        config: BrokerConfig,
+        store_dir: str,
+        namespace: str,
+        epoch: int = 0,
+        *,
+        server_key: ServerKey,
     ) -> None:
         keep_freed_memory()  # pages and put batches reuse freed buffers (malloc.py)
         node_id = ray.get_runtime_context().get_node_id()
         server = open_server(config, store_dir, node_id, epoch)
         metrics = BrokerMetrics(config.replica_name)
-        peers = ray_peers(config, store_dir, namespace, node_id)
-        self.endpoint = BrokerEndpoint(server, peers, metrics)
+        peers = ray_peers(config, store_dir, namespace, node_id, server_key)
+        self.endpoint = BrokerEndpoint(server, peers, metrics, server_key)
         self.runtime = BrokerRuntime(self.endpoint, metrics, int(REPORT_INTERVAL_S * 1000))
         # An async actor's __init__ runs on its event loop: start serving now.
         self.startup = asyncio.get_running_loop().create_task(self.runtime.start_services())
@@ -166,23 +174,28 @@ class BrokerActor:
 
     # ------------------------------------------------ server operations
 
-    async def ha_fetch(self, req: i.HaFetch | bytes) -> i.HaChunk:
-        return await self.endpoint.ha_fetch(req)
+    # Each with Access SERVER_KEY in the registry takes the caller's ``proof`` of the
+    # deployment's server key (protocol/server_key.py) and refuses a call without one.
 
-    async def ha_metadata(self, req: i.MetadataRequest | bytes) -> i.MetadataReply:
-        return await self.endpoint.ha_metadata(req)
+    async def ha_fetch(self, req: i.HaFetch | bytes, proof: ServerProof | None = None) -> i.HaChunk:
+        return await self.endpoint.ha_fetch(req, proof)
 
-    async def sync_metadata(self) -> bool:
-        return await self.endpoint.sync_metadata()
+    async def ha_metadata(
+        self, req: i.MetadataRequest | bytes, proof: ServerProof | None = None
+    ) -> i.MetadataReply:
+        return await self.endpoint.ha_metadata(req, proof)
 
-    async def broker_info(self) -> i.BrokerInfo:
-        return await self.endpoint.broker_info()
+    async def sync_metadata(self, proof: ServerProof | None = None) -> bool:
+        return await self.endpoint.sync_metadata(proof)
 
-    async def broker_config(self) -> BrokerConfig:
-        return await self.endpoint.broker_config()
+    async def broker_info(self, proof: ServerProof | None = None) -> i.BrokerInfo:
+        return await self.endpoint.broker_info(proof)
 
-    async def flush_targets(self) -> i.FlushTargets:
-        return await self.endpoint.flush_targets()
+    async def broker_config(self, proof: ServerProof | None = None) -> BrokerConfig:
+        return await self.endpoint.broker_config(proof)
+
+    async def flush_targets(self, proof: ServerProof | None = None) -> i.FlushTargets:
+        return await self.endpoint.flush_targets(proof)
 
     async def put_arrow_stats(self) -> dict[str, int]:
         return await self.endpoint.put_arrow_stats()
@@ -190,19 +203,22 @@ class BrokerActor:
     async def ready(self) -> str:
         return await self.endpoint.ready()
 
-    async def start_services(self) -> bool:
+    async def start_services(self, proof: ServerProof | None = None) -> bool:
         """Start the timers (once) and register with the coordinator now (also run by
         ``rayq.start`` and the coordinator, to register at once)."""
+        self.endpoint.guard.check("start_services", proof)
         return await self.runtime.start_services()
 
-    async def park(self) -> None:
+    async def park(self, proof: ServerProof | None = None) -> None:
         """Never returns while the broker lives: the coordinator watches it for death.
         Raises ClosedError at ``shutdown`` (a parked call would hold the actor's exit)."""
+        self.endpoint.guard.check("park", proof)
         await self.runtime.park()
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, proof: ServerProof | None = None) -> None:
         """Close the store cleanly, then end this actor for good (Ray does not restart
         it): a broker is never left alive with a closed store."""
+        self.endpoint.guard.check("shutdown", proof)
         self.runtime.close([self.startup])
         ray.actor.exit_actor()
 
@@ -218,10 +234,17 @@ _schedule(BrokerActor)
 
 
 def spawn_broker(
-    config: BrokerConfig, store_dir: str, namespace: str, node_id: str, epoch: int = 0
+    config: BrokerConfig,
+    store_dir: str,
+    namespace: str,
+    node_id: str,
+    epoch: int = 0,
+    *,
+    server_key: ServerKey | None = None,
 ) -> Any:
     """Start (or get) the named broker actor pinned to ``node_id`` (named after its
-    replica: the master under the broker name, a slave under ``<name>#<id>``)."""
+    replica: the master under the broker name, a slave under ``<name>#<id>``), holding
+    ``server_key`` (default: this process's, ``deployment_key()``: the coordinator's)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from rayq.actors.protocol import broker_actor_name
@@ -238,4 +261,4 @@ def spawn_broker(
         max_task_retries=0,
         num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config, store_dir, namespace, epoch)
+    ).remote(config, store_dir, namespace, epoch, server_key=server_key or deployment_key())

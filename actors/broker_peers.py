@@ -28,6 +28,7 @@ from rayq.actors.protocol import (
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.server_key import ServerKey, Signed
 from rayq.actors.server.endpoint import BrokerPeers
 from rayq.actors.server.peer_api import PeerLostError, PeerMissingError
 
@@ -35,17 +36,21 @@ T = TypeVar("T")
 
 
 class RayPeer:
-    """A peer actor by name; ``handle`` raises PeerMissingError while it is not there."""
+    """A peer actor by name; ``handle`` raises PeerMissingError while it is not there.
+    Its server operations are signed with ``server_key`` (as the peer ``service``)."""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    service = ""
+
+    def __init__(self, name: str, namespace: str, server_key: ServerKey) -> None:
         self.name = name
         self.peer = Peer(name, namespace)
+        self.server_key = server_key
 
     def handle(self) -> Any:
         handle = self.peer.get()
         if handle is None:
             raise PeerMissingError(f"actor {self.name} is not running")
-        return handle
+        return Signed(handle, self.server_key, self.service, self.name)
 
     async def result(self, ref: Awaitable[T]) -> T:
         """The call's answer; PeerLostError (and a fresh lookup next time) if it died."""
@@ -57,6 +62,8 @@ class RayPeer:
 
 
 class RayFlusher(RayPeer):
+    service = "flusher"
+
     async def sync(self, offset: int) -> int:
         return await self.result(self.handle().sync.remote(offset))
 
@@ -65,6 +72,8 @@ class RayFlusher(RayPeer):
 
 
 class RayHold(RayPeer):
+    service = "hold"
+
     async def deliver(self, token: str, answer: PullResponse | PullManyResponse) -> bool:
         wire = to_wire(answer) if type(answer) is PullResponse else answer
         return await self.result(self.handle().deliver.remote(token, wire))
@@ -74,11 +83,15 @@ class RayHold(RayPeer):
 
 
 class RayRegistrar(RayPeer):
+    service = "coordinator"
+
     async def register_broker(self, info: BrokerInfo) -> None:
         await self.result(self.handle().register_broker.remote(info))
 
 
 class RayMaster(RayPeer):
+    service = "broker"
+
     def ha_fetch(self, req: HaFetch) -> Awaitable[HaChunk]:
         return self.result(self.handle().ha_fetch.remote(req))  # the call starts now
 
@@ -99,13 +112,16 @@ class RayPageReaders:
         await asyncio.gather(*(r.ready.remote() for r in readers))
 
 
-def ray_peers(config: BrokerConfig, store_dir: str, namespace: str, node_id: str) -> BrokerPeers:
-    """The peers of the broker replica ``config`` describes, by name in ``namespace``."""
-    replica = config.replica_name
+def ray_peers(
+    config: BrokerConfig, store_dir: str, namespace: str, node_id: str, server_key: ServerKey
+) -> BrokerPeers:
+    """The peers of the broker replica ``config`` describes, by name in ``namespace``;
+    their server operations signed with ``server_key``."""
+    replica, key = config.replica_name, server_key
     return BrokerPeers(
-        flusher=RayFlusher(flusher_actor_name(replica), namespace),
-        hold=RayHold(hold_actor_name(replica), namespace),
-        registrar=RayRegistrar(COORDINATOR_NAME, namespace),
+        flusher=RayFlusher(flusher_actor_name(replica), namespace, key),
+        hold=RayHold(hold_actor_name(replica), namespace, key),
+        registrar=RayRegistrar(COORDINATOR_NAME, namespace, key),
         page_readers=RayPageReaders(config, store_dir, namespace, node_id),
-        master=RayMaster(broker_actor_name(config.broker_name), namespace),  # a slave's
+        master=RayMaster(broker_actor_name(config.broker_name), namespace, key),  # a slave's
     )

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from rayq.actors.coordinator_ray import RayPeers
+from rayq.actors.handles import use_deployment_key
 from rayq.actors.protocol import (
     BrokerInfo,
     BrokerTableReply,
@@ -41,21 +42,25 @@ from rayq.actors.protocol import (
     StreamPlanReply,
     StreamPlanRequest,
 )
+from rayq.actors.protocol.server_key import ServerKey, ServerProof
 from rayq.actors.server.coordinator_service import CoordinatorService
 
 
 class CoordinatorActor:
-    def __init__(self, namespace: str) -> None:
-        self.service = CoordinatorService(RayPeers(namespace))
+    def __init__(self, namespace: str, *, server_key: ServerKey) -> None:
+        # the deployment's key: it signs the coordinator's calls to brokers and goes to
+        # the replicas it starts (failover, rejoin)
+        use_deployment_key(server_key)
+        self.service = CoordinatorService(RayPeers(namespace), server_key=server_key)
         # An async actor's __init__ runs on its event loop: rebuild in the background.
         self.service.start_rebuild()
 
     # ------------------------------------------------ server operations
-    async def register_broker(self, info: BrokerInfo) -> bool:
-        return await self.service.register_broker(info)
+    async def register_broker(self, info: BrokerInfo, proof: ServerProof | None = None) -> bool:
+        return await self.service.register_broker(info, proof)
 
-    async def unregister_broker(self, broker_name: str) -> None:
-        await self.service.unregister_broker(broker_name)
+    async def unregister_broker(self, broker_name: str, proof: ServerProof | None = None) -> None:
+        await self.service.unregister_broker(broker_name, proof)
 
     async def ready(self) -> bool:
         return await self.service.ready()
@@ -110,8 +115,9 @@ class CoordinatorActor:
         return await self.service.finish_stream_plan(req)
 
 
-def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
-    """Start (or get) the coordinator; pinned to ``node_id`` (the head) when given."""
+def spawn_coordinator(namespace: str, node_id: str | None, server_key: ServerKey) -> Any:
+    """Start (or get) the coordinator, holding ``server_key``; pinned to ``node_id`` (the
+    head) when given."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from rayq.actors.protocol import COORDINATOR_NAME
@@ -129,5 +135,5 @@ def spawn_coordinator(namespace: str, node_id: str | None = None) -> Any:
             max_concurrency=1000,
             scheduling_strategy=where,
         )
-        .remote(namespace)
+        .remote(namespace, server_key=server_key)
     )

@@ -110,8 +110,9 @@ class RayPeers:
 
     async def _watch_broker(self, broker_name: str, died: BrokerDied) -> None:
         """Report a broker's death at once; re-wire it when Ray restarts it."""
+        name = broker_actor_name(broker_name)
         try:
-            handle = as_broker(ray.get_actor(broker_actor_name(broker_name), self.namespace))
+            handle = as_broker(ray.get_actor(name, self.namespace), name)
         except ValueError:
             return
         while True:
@@ -178,7 +179,7 @@ def named_actors(namespace: str) -> tuple[dict[str, BrokerHandle], dict[str, Con
             continue
         with contextlib.suppress(ValueError):  # gone since it was listed
             if name.startswith(BROKER_ACTOR_PREFIX):
-                brokers[name] = as_broker(ray.get_actor(name, namespace=namespace))
+                brokers[name] = as_broker(ray.get_actor(name, namespace=namespace), name)
             elif name.startswith(CONSUMER_ACTOR_PREFIX):
                 consumers[name] = as_consumer(ray.get_actor(name, namespace=namespace))
     return brokers, consumers

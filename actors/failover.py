@@ -78,7 +78,7 @@ def _actor(name: str, namespace: str) -> ActorHandle | None:
 def _handle(name: str, namespace: str) -> BrokerHandle | None:
     """The named broker replica actor, typed for the calls made to it, if running."""
     found = _actor(name, namespace)
-    return None if found is None else as_broker(found)
+    return None if found is None else as_broker(found, name)
 
 
 async def kill_replica(replica: str, namespace: str) -> None:
@@ -104,7 +104,10 @@ async def start_replica(
     flusher = spawn_flusher(store_dir, config.store_config, replica, namespace, node_id)
     hold = spawn_hold(config, namespace, node_id)
     await asyncio.gather(flusher.ready.remote(), hold.ready.remote())
-    broker = as_broker(spawn_broker(config, store_dir, namespace, node_id, epoch))
+    broker = as_broker(
+        spawn_broker(config, store_dir, namespace, node_id, epoch),
+        broker_actor_name(config.replica_name),
+    )
     await broker.start_services.remote()
     return broker
 

@@ -21,9 +21,11 @@ from typing import Any
 
 import ray
 
+from rayq.actors.handles import deployment_key
 from rayq.actors.metrics import metric, record_tally
 from rayq.actors.peers import PEER_LOST_ERRORS, Peer
-from rayq.actors.protocol import FlushTargets, broker_actor_name
+from rayq.actors.protocol import FlushTargets, broker_actor_name, flusher_actor_name
+from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof, Signed
 from rayq.store import DiskFlusher, StoreConfig
 from rayq.store.tally import Tally
 
@@ -90,9 +92,12 @@ class FlushService:
             self.timings.observe(("async",), time.perf_counter() - started)
 
 
-async def flush_loop(service: FlushService, broker: Peer, broker_name: str) -> None:
-    """The flusher's rounds: ask the broker how far its files are written, flush that
-    (thoroughly, and the consume queues, every so many rounds), report, sleep."""
+async def flush_loop(
+    service: FlushService, broker: Peer, broker_name: str, server_key: ServerKey
+) -> None:
+    """The flusher's rounds: ask the broker how far its files are written (a server
+    operation: signed with ``server_key``), flush that (thoroughly, and the consume
+    queues, every so many rounds), report, sleep."""
     cfg = service.config
     thorough_every = max(1, cfg.flush_thorough_interval_ms // cfg.flush_interval_ms)
     logics_every = max(1, cfg.flush_cq_interval_ms // cfg.flush_interval_ms)
@@ -103,7 +108,8 @@ async def flush_loop(service: FlushService, broker: Peer, broker_name: str) -> N
         handle = broker.get()  # None while not there (yet): next round looks again
         try:
             if handle is not None:
-                targets: FlushTargets = await handle.flush_targets.remote()
+                signed = Signed(handle, server_key, "broker", broker.name)
+                targets: FlushTargets = await signed.flush_targets.remote()
                 report(service, tags, targets.written)
                 await service.tick(
                     targets.written,
@@ -136,16 +142,26 @@ class FlusherActor:
     Ray restarted flushes again at once (no one has to re-wire it)."""
 
     def __init__(
-        self, store_dir: str, config: StoreConfig, broker_name: str, namespace: str
+        self,
+        store_dir: str,
+        config: StoreConfig,
+        broker_name: str,
+        namespace: str,
+        *,
+        server_key: ServerKey,
     ) -> None:
         self.service = FlushService(store_dir, config)
+        self.guard = Guard(server_key, "flusher", flusher_actor_name(broker_name))
         broker = Peer(broker_actor_name(broker_name), namespace)
         # An async actor's __init__ runs on its event loop: the loop starts now.
         self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
-            flush_loop(self.service, broker, broker_name)
+            flush_loop(self.service, broker, broker_name, server_key)
         )
 
-    async def sync(self, offset: int) -> int:
+    async def sync(self, offset: int, proof: ServerProof | None = None) -> int:
+        """SYNC_FLUSH: the broker's wait for ``offset`` (with its proof of the server key:
+        a stranger's offset past the log's end would keep the flusher syncing)."""
+        self.guard.check("sync", proof, offset)
         return await self.service.sync(offset)
 
     async def durable(self) -> int:
@@ -157,11 +173,17 @@ class FlusherActor:
 
 
 def spawn_flusher(
-    store_dir: str, config: StoreConfig, broker_name: str, namespace: str, node_id: str
+    store_dir: str,
+    config: StoreConfig,
+    broker_name: str,
+    namespace: str,
+    node_id: str,
+    *,
+    server_key: ServerKey | None = None,
 ) -> Any:
+    """Start (or get) a replica's flusher, holding ``server_key`` (default: this
+    process's, ``deployment_key()``: the coordinator's)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from rayq.actors.protocol import flusher_actor_name
 
     return (
         ray.remote(FlusherActor)
@@ -174,5 +196,7 @@ def spawn_flusher(
             num_cpus=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         )
-        .remote(store_dir, config, broker_name, namespace)
+        .remote(
+            store_dir, config, broker_name, namespace, server_key=server_key or deployment_key()
+        )
     )

@@ -5,6 +5,11 @@ returns an awaitable ``ObjectRef``. These Protocols name the methods one server 
 calls on another (the coordinator on brokers and Consumer actors, failover on broker
 replicas), so a type checker follows every call; ``as_broker``/``as_consumer`` type a
 handle found by name.
+
+The coordinator's process holds the deployment's server key (``use_deployment_key``,
+set by the coordinator actor): ``as_broker(handle, name)`` there signs the broker's
+server operations (protocol/server_key.py ``Signed``), and the replicas it spawns on
+failover and rejoin get that key (``deployment_key``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from rayq.actors.protocol import BrokerInfo, MessageQueue
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.server_key import ServerKey, Signed
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -62,7 +68,26 @@ class ConsumerHandle(Protocol):
     def revoke(self) -> RemoteQueues: ...
 
 
-def as_broker(handle: object) -> BrokerHandle:
+_KEY: list[ServerKey] = []  # this process's deployment key (the coordinator's), if any
+
+
+def use_deployment_key(key: ServerKey) -> None:
+    """This process (a server actor's) acts for the deployment of ``key``."""
+    _KEY[:] = [key]
+
+
+def deployment_key() -> ServerKey:
+    """This process's deployment key; RuntimeError outside a server actor."""
+    if not _KEY:
+        raise RuntimeError("no server key in this process: only server actors spawn replicas")
+    return _KEY[0]
+
+
+def as_broker(handle: object, name: str | None = None) -> BrokerHandle:
+    """``handle`` typed; with the actor's ``name``, in a process holding the deployment
+    key, its server operations are signed."""
+    if name is not None and _KEY:
+        return cast(BrokerHandle, Signed(handle, _KEY[0], "broker", name))
     return cast(BrokerHandle, handle)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from rayq.actors.handles import deployment_key
 from rayq.actors.peers import PEER_LOST_ERRORS, Peer
 from rayq.actors.protocol import (
     Park,
@@ -28,6 +29,8 @@ from rayq.actors.protocol import (
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.names import hold_actor_name
+from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof
 from rayq.actors.server.long_polling import HoldService
 from rayq.store.errors import BrokerUnavailableError
 
@@ -70,14 +73,21 @@ class RayHoldBroker:
 class PullHoldActor:
     """Ray shell over ``HoldService``: ``__init__`` and registry operations only."""
 
-    def __init__(self, config: BrokerConfig, namespace: str) -> None:
-        self.service = HoldService(RayHoldBroker(config, namespace), config.hold_s)
+    def __init__(self, config: BrokerConfig, namespace: str, *, server_key: ServerKey) -> None:
+        guard = Guard(server_key, "hold", hold_actor_name(config.replica_name))
+        self.service = HoldService(RayHoldBroker(config, namespace), config.hold_s, guard)
 
-    async def deliver(self, token: str, answer: PullResponse | PullManyResponse | bytes) -> bool:
-        """The broker's answer to a parked pull (internal: broker -> hold service); True
-        if a caller was waiting for it (the broker then parks that caller's next pull)."""
+    async def deliver(
+        self,
+        token: str,
+        answer: PullResponse | PullManyResponse | bytes,
+        proof: ServerProof | None = None,
+    ) -> bool:
+        """The broker's answer to a parked pull (internal: broker -> hold service, with
+        its proof of the server key); True if a caller was waiting for it (the broker
+        then parks that caller's next pull)."""
         got = from_wire(answer, PullResponse) if isinstance(answer, bytes) else answer
-        return self.service.deliver(token, got)
+        return self.service.deliver(token, got, proof)
 
     async def pull(self, req: PullRequest | bytes) -> PullResponse | bytes:
         """Pull, waiting up to the suspend time (answered in bytes if asked in bytes)."""
@@ -92,10 +102,12 @@ class PullHoldActor:
         return True
 
 
-def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
+def spawn_hold(
+    config: BrokerConfig, namespace: str, node_id: str, *, server_key: ServerKey | None = None
+) -> Any:
+    """Start (or get) a replica's hold service, holding ``server_key`` (default: this
+    process's, ``deployment_key()``: the coordinator's)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from rayq.actors.protocol import hold_actor_name
 
     return (
         ray.remote(PullHoldActor)
@@ -109,5 +121,5 @@ def spawn_hold(config: BrokerConfig, namespace: str, node_id: str) -> Any:
             max_concurrency=10_000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         )
-        .remote(config, namespace)
+        .remote(config, namespace, server_key=server_key or deployment_key())
     )

@@ -31,6 +31,7 @@ from pathlib import Path
 import ray
 
 import rayq
+from rayq.cluster import server_actor
 from rayq.store import StoreConfig
 
 STORE = StoreConfig(
@@ -59,7 +60,7 @@ def produce_run(
     stop = threading.Event()
 
     def sample() -> None:
-        master = ray.get_actor("rayq-broker-broker-a", namespace=ns)
+        master = server_actor("rayq-broker-broker-a", ns)
         while not stop.is_set():
             for r in ray.get(master.broker_info.remote()).replicas:
                 lags.append((r.lag_bytes, r.lag_ms))

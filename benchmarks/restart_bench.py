@@ -35,6 +35,7 @@ from rayq.actors.protocol import (
     flusher_actor_name,
     hold_actor_name,
 )
+from rayq.cluster import server_actor
 
 NAMESPACE = "rayq-restart-bench"
 BROKER = "broker-a"
@@ -133,10 +134,10 @@ def push_receives_after(sink: object, t_wall: float) -> Callable[[], bool]:
 
 def bench_flusher(topic: str) -> tuple[float, str]:
     flusher = actor(flusher_actor_name(BROKER))
-    broker = actor(broker_actor_name(BROKER))
     ray.kill(flusher, no_restart=False)
     t0 = time.monotonic()
-    written = ray.get(broker.flush_targets.remote(), timeout=10).written  # type: ignore[attr-defined]
+    signed = server_actor(broker_actor_name(BROKER), NAMESPACE)
+    written = ray.get(signed.flush_targets.remote(), timeout=10).written
     until(lambda: ray.get(flusher.durable.remote(), timeout=10) >= written, "flusher")  # type: ignore[attr-defined]
     return time.monotonic() - t0, f"durable offset past {written}"
 

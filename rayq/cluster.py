@@ -38,6 +38,7 @@ from rayq.actors.protocol import (
     replica_actor_names,
 )
 from rayq.actors.protocol.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
+from rayq.actors.protocol.server_key import ServerKey, Signed
 from rayq.actors.pull_hold import spawn_hold
 from rayq.store.errors import BrokerUnavailableError, ConfigError
 from rayq.transport.namespace import current_namespace as current_namespace
@@ -59,23 +60,33 @@ class Cluster:
         store_dir: Path | None,  # None: a cluster found running (``rayq stop``)
         owns_ray: bool,
         replicas: list[str] | None = None,
+        server_key: ServerKey | None = None,
     ) -> None:
         self.namespace = namespace
+        # the deployment's server key (None: a cluster found running, as ``rayq stop``
+        # finds one): signs the brokers' shutdown; never shown (repr, logs)
+        self._server_key = server_key
         self.broker_names = broker_names
         self.replicas = replicas or list(broker_names)  # masters' and slaves' actor names
         self.store_dir = store_dir
         self._owns_ray = owns_ray
         self._closed = False
 
+    def server_actor(self, actor_name: str) -> Any:
+        """``server_actor(actor_name, namespace)`` for this deployment."""
+        return server_actor(actor_name, self.namespace)
+
     def shutdown(self) -> None:
         """Stop brokers (closing their stores cleanly), then every rayq actor."""
         if self._closed:
             return
         self._closed = True
+        if self._server_key is not None and _KEYS.get(self.namespace) is self._server_key:
+            del _KEYS[self.namespace]
         for name in [*self.replicas[len(self.broker_names) :], *self.broker_names]:  # slaves first
             for actor_name in replica_actor_names(name):
-                _stop(actor_name, self.namespace)
-        _stop(COORDINATOR_NAME, self.namespace)
+                _stop(actor_name, self.namespace, self._server_key)
+        _stop(COORDINATOR_NAME, self.namespace, None)
         _wait_gone(self.namespace)
         if self._owns_ray:
             ray.shutdown()
@@ -87,14 +98,47 @@ class Cluster:
         self.shutdown()
 
 
-def _stop(actor_name: str, namespace: str) -> None:
+# The server keys of the deployments this driver started, by namespace.
+_KEYS: dict[str, ServerKey] = {}
+
+
+def server_actor(actor_name: str, namespace: str) -> Any:
+    """The running server actor ``actor_name`` (a broker, flusher or hold service, the
+    coordinator) of the deployment this driver started in ``namespace``, its server
+    operations (``broker_info``, ``flush_targets`` ...) signed with that deployment's
+    server key: for the operator who started it, and tests. ValueError if it is not
+    running; ConfigError if this driver did not start the deployment (only the driver
+    that started one holds its key)."""
+    key = _KEYS.get(namespace)
+    if key is None:
+        raise ConfigError(
+            f"no deployment started by this driver in namespace {namespace!r}: only the "
+            "driver that started a deployment holds its server key",
+            namespace=namespace,
+        )
+    prefixes = {
+        broker_actor_name(""): "broker",
+        flusher_actor_name(""): "flusher",
+        hold_actor_name(""): "hold",
+        COORDINATOR_NAME: "coordinator",
+    }
+    service = next((s for p, s in prefixes.items() if actor_name.startswith(p)), "")
+    handle = ray.get_actor(actor_name, namespace=namespace)
+    return Signed(handle, key, service, actor_name) if service else handle
+
+
+def _stop(actor_name: str, namespace: str, server_key: ServerKey | None) -> None:
+    """End an actor for good; a broker first closes its store cleanly when we hold the
+    deployment's server key (``shutdown`` needs its proof). Without (``rayq stop`` from
+    another driver) the broker is killed and recovers its store at its next start."""
     try:
         handle = ray.get_actor(actor_name, namespace=namespace)
     except ValueError:
         return
-    if actor_name.startswith("rayq-broker-"):
+    if actor_name.startswith("rayq-broker-") and server_key is not None:
+        signed = Signed(handle, server_key, "broker", actor_name)
         try:
-            ray.get(handle.shutdown.remote(), timeout=30)
+            ray.get(signed.shutdown.remote(), timeout=30)
         except ray.exceptions.RayActorError:
             pass  # closed its store and exited, as it should
         except Exception:
@@ -206,9 +250,10 @@ def start(
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
     node_id = ray.get_runtime_context().get_node_id()
-    _started(
-        spawn_coordinator(namespace, _head_node_id() or node_id).ready.remote(), "the coordinator"
-    )
+    key = ServerKey.new()  # this deployment's: every server actor holds it (server_key.py)
+    _KEYS[namespace] = key
+    coordinator = spawn_coordinator(namespace, _head_node_id() or node_id, key)
+    _started(coordinator.ready.remote(), "the coordinator")
     if placement == "resource":
         pinned = broker_nodes()
         if not pinned:
@@ -244,13 +289,20 @@ def start(
         replica = cfg.replica_name
         store = str(root / replica)
         # Each finds the others by name; the broker last, so it finds its peers at once.
-        flusher = spawn_flusher(store, cfg.store_config, replica, namespace, node_id)
-        hold = spawn_hold(cfg, namespace, node_id)
+        flusher = spawn_flusher(
+            store, cfg.store_config, replica, namespace, node_id, server_key=key
+        )
+        hold = spawn_hold(cfg, namespace, node_id, server_key=key)
         _started(
             [flusher.ready.remote(), hold.ready.remote()],
             f"the flusher and hold service of {replica}",
         )
-        broker = spawn_broker(cfg, store, namespace, node_id)
+        broker = Signed(
+            spawn_broker(cfg, store, namespace, node_id, server_key=key),
+            key,
+            "broker",
+            broker_actor_name(replica),
+        )
         _started(broker.start_services.remote(), f"broker {replica}")  # registered on return
         replicas.append(replica)
         if broker_id == 0:
@@ -264,7 +316,12 @@ def start(
         root,
     )
     return Cluster(
-        namespace, names, root, owns_ray, [*names, *[r for r in replicas if r not in names]]
+        namespace,
+        names,
+        root,
+        owns_ray,
+        [*names, *[r for r in replicas if r not in names]],
+        server_key=key,
     )
 
 

@@ -78,7 +78,7 @@ class RequestAuth(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """A signed request's credentials (ACL, actors/server/acl.py): the account, when it
     was signed (ms since the epoch), the client's declared address and the hex
     keyed-BLAKE3 MAC of the request encoded with ``signature`` empty (actors/protocol/auth.py).
-    An unsigned one (no ``access_key``) only declares ``address``, for whitelisted hosts."""
+    ``address`` is the client's word, for logs: the whitelist never trusts it."""
 
     access_key: str = ""
     timestamp_ms: int = 0
@@ -324,8 +324,72 @@ def _check_records(
     crcs = list(map(crc32c, map(mv.__getitem__, map(slice, body_at, ends))))
     if crcs != [h[2] for h in heads]:
         raise BatchRejected("a record fails its CRC: it was damaged on the way or mis-encoded")
-    _check_tags_codes(batch, records, list(map(fixed.__add__, tpos)), ends)
+    props_at = list(map(fixed.__add__, tpos))
+    _check_tags_codes(batch, records, props_at, ends)
+    if refused_flags:  # a producer's batch (the broker's own may carry what it sets)
+        _check_broker_properties(records, props_at, ends)
+        if any(batch.msg_ids):  # ids claimed ("" is none: records without UNIQ_KEY)
+            _check_msg_ids(batch.msg_ids, records, props_at, ends)
     return crcs
+
+
+# A property only the broker sets, first in a record's properties or after a separator.
+_BROKER_NAMES: Final = b"|".join(re.escape(n.encode()) for n in sorted(P.BROKER_ONLY_PROPERTIES))
+_BROKER_FIRST: Final = re.compile(b"(" + _BROKER_NAMES + b")\x01")
+_BROKER_LATER: Final = re.compile(b"\x02(" + _BROKER_NAMES + b")\x01")
+_BROKER_NEEDLES: Final = tuple(n.encode() + b"\x01" for n in sorted(P.BROKER_ONLY_PROPERTIES))
+_UNIQ: Final[bytes] = P.UNIQ_KEY.encode() + b"\x01"
+_UNIQ_LATER: Final[bytes] = b"\x02" + _UNIQ
+
+
+def _check_broker_properties(records: bytes, props_at: list[int], ends: list[int]) -> None:
+    """InvalidMessageError if a record of a producer's batch carries a property that
+    only the broker sets (``BROKER_ONLY_PROPERTIES``: a raw put must not forge a retry's
+    origin or a delayed message's destination). Two C-level regex maps."""
+    firsts = list(map(_BROKER_FIRST.match, repeat(records), props_at, ends))
+    laters = list(map(_BROKER_LATER.search, repeat(records), props_at, ends))
+    if not any(firsts) and not any(laters):
+        return
+    bad, hit = next(
+        (i, f or m) for i, (f, m) in enumerate(zip(firsts, laters, strict=True)) if f or m
+    )
+    name = cast(re.Match[bytes], hit).group(1).decode()
+    raise InvalidMessageError(
+        f"record {bad} of the batch carries property {name!r}, which is reserved: "
+        f"{P.RESERVED_PROPERTIES[name]}; a producer may not set it",
+        name=name,
+    )
+
+
+def _check_msg_ids(ids: list[str], records: bytes, props_at: list[int], ends: list[int]) -> None:
+    """InvalidMessageError unless each record has exactly one UNIQ_KEY property and it is
+    its msg id: the reply's ids are the batch's, so they must name the records stored.
+    C-level maps."""
+    n = len(ids)
+    if records.count(_UNIQ) == n:  # no more UNIQ_KEY names than records: the fast path
+        parts = "\x00".join(ids).encode().split(b"\x00")
+        if len(parts) == n:  # the encoder's layout: after TAGS or KEYS, each record's one
+            later = map(bytes.__add__, map(_UNIQ_LATER.__add__, parts), repeat(b"\x02"))
+            if min(map(records.find, later, props_at, ends)) >= 0:
+                return
+    want = [_UNIQ + i.encode() + b"\x02" for i in ids]
+    firsts = list(map(records.startswith, repeat(_UNIQ), props_at))
+    counts = list(map(records.count, repeat(_UNIQ_LATER), props_at, ends))
+    if all(map((1).__eq__, map(int.__add__, counts, firsts))):
+        if not any(firsts):  # the encoder's layout: TAGS or KEYS come first
+            found = list(map(records.find, map(b"\x02".__add__, want), props_at, ends))
+        else:
+            found = [
+                records.startswith(w, p) - 1 if f else records.find(b"\x02" + w, p, e)
+                for w, f, p, e in zip(want, firsts, props_at, ends, strict=True)
+            ]
+        if min(found) >= 0:
+            return
+    raise InvalidMessageError(
+        "the batch's msg_ids are not its records' UNIQ_KEY properties (one per record, in "
+        "order): the reply would name other messages than those stored; encode batches "
+        "with rayq.store.encode_batch"
+    )
 
 
 def _check_tags_codes(

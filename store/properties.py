@@ -63,6 +63,12 @@ RESERVED_PROPERTIES: Final[dict[str, str]] = {
     RECONSUME_TIME: _BROKER_SETS_IT,
     MAX_RECONSUME_TIMES: _BROKER_SETS_IT,
 }
+# Reserved names only the broker writes (send-backs, dead letters, delayed delivery;
+# WAIT: the broker decides when a send is stored): a producer's batch carrying one is
+# refused by the broker too (batch.check_encoded), not only by the producer.
+BROKER_ONLY_PROPERTIES: Final[frozenset[str]] = frozenset(
+    n for n, why in RESERVED_PROPERTIES.items() if why == _BROKER_SETS_IT
+) | {WAIT}
 # Reserved names a read can return (a stored record keeps them; the delivery of a
 # delayed message removes DELAY, __DELIVER_AT_MS, REAL_TOPIC and REAL_QID).
 READ_BACK_PROPERTIES: Final[frozenset[str]] = frozenset(RESERVED_PROPERTIES) - {

@@ -32,8 +32,8 @@ _encoder = msgspec.msgpack.Encoder()
 
 class Credentials(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """An ACL account's keys (``ClientConfig(credentials=...)``). The secret key never
-    shows in ``repr``. Both keys empty: the client only declares its address (for hosts
-    on the broker's ``global_white_remote_addresses``)."""
+    shows in ``repr``. Both keys empty: the client only declares its address, which
+    the broker never trusts (its whitelist matches the address it observes)."""
 
     access_key: str = ""
     secret_key: str = ""

@@ -47,6 +47,7 @@ class Access(enum.Enum):
     ADMIN = "ADMIN"  # an admin account
     ACCOUNT = "ACCOUNT"  # any valid, signed account
     NONE = "NONE"  # not checked by the ACL
+    SERVER_KEY = "SERVER_KEY"  # a server operation that needs the server proof (server_key.py)
 
 
 class Operation(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,48 +159,53 @@ _COORDINATOR_CLIENT: Final = (
     ),
     _op("coordinator", "finish_stream_plan", c.FinishStreamPlanRequest, b.Done, "", A.NONE),
 )
-# Operations between server actors (and rayq.start): filled in per actor as its shell is
-# made thin; each is a method of that actor class and nothing else is.
+# Operations between server actors (and rayq.start): each is a method of that actor
+# class and nothing else is. Access SERVER_KEY: the call carries a ``ServerProof`` of the
+# deployment's server key (server_key.py) and is refused without; NONE: open, as it
+# changes nothing and reveals nothing a client cannot learn (``ready``, counters).
+S = Caller.SERVER
+K = Access.SERVER_KEY
 _COORDINATOR_SERVER: Final = (
     # brokers register and heartbeat; rayq.start waits for ``ready``
-    _op("coordinator", "register_broker", i.BrokerInfo, bool, "", A.NONE, Caller.SERVER),
-    _op("coordinator", "unregister_broker", str, None, "", A.NONE, Caller.SERVER),
-    _op("coordinator", "ready", None, bool, "", A.NONE, Caller.SERVER),
+    _op("coordinator", "register_broker", i.BrokerInfo, bool, "", K, S),
+    _op("coordinator", "unregister_broker", str, None, "", K, S),
+    _op("coordinator", "ready", None, bool, "", A.NONE, S),
     # a push consumer's Consumer actor: its own driver (start, stats, shutdown) and the
     # coordinator (rejoin after a restart; park to learn of its death; assign and revoke,
-    # which take (generation, queues) as two arguments, so no one request type)
-    _op("consumer", "start", None, bool, "", A.NONE, Caller.SERVER),
-    _op("consumer", "rejoin", None, bool, "", A.NONE, Caller.SERVER),
-    _op("consumer", "assign", None, None, "", A.NONE, Caller.SERVER),
-    _op("consumer", "revoke", None, None, "", A.NONE, Caller.SERVER),
-    _op("consumer", "park", None, None, "", A.NONE, Caller.SERVER),
-    _op("consumer", "stats", None, dict, "", A.NONE, Caller.SERVER),
-    _op("consumer", "shutdown", None, dict, "", A.NONE, Caller.SERVER),
+    # which take (generation, queues) as two arguments, so no one request type). The
+    # actor is a client's, which holds no server key (docs/guide/acl.md, 'The server key')
+    _op("consumer", "start", None, bool, "", A.NONE, S),
+    _op("consumer", "rejoin", None, bool, "", A.NONE, S),
+    _op("consumer", "assign", None, None, "", A.NONE, S),
+    _op("consumer", "revoke", None, None, "", A.NONE, S),
+    _op("consumer", "park", None, None, "", A.NONE, S),
+    _op("consumer", "stats", None, dict, "", A.NONE, S),
+    _op("consumer", "shutdown", None, dict, "", A.NONE, S),
 )
-S = Caller.SERVER
 # The broker's, its hold service's, its flusher's and its page readers' (actors/broker.py,
 # pull_hold.py, flusher.py, page_reader.py): lifecycle, the coordinator's registration and
 # watch, replication (slave -> master), flush targets, answers to parked pulls, diagnosis.
 _BROKER_SERVER: Final = (
-    _op("broker", "start_services", None, bool, "", A.NONE, S),
-    _op("broker", "broker_info", None, i.BrokerInfo, "admin", A.NONE, S),
-    _op("broker", "broker_config", None, BrokerConfig, "admin", A.NONE, S),
-    _op("broker", "flush_targets", None, i.FlushTargets, "admin", A.NONE, S),
-    _op("broker", "park", None, None, "watch", A.NONE, S),
+    _op("broker", "start_services", None, bool, "", K, S),
+    _op("broker", "broker_info", None, i.BrokerInfo, "admin", K, S),
+    _op("broker", "broker_config", None, BrokerConfig, "admin", K, S),
+    _op("broker", "flush_targets", None, i.FlushTargets, "admin", K, S),
+    _op("broker", "park", None, None, "watch", K, S),
     _op("broker", "ready", None, str, "", A.NONE, S),
-    _op("broker", "shutdown", None, None, "", A.NONE, S),
-    _op("broker", "ha_fetch", i.HaFetch, i.HaChunk, "ha", A.NONE, S),
-    _op("broker", "ha_metadata", i.MetadataRequest, i.MetadataReply, "ha", A.NONE, S),
-    _op("broker", "sync_metadata", None, bool, "admin", A.NONE, S),
+    _op("broker", "shutdown", None, None, "", K, S),
+    _op("broker", "ha_fetch", i.HaFetch, i.HaChunk, "ha", K, S),
+    _op("broker", "ha_metadata", i.MetadataRequest, i.MetadataReply, "ha", K, S),
+    _op("broker", "sync_metadata", None, bool, "admin", K, S),
     _op("broker", "put_arrow_stats", None, dict, "", A.NONE, S),
     # deliver(token, answer): the answer (a PullResponse, or a PullManyResponse for a
     # pull_many) to the parked pull ``token``; True if a caller waited for it
-    _op("hold", "deliver", h.PullResponse, bool, "", A.NONE, S),
+    _op("hold", "deliver", h.PullResponse, bool, "", K, S),
     _op("hold", "ready", None, bool, "", A.NONE, S),
-    _op("flusher", "sync", int, int, "", A.NONE, S),  # a commit-log offset
+    _op("flusher", "sync", int, int, "", K, S),  # a commit-log offset
     _op("flusher", "durable", None, int, "", A.NONE, S),
     _op("flusher", "ready", None, bool, "", A.NONE, S),
-    _op("page_reader", "read_arrow_ipc", bytes, bytes, "", A.NONE, S),  # the JVM's, too
+    # the JVM's too: checked by the ACL as the broker's read_arrow_ipc
+    _op("page_reader", "read_arrow_ipc", bytes, bytes, "", A.SUB, S),
     _op("page_reader", "stats", None, dict, "", A.NONE, S),
     _op("page_reader", "ready", None, bool, "", A.NONE, S),
 )
@@ -221,6 +227,11 @@ def operations(service: str, caller: Caller | None = None) -> dict[str, Operatio
         for op in OPERATIONS
         if op.service == service and (caller is None or op.caller is caller)
     }
+
+
+def server_key_operations() -> dict[str, Operation]:
+    """The operations that need the server proof, by ``service.name``."""
+    return {op.key: op for op in OPERATIONS if op.access is Access.SERVER_KEY}
 
 
 def admin_operations(service: str = "broker") -> frozenset[str]:
@@ -261,4 +272,5 @@ __all__ = [
     "concurrency_groups",
     "markdown_table",
     "operations",
+    "server_key_operations",
 ]

@@ -15,8 +15,12 @@ at the boundary by the broker actor and by ``rayq.testing.FakeCluster`` (through
     topic_perms = ["orders=PUB", "audit=DENY"]
     group_perms = ["billing=SUB"]
 
-Perms are DENY, PUB, SUB and PUB|SUB. A request whose declared address matches a
-whitelist entry passes without a signature. Otherwise its ``auth`` must name a known
+Perms are DENY, PUB, SUB and PUB|SUB. A request from a whitelisted address passes
+without a signature: the address the server observes (``peer``, from the transport),
+never the one a request declares (``RequestAuth.address`` is the client's word). Under
+Ray actor calls the server observes no caller address (``peer`` is None), so whitelist
+entries admit nobody there (a warning says so when a file has some); a socket transport
+that sees its peer's address passes it. Otherwise a request's ``auth`` must name a known
 account, carry a timestamp within ``acl_timestamp_window_ms`` of the broker's clock
 (replay protection) and the right signature (actors/protocol/auth.py); then each resource it
 touches must grant the perm needed: PUB on the topic to send; SUB on the topic and
@@ -248,6 +252,14 @@ class AclService:
             )
             return
         self.rules = rules
+        if rules.whitelist:
+            logger.warning(
+                "ACL file %s: global_white_remote_addresses %s match only a caller address "
+                "the server observes; under Ray actor calls it observes none, so these "
+                "entries admit nobody (a client's declared address is never trusted)",
+                self.path,
+                list(rules.whitelist),
+            )
         logger.info(
             "ACL file %s loaded: %d accounts, %d whitelist entries",
             self.path,
@@ -256,12 +268,14 @@ class AclService:
         )
 
     # ------------------------------------------------------------ checks
-    def check(self, method: str, req: Any) -> None:
-        """Nothing if ``req`` may call ``method``; else PermissionDeniedError saying why."""
+    def check(self, method: str, req: Any, peer: str | None = None) -> None:
+        """Nothing if ``req`` may call ``method``; else PermissionDeniedError saying why.
+        ``peer``: the caller's address as the transport observed it (None: unknown, as
+        under Ray actor calls); the only address the whitelist is matched against."""
         self._maybe_reload()
         rules = self.rules
         auth = req.auth
-        if auth is not None and rules.whitelisted(auth.address):
+        if peer is not None and rules.whitelisted(peer):
             return
         if auth is None or not auth.access_key:
             raise PermissionDeniedError(

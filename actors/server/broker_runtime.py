@@ -215,7 +215,7 @@ class BrokerRuntime:
                 await asyncio.sleep(linger)
                 fetch = master.ha_fetch(slave.request())
             if chunk.topics_version != self.server.tables.topics.data_version:
-                await self.endpoint.sync_metadata()  # a topic changed: now, not at the tick
+                await self.endpoint.sync_metadata_now()  # a topic changed: now, not at the tick
 
     def _replication_failed(self, why: str) -> None:
         """Log a slave's replication problem once (until it changes or clears) and keep it
@@ -229,7 +229,7 @@ class BrokerRuntime:
         interval = self.server.config.slave_sync_metadata_interval_ms / 1000
         while not self.closed:
             try:
-                await self.endpoint.sync_metadata()
+                await self.endpoint.sync_metadata_now()
             except Exception as exc:
                 logger.warning(
                     "slave %s: metadata sync failed (%s); next in %.0f s",

@@ -152,12 +152,14 @@ class BrokerServer(
 
     # ------------------------------------------------------------- topics
 
-    def authorize(self, method: str, request: Any) -> None:
+    def authorize(self, method: str, request: Any, peer: str | None = None) -> None:
         """ACL (actors/server/acl.py): nothing if ACL is off or ``request`` may call the
         client method ``method``; else PermissionDeniedError. Called at the boundary (the
-        broker actor, the fake cluster) once per client request, after ``check``."""
+        broker actor, the fake cluster) once per client request, after ``check``.
+        ``peer``: the caller's address as the transport observed it (None under Ray actor
+        calls, which show none); only it is matched against the whitelist."""
         if self.acl is not None:
-            self.acl.check(method, request)
+            self.acl.check(method, request, peer)
 
     def topic_config(self, topic: str, create: bool = False) -> TopicConfig:
         check_not_system(topic)

@@ -51,6 +51,8 @@ from rayq.actors.protocol import (
     StreamPlanRequest,
     check,
 )
+from rayq.actors.protocol.names import COORDINATOR_NAME
+from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof
 from rayq.actors.server.coordinator_groups import GroupCoordinator, wait_ready
 from rayq.actors.server.coordinator_peers import CoordinatorPeers
 from rayq.actors.server.routes import GroupTable, RouteTable
@@ -93,8 +95,16 @@ class Loops:
 class CoordinatorService:
     """Every coordinator operation (actors/protocol/registry.py, service "coordinator")."""
 
-    def __init__(self, peers: CoordinatorPeers, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        peers: CoordinatorPeers,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        server_key: ServerKey,
+    ) -> None:
         self.peers = peers
+        # register_broker and unregister_broker: a broker's, with its server proof
+        self.guard = Guard(server_key, "coordinator", COORDINATOR_NAME)
         self.clock = clock
         self.table = RouteTable()
         self.groups = GroupTable()
@@ -137,7 +147,7 @@ class CoordinatorService:
             infos = await self.peers.broker_infos()
             for name, info in infos.items():
                 if isinstance(info, BrokerInfo):
-                    await self.register_broker(info)
+                    await self.registered(info)
                 else:  # it registers itself when it is up
                     logger.warning("rebuild: broker actor %s did not answer (%s)", name, info)
             self.routes_ready.set()
@@ -162,8 +172,13 @@ class CoordinatorService:
         self.loops.cancel()
 
     # ------------------------------------------------------------ brokers
-    async def register_broker(self, info: BrokerInfo) -> bool:
-        """A broker (re-)registers: True if it is new."""
+    async def register_broker(self, info: BrokerInfo, proof: ServerProof | None = None) -> bool:
+        """A broker (re-)registers (with its proof of the server key): True if it is new."""
+        self.guard.check("register_broker", proof, info)
+        return await self.registered(info)
+
+    async def registered(self, info: BrokerInfo) -> bool:
+        """``register_broker`` from within (a rebuild, a failover): True if it is new."""
         info = check(info, BrokerInfo)
         self.loops.ensure("scan", self._scan_loop)
         self.seen_ms[info.broker_name, info.broker_id] = self.clock.now_ms()
@@ -192,7 +207,9 @@ class CoordinatorService:
         self.peers.watch_broker(info.broker_name, self.broker_died)
         return new
 
-    async def unregister_broker(self, broker_name: str) -> None:
+    async def unregister_broker(self, broker_name: str, proof: ServerProof | None = None) -> None:
+        """A broker leaves the routes (with its proof of the server key)."""
+        self.guard.check("unregister_broker", proof, broker_name)
         self.remove_broker(broker_name, lost=False)
 
     def tick(self, now_ms: int) -> list[str]:
@@ -275,7 +292,7 @@ class CoordinatorService:
                 return
             self.refused.pop(name, None)
             self.slaves.get(name, {}).pop(promoted[0], None)
-            await self.register_broker(promoted[1])
+            await self.registered(promoted[1])
             self._ensure_placement()
 
     def acked_offset(self, name: str) -> int:

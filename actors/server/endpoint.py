@@ -28,6 +28,8 @@ from rayq.actors.protocol import check, check_json, to_wire
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.names import broker_actor_name
+from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof
 from rayq.actors.server import columnar
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.long_polling import BrokerLongPolling, Pull, Reply
@@ -44,7 +46,7 @@ from rayq.actors.server.replication_wait import earlier_batches, wait_safe
 from rayq.actors.server.shared_rows import SharedRows
 from rayq.store import EncodedBatch
 from rayq.store.batch import BatchRejected, check_shape
-from rayq.store.errors import InvalidRequestError
+from rayq.store.errors import InvalidRequestError, PermissionDeniedError
 from rayq.store.names import is_dlq_topic
 from rayq.store.tally import Tally
 
@@ -78,8 +80,12 @@ class BrokerPeers:
 class BrokerEndpoint:
     """Check, authorize and serve every broker operation (one async method each)."""
 
-    def __init__(self, server: BrokerServer, peers: BrokerPeers, tallies: Tallies) -> None:
+    def __init__(
+        self, server: BrokerServer, peers: BrokerPeers, tallies: Tallies, server_key: ServerKey
+    ) -> None:
         self.server = server
+        # the server operations' proofs (protocol/server_key.py), made for this actor's name
+        self.guard = Guard(server_key, "broker", broker_actor_name(server.config.replica_name))
         self.peers = peers
         self.tallies = tallies
         self.shared_rows = SharedRows()  # put_arrow's rows in slots of this node's executors
@@ -108,6 +114,10 @@ class BrokerEndpoint:
             return True
         except PeerMissingError:  # logged once by the lookup
             pass
+        except PermissionDeniedError as exc:  # another deployment's key: never routed
+            logger.error(
+                "broker %s: the coordinator refused its registration: %s", self.server.name, exc
+            )
         except PeerLostError as exc:
             logger.warning(
                 "broker %s: coordinator unreachable (%s); registering again later",
@@ -402,9 +412,10 @@ class BrokerEndpoint:
 
     # ------------------------------------------------------------ replication, internal
 
-    async def ha_fetch(self, req: i.HaFetch | bytes) -> i.HaChunk:
+    async def ha_fetch(self, req: i.HaFetch | bytes, proof: ServerProof | None = None) -> i.HaChunk:
         """A slave's fetch: the commit-log bytes from its offset, as soon as there are some
         (or empty after its ``wait_ms``). Its offset acknowledges everything below."""
+        self.guard.check("ha_fetch", proof, req)
         req = check(req, i.HaFetch)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.wait_ms / 1000
@@ -429,13 +440,20 @@ class BrokerEndpoint:
         finally:
             self.fetching.discard(waiting)
 
-    async def ha_metadata(self, req: i.MetadataRequest | bytes) -> i.MetadataReply:
+    async def ha_metadata(
+        self, req: i.MetadataRequest | bytes, proof: ServerProof | None = None
+    ) -> i.MetadataReply:
         """A slave's metadata sync: its committed offsets in, this master's tables out."""
+        self.guard.check("ha_metadata", proof, req)
         return self.server.ha_metadata(check(req, i.MetadataRequest))
 
-    async def sync_metadata(self) -> bool:
-        """One metadata sync now (a slave; its runtime runs it every interval). False if
-        the master is not reachable."""
+    async def sync_metadata(self, proof: ServerProof | None = None) -> bool:
+        """One metadata sync now (a slave). False if the master is not reachable."""
+        self.guard.check("sync_metadata", proof)
+        return await self.sync_metadata_now()
+
+    async def sync_metadata_now(self) -> bool:
+        """``sync_metadata`` from within (the slave's runtime runs it every interval)."""
         if self.server.slave is None:
             return False
         req = self.server.metadata_request()
@@ -449,16 +467,19 @@ class BrokerEndpoint:
             await self.register()
         return True
 
-    async def broker_info(self) -> i.BrokerInfo:
+    async def broker_info(self, proof: ServerProof | None = None) -> i.BrokerInfo:
         """For the coordinator (and operators): this broker's topics, node and store."""
+        self.guard.check("broker_info", proof)
         return self.server.info()
 
-    async def broker_config(self) -> BrokerConfig:
+    async def broker_config(self, proof: ServerProof | None = None) -> BrokerConfig:
         """For the coordinator's failover: this replica's settings."""
+        self.guard.check("broker_config", proof)
         return self.server.config
 
-    async def flush_targets(self) -> i.FlushTargets:
+    async def flush_targets(self, proof: ServerProof | None = None) -> i.FlushTargets:
         """For the flusher: how far the files are written."""
+        self.guard.check("flush_targets", proof)
         return self.server.flush_targets()
 
     async def ready(self) -> str:

@@ -45,6 +45,7 @@ from rayq.actors.protocol import (
     follow_up_token,
     nothing_new,
 )
+from rayq.actors.protocol.server_key import Guard, ServerProof
 from rayq.actors.server.peer_api import Hold, HoldBroker, PeerLostError
 
 logger = logging.getLogger(__name__)
@@ -348,13 +349,16 @@ class HoldService:
     """The hold service's side: a waiting pull goes to the broker once (with a
     ``Park``); its answer comes through ``deliver`` or the hold time runs out."""
 
-    def __init__(self, broker: HoldBroker, hold_s: Callable[[int], float]) -> None:
+    def __init__(self, broker: HoldBroker, hold_s: Callable[[int], float], guard: Guard) -> None:
         self.broker = broker
         self.hold_s = hold_s  # a request's suspend_ms -> how long it is held
         self.table = HoldTable(lambda request: hold_s(request.suspend_ms))
+        self.guard = guard  # ``deliver`` is the broker's only: proof of the server key
 
-    def deliver(self, token: str, answer: Reply) -> bool:
-        """The broker's answer to a parked pull; True if a caller was waiting for it."""
+    def deliver(self, token: str, answer: Reply, proof: ServerProof | None = None) -> bool:
+        """The broker's answer to a parked pull; True if a caller was waiting for it.
+        Its ``proof`` (of the server key, bound to the token) is checked first."""
+        self.guard.check("deliver", proof, token, answer)
         return self.table.deliver(token, answer)
 
     async def pull(self, req: PullRequest) -> PullResponse:

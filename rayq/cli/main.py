@@ -293,7 +293,9 @@ def make_argument_parser() -> argparse.ArgumentParser:
     plain, reading = _common(False), _common(True)
     _add_start(sub, plain)
     sub.add_parser("status", parents=[plain], help="list brokers and topics")
-    sub.add_parser("stop", parents=[plain], help="stop every rayq actor (stores close cleanly)")
+    sub.add_parser(
+        "stop", parents=[plain], help="stop every rayq actor (stores recover at the next start)"
+    )
     groups: dict[str, Any] = {}
     for (group, name), (text, read, arguments) in _COMMANDS.items():
         if group not in groups:

@@ -51,6 +51,7 @@ from rayq.actors.protocol import (
     PullRequest,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
@@ -173,10 +174,13 @@ class FakeCluster:
         self.servers: dict[str, BrokerServer] = {}
         self.brokers: dict[str, FakeBroker] = {}  # the real endpoint and hold service of each
         self._loop = LoopThread()
+        # the fake deployment's server key: its brokers, hold services and coordinator
+        # check the server operations' proofs with it, as the actors do
+        self.server_key = ServerKey.new()
         for name in brokers:
             cfg = msgspec.structs.replace(base, broker_name=name)
             self._open(BrokerServer(cfg, str(self.root / name), node_id="fake-node"))
-        self.coordinator = FakeCoordinator(namespace, self._loop)
+        self.coordinator = FakeCoordinator(namespace, self._loop, self.server_key)
         self.calls: list[tuple[str, str]] = []
         self.stopped: dict[str, bool] = {}  # broker -> still routed (keep_route)
         self._failures: dict[tuple[str, str], list[BaseException]] = {}
@@ -186,7 +190,7 @@ class FakeCluster:
 
     def _open(self, server: BrokerServer) -> None:
         self.servers[server.name] = server
-        self.brokers[server.name] = FakeBroker(server)
+        self.brokers[server.name] = FakeBroker(server, self.server_key)
 
     def server(self, broker_name: str = "") -> BrokerServer:
         """A broker's server (the only one if no name is given), for reading it back."""
@@ -338,6 +342,44 @@ class FakeCluster:
         for _, reply, task in held:
             reply.set_error(error)
             self._loop.loop.call_soon_threadsafe(task.cancel)
+
+    # ------------------------------------------------------ server operations
+    def call_server(self, target: str, method: str, *args: Any, proof: Any = None) -> Any:
+        """A server operation as another server actor (or a stranger) calls it: the
+        broker ``target``'s endpoint ``method`` (``ha_fetch``, ``ha_metadata``,
+        ``flush_targets`` ...), its hold service's (``hold.deliver``) or the coordinator's
+        (``coordinator.register_broker``), with ``proof`` (None: without one). Its answer,
+        or what it raised. ``prove`` makes a valid proof."""
+        return self._loop.run(self._server_call(target, method, args, proof))
+
+    async def _server_call(
+        self, target: str, method: str, args: tuple[Any, ...], proof: Any
+    ) -> Any:
+        service, _, name = method.rpartition(".")
+        if service == "coordinator":
+            return await getattr(self.coordinator.service, name)(*args, proof)
+        broker = self.brokers[self.server(target).name]
+        if service == "hold":
+            return getattr(broker.hold, name)(*args, proof)
+        return await getattr(broker.endpoint, name)(*args, proof)
+
+    def prove(self, target: str, method: str, *args: Any) -> Any:
+        """A valid proof of the fake deployment's server key for ``call_server``."""
+        from rayq.actors.protocol.names import (
+            COORDINATOR_NAME,
+            broker_actor_name,
+            hold_actor_name,
+        )
+        from rayq.actors.protocol.server_key import Guard
+
+        service, _, name = method.rpartition(".")
+        service = service or "broker"
+        actor = {
+            "coordinator": COORDINATOR_NAME,
+            "hold": hold_actor_name(target),
+            "broker": broker_actor_name(target),
+        }[service]
+        return Guard(self.server_key, service, actor).prove(name, *args)
 
     # ---------------------------------------------------------- coordinator
     def call_coordinator(self, method: str, req: Any) -> FakeReply[Any]:

@@ -29,6 +29,8 @@ from rayq.actors.protocol import (
     PullRequest,
     PullResponse,
 )
+from rayq.actors.protocol.names import hold_actor_name
+from rayq.actors.protocol.server_key import Guard, ServerKey
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.endpoint import BrokerEndpoint, BrokerPeers
 from rayq.actors.server.long_polling import HoldService
@@ -91,15 +93,19 @@ class _Flusher:
 
 
 class _Hold:
-    """The hold service, called directly (set once both sides exist)."""
+    """The hold service, called directly (set once both sides exist), with the broker's
+    proof of the server key as the broker actor's calls carry it."""
 
     name = "fake-hold"
 
-    def __init__(self) -> None:
+    def __init__(self, guard: Guard) -> None:
         self.service: HoldService | None = None
+        self.guard = guard
 
     async def deliver(self, token: str, answer: PullResponse | PullManyResponse) -> bool:
-        return self.service is not None and self.service.deliver(token, answer)
+        if self.service is None:
+            return False
+        return self.service.deliver(token, answer, self.guard.prove("deliver", token, answer))
 
     async def ready(self) -> bool:
         return True
@@ -139,14 +145,15 @@ class _HoldBroker:
 class FakeBroker:
     """One broker of the fake cluster: its server, endpoint and hold service."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, server_key: ServerKey) -> None:
         self.server = server
-        hold, nobody = _Hold(), _Nobody()
+        guard = Guard(server_key, "hold", hold_actor_name(server.config.replica_name))
+        hold, nobody = _Hold(guard), _Nobody()
         peers = BrokerPeers(
             flusher=_Flusher(), hold=hold, registrar=nobody, page_readers=nobody, master=nobody
         )
-        self.endpoint = BrokerEndpoint(server, peers, _Tallies())
-        self.hold = HoldService(_HoldBroker(self.endpoint), server.config.hold_s)
+        self.endpoint = BrokerEndpoint(server, peers, _Tallies(), server_key)
+        self.hold = HoldService(_HoldBroker(self.endpoint), server.config.hold_s, guard)
         hold.service = self.hold
 
 

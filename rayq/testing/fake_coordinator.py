@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from rayq.actors.protocol import BrokerInfo
 from rayq.actors.protocol.registry import Caller, operations
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.server.coordinator_peers import NoPeers
 from rayq.actors.server.coordinator_service import CoordinatorService
 from rayq.store.clock import SYSTEM_CLOCK, Clock
@@ -30,8 +31,10 @@ CLIENT_OPERATIONS = frozenset(operations("coordinator", Caller.CLIENT))
 class FakeCoordinator:
     """A ``CoordinatorService`` on the fake's event loop, called synchronously."""
 
-    def __init__(self, namespace: str, loop: LoopThread, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.service = CoordinatorService(NoPeers(namespace), clock)
+    def __init__(
+        self, namespace: str, loop: LoopThread, server_key: ServerKey, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.service = CoordinatorService(NoPeers(namespace), clock, server_key=server_key)
         self.service.skip_rebuild()  # nothing ran before it
         self._loop = loop
 
@@ -54,9 +57,9 @@ class FakeCoordinator:
         """Register the routed brokers; drop the others as lost (once)."""
         for info, routed in brokers:
             if routed:
-                await self.service.register_broker(info)
+                await self.service.registered(info)
             elif info.broker_name not in self.service.lost:
-                await self.service.register_broker(info)
+                await self.service.registered(info)
                 self.service.remove_broker(info.broker_name)
 
     async def _close(self) -> None:

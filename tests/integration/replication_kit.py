@@ -16,6 +16,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import rayq
+from rayq.cluster import server_actor
 from rayq.store import StoreConfig, codec
 from rayq.store.reader import MEMORY_BYTES
 
@@ -75,7 +76,7 @@ class Deployment:
 
     # ------------------------------------------------------------- reading
     def actor(self, replica: str) -> Any:
-        return ray.get_actor(f"rayq-broker-{replica}", namespace=self.namespace)
+        return server_actor(f"rayq-broker-{replica}", self.namespace)
 
     def info(self, replica: str) -> Any:
         return ray.get(self.actor(replica).broker_info.remote(), timeout=30)

@@ -91,3 +91,21 @@ def test_wrong_secret_and_missing_perms_are_refused(deployment: rayq.Cluster) ->
         pytest.raises(rayq.PermissionDeniedError, match="no credentials"),
     ):
         anonymous.send(rayq.Message(topic=TOPIC, body=b"x"))
+
+
+def test_a_hostile_driver_without_credentials_or_server_key_changes_nothing(
+    deployment: rayq.Cluster,
+) -> None:
+    """Issue 27 through real actors (rayq.testing.hostile, the soak's hostile client):
+    every attack of a driver without credentials or the server key is refused with a rayq
+    error; routes, offsets, queue ends and the actors are as before, and sends go on."""
+    from rayq.testing import hostile
+
+    admin = ClientConfig(credentials=ADMIN)
+    before = hostile.snapshot(NAMESPACE, [TOPIC], ["acl-cg"], config=admin)
+    for name, attack in hostile.ATTACKS.items():
+        seen = attack(NAMESPACE, TOPIC, "acl-cg")
+        assert seen.refused and seen.attack == name, seen
+    assert hostile.changed(before, hostile.snapshot(NAMESPACE, [TOPIC], ["acl-cg"], admin)) == []
+    with rayq.Producer("acl-pg", namespace=NAMESPACE, config=ClientConfig(credentials=APP)) as p:
+        assert p.send(rayq.Message(topic=TOPIC, body=b"after")).status is rayq.SendStatus.SEND_OK

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 import ray
 
+import rayq.cluster
 from rayq.actors.broker import spawn_broker
 from rayq.actors.protocol import (
     ClientRequest,
@@ -25,7 +26,8 @@ from rayq.actors.protocol import (
     hold_actor_name,
 )
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.cluster import Cluster
+from rayq.actors.protocol.server_key import Guard, ServerKey, Signed
+from rayq.cluster import Cluster, server_actor
 from rayq.store import (
     InnerMessage,
     StoreConfig,
@@ -101,12 +103,15 @@ def wait_for(fn: Callable[[], T | None], timeout_s: float) -> T:
 
 @ray.remote(num_cpus=0)
 class RecordingHold:
-    """Stands in for a broker's hold service: keeps what the broker delivers."""
+    """Stands in for a broker's hold service: keeps what the broker delivers (only with
+    the broker's proof of the server key)."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: ServerKey) -> None:
+        self.guard = Guard(key, "hold", hold_actor_name("broker-z"))
         self.delivered: list[tuple[str, object]] = []
 
-    def deliver(self, token: str, answer: object) -> None:
+    def deliver(self, token: str, answer: object, proof: object = None) -> None:
+        self.guard.check("deliver", proof, token, answer)
         self.delivered.append((token, answer))
 
     def got(self) -> list[tuple[str, object]]:
@@ -119,10 +124,16 @@ def test_the_broker_hands_a_parked_pull_the_records_it_appends(
     """Two hops: the put's append answers the parked pull by calling the hold service's
     ``deliver`` with the records (broker -> hold), no re-pull by the hold service."""
     name = "broker-z"
-    hold = RecordingHold.options(name=hold_actor_name(name), namespace=NAMESPACE).remote()
+    key = rayq.cluster._KEYS[NAMESPACE]  # the deployment's (this driver started it)
+    hold = RecordingHold.options(name=hold_actor_name(name), namespace=NAMESPACE).remote(key)
     config = BrokerConfig(broker_name=name, store=StoreConfig.for_tests())
     node = ray.get_runtime_context().get_node_id()
-    broker = spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node)
+    broker = Signed(
+        spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node, server_key=key),
+        key,
+        "broker",
+        broker_actor_name(name),
+    )
     try:
         ray.get(broker.ready.remote())
         msgs = [
@@ -175,7 +186,7 @@ def test_a_held_pull_over_damaged_records_is_answered_at_once(ctx: ClientContext
     suspend time; the pull from there waits for news as usual. The damage is undone at
     the end: the module's later tests restart this broker, and recovery would meet it."""
     put(ctx, "damaged", 0, 5)
-    broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
+    broker = server_actor(broker_actor_name("broker-a"), NAMESPACE)
     root = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
     damaged = decode_records(pull(ctx, "damaged", 0, 2).buffer)
     for m in damaged:

@@ -24,8 +24,8 @@ from rayq.actors.protocol import (
     broker_actor_name,
     hold_actor_name,
 )
-from rayq.cluster import Cluster
-from rayq.store.errors import BrokerUnavailableError, InvalidRequestError
+from rayq.cluster import Cluster, server_actor
+from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, PermissionDeniedError
 from rayq.transport.context import ClientContext
 from rayq.transport.ray_actors import unwrap
 
@@ -171,7 +171,9 @@ def test_no_client_call_can_close_a_running_broker(ctx: ClientContext) -> None:
 def test_a_shutdown_broker_is_gone_not_alive_and_closed(ctx: ClientContext) -> None:
     """Last in the module: ``shutdown`` (an operator's call) closes the store and ends the
     actor; Ray does not restart it, and nothing answers with a closed store."""
-    handle = raw(broker_actor_name(BROKER))
+    refusal = raised(raw(broker_actor_name(BROKER)).shutdown.remote())  # no server proof
+    assert isinstance(refusal, PermissionDeniedError), repr(refusal)
+    handle = server_actor(broker_actor_name(BROKER), NAMESPACE)  # the deployment's proof
     err = raised(handle.shutdown.remote())
     assert isinstance(err, BrokerUnavailableError), repr(err)  # the actor exited
     deadline = time.monotonic() + 30

@@ -99,7 +99,10 @@ def test_a_slave_whose_master_is_missing_says_so_and_keeps_trying(dep) -> None:
     config = rayq.BrokerConfig(
         broker_name="ghost", broker_id=1, broker_role=rayq.BrokerRole.SLAVE, store=dep.rayq_store
     )
-    slave = spawn_broker(config, str(dep.root / "ghost#1"), NAMESPACE, dep.slave_node.node_id)
+    key = rayq.cluster._KEYS[NAMESPACE]  # the deployment's (this driver started it)
+    slave = spawn_broker(
+        config, str(dep.root / "ghost#1"), NAMESPACE, dep.slave_node.node_id, server_key=key
+    )
     try:
         deadline = time.monotonic() + 30
         errors = []

@@ -32,6 +32,7 @@ from rayq.actors.protocol import (
     flusher_actor_name,
     hold_actor_name,
 )
+from rayq.cluster import server_actor
 
 pytestmark = pytest.mark.integration
 
@@ -250,11 +251,11 @@ def test_start_refuses_a_namespace_where_a_deployment_runs(
 
 def test_a_restarted_flusher_goes_on_flushing(admin: rayq.Admin) -> None:
     flusher = actor(flusher_actor_name(BROKER))
-    broker = actor(broker_actor_name(BROKER))
     with flowing(admin, pull=False) as flow:
         ray.kill(flusher, no_restart=False)
         acked_after(flow.traffic, flow.traffic.snapshot())
-        written = ray.get(broker.flush_targets.remote(), timeout=30).written  # type: ignore[attr-defined]
+        signed = server_actor(broker_actor_name(BROKER), NAMESPACE)
+        written = ray.get(signed.flush_targets.remote(), timeout=30).written
         wait_for(
             lambda: durable(flusher) >= written, RECOVER_S, f"the durable offset to pass {written}"
         )
@@ -326,8 +327,8 @@ def test_a_restarted_broker_recovers_and_serves(admin: rayq.Admin) -> None:
             RECOVER_S,
             "both consumers to receive what was sent after the restart",
         )
-        broker = actor(broker_actor_name(BROKER))
-        written = ray.get(broker.flush_targets.remote(), timeout=30).written  # type: ignore[attr-defined]
+        signed = server_actor(broker_actor_name(BROKER), NAMESPACE)
+        written = ray.get(signed.flush_targets.remote(), timeout=30).written
         wait_for(
             lambda: durable(flusher) >= written,
             RECOVER_S,

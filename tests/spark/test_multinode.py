@@ -19,6 +19,7 @@ from ray.cluster_utils import Cluster
 
 import rayq
 from rayq.actors.protocol import LostBrokersRequest
+from rayq.cluster import server_actor
 from rayq.connectors.arrow_io import read_range
 from rayq.connectors.ranges import OffsetRange, plan_ranges
 from rayq.store import StoreConfig
@@ -71,7 +72,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 def test_brokers_are_pinned_and_serve_across_nodes(nodes: dict) -> None:
     assert nodes["rayq"].broker_names == ["broker-b1", "broker-b2"]
     for name, node in (("broker-b1", nodes["b1"]), ("broker-b2", nodes["b2"])):
-        handle = ray.get_actor(f"rayq-broker-{name}", namespace=NAMESPACE)  # internal method
+        handle = server_actor(f"rayq-broker-{name}", NAMESPACE)  # a server operation
         assert ray.get(handle.broker_info.remote(), timeout=30).node_id == node.node_id
     rayq.Admin(namespace=NAMESPACE).create_topic("spread", queues=2)
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:

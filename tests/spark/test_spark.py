@@ -17,6 +17,7 @@ import ray
 
 import rayq
 from rayq.actors.protocol import PAGE_READERS, broker_actor_name, page_reader_actor_name
+from rayq.cluster import server_actor
 from rayq.connectors import spark as rqspark
 from rayq.store import StoreConfig, codec
 from rayq.store.hosts import decode_offset_msg_id
@@ -194,7 +195,7 @@ def test_executors_read_bodies_from_the_commit_log_and_check_them(
     assert sorted(jvm, key=key) == sorted(python_rows(), key=key)
     assert rqspark.read(spark, "local").count() == 200
 
-    broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
+    broker = server_actor(broker_actor_name("broker-a"), NAMESPACE)
     commitlog = Path(ray.get(broker.broker_info.remote()).store_dir) / "commitlog"
     _host, offset = decode_offset_msg_id(sent[77].offset_msg_id)
     flip_body_byte(commitlog, offset, SMALL_STORE.commitlog_segment_size_bytes)

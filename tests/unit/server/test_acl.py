@@ -39,7 +39,7 @@ from rayq.actors.server import acl as acl_mod
 from rayq.actors.server.acl import AclService, parse_acl
 from rayq.consumer.pull import PullConsumer
 from rayq.store import EncodedBatch, InnerMessage, StoreConfig
-from rayq.store.batch import encode_batch
+from rayq.store.batch import RequestAuth, encode_batch
 from rayq.store.errors import PermissionDeniedError
 from rayq.testing import FakeCluster, FakeTransport
 from rayq.transport.base import BrokerClient
@@ -332,14 +332,37 @@ def test_replayed_request_outside_its_window_is_refused(cluster: FakeCluster) ->
     assert fresh.pull(pull()).result(5) is not None
 
 
-def test_whitelisted_address_needs_no_signature(cluster: FakeCluster) -> None:
+def test_a_declared_whitelisted_address_is_not_trusted(cluster: FakeCluster) -> None:
+    """Issue 27: a request declaring a whitelisted host's address deleted a topic. The
+    address a client declares is its word: refused without a signature, nothing deleted."""
     anonymous = Credentials()  # no keys: only the address is declared
-    for address in ("10.9.8.1", "10.9.8.200", "192.168.7.7"):
+    for address in ("10.9.8.1", "192.168.7.7"):
         client = broker(cluster, anonymous, address=address)
-        assert client.pull(pull(topic="vault")).result(5) is not None
-    for address in ("10.9.9.1", "192.168.7.70", ""):
-        client = broker(cluster, anonymous, address=address)
-        assert "no credentials" in denied(client.pull(pull()))
+        assert "no credentials" in denied(client.pull(pull(topic="vault")))
+        assert "no credentials" in denied(client.delete_topic(TopicRequest(topic="orders")))
+    assert "orders" in cluster.server().tables.topics
+
+
+def test_only_the_observed_peer_address_is_whitelisted(acl_file: Path) -> None:
+    """The whitelist matches the address the transport observed (``peer``), never the
+    declared one; None (Ray actor calls observe none) matches nothing."""
+    service = AclService(str(acl_file))
+    req = PullRequest(
+        group="cg", topic="vault", queue_id=0, queue_offset=0, auth=RequestAuth(address="10.9.8.1")
+    )
+    for peer in ("10.9.8.1", "10.9.8.200", "192.168.7.7"):
+        service.check("pull", req, peer)  # observed and whitelisted: no signature needed
+    for peer in (None, "10.9.9.1", "192.168.7.70", ""):
+        with pytest.raises(PermissionDeniedError, match="no credentials"):
+            service.check("pull", req, peer)
+
+
+def test_a_whitelist_under_ray_is_warned_about(
+    acl_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="rayq.actors.server.acl"):
+        AclService(str(acl_file))
+    assert any("admit nobody" in r.getMessage() for r in caplog.records)
 
 
 # ------------------------------------------------------------------ the file

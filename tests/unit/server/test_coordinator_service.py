@@ -22,6 +22,7 @@ from rayq.actors.protocol import (
     QueueData,
     RouteRequest,
 )
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.server import coordinator_service
 from rayq.actors.server.coordinator_peers import MemberGone, NoPeers
 from rayq.actors.server.coordinator_service import BROKER_EXPIRY_MS, CoordinatorService
@@ -39,7 +40,7 @@ def info(name: str) -> BrokerInfo:
 
 
 def service(clock: FakeClock) -> CoordinatorService:
-    found = CoordinatorService(NoPeers("test"), clock)
+    found = CoordinatorService(NoPeers("test"), clock, server_key=ServerKey.new())
     found.skip_rebuild()
     return found
 
@@ -64,11 +65,11 @@ def test_a_broker_silent_past_the_expiry_is_dropped_and_reported_lost() -> None:
     async def run() -> None:
         clock = FakeClock()
         svc = service(clock)
-        await svc.register_broker(info("broker-a"))
-        await svc.register_broker(info("broker-b"))
+        await svc.registered(info("broker-a"))
+        await svc.registered(info("broker-b"))
         clock.advance(BROKER_EXPIRY_MS // 2)
         assert svc.tick(clock.now_ms()) == []
-        await svc.register_broker(info("broker-b"))  # b's heartbeat
+        await svc.registered(info("broker-b"))  # b's heartbeat
         clock.advance(BROKER_EXPIRY_MS // 2 + 1)
         assert svc.tick(clock.now_ms()) == ["broker-a"]
         route = (await svc.route(RouteRequest(topic=TOPIC))).route
@@ -117,10 +118,10 @@ def test_a_heartbeat_after_expiry_brings_the_broker_back() -> None:
     async def run() -> None:
         clock = FakeClock()
         svc = service(clock)
-        await svc.register_broker(info("broker-a"))
+        await svc.registered(info("broker-a"))
         clock.advance(BROKER_EXPIRY_MS + 1)
         assert svc.tick(clock.now_ms()) == ["broker-a"]
-        await svc.register_broker(info("broker-a"))
+        await svc.registered(info("broker-a"))
         assert (await svc.lost_brokers(LostBrokersRequest())).names == []
         assert (await svc.brokers(ClientRequest())).names == ["broker-a"]
         svc.close()
@@ -139,7 +140,7 @@ BAD_SHARES = {
 def _real_error(req: GroupShareRequest) -> RayqError:
     async def run() -> RayqError:
         svc = service(FakeClock())
-        await svc.register_broker(info("broker-a"))
+        await svc.registered(info("broker-a"))
         try:
             await svc.group_share(req)
         except RayqError as exc:
@@ -206,9 +207,9 @@ def test_push_members_share_the_queues_and_a_dead_members_queues_move() -> None:
 
     async def run() -> None:
         peers = RecordingMembers()
-        svc = CoordinatorService(peers, FakeClock())
+        svc = CoordinatorService(peers, FakeClock(), server_key=ServerKey.new())
         svc.skip_rebuild()
-        await svc.register_broker(info("broker-a"))
+        await svc.registered(info("broker-a"))
         spec = MemberSpec(subscriptions=((TOPIC, "*"),))
         for cid in ("c1", "c2"):
             await svc.join_group(JoinGroupRequest(group="pg", spec=spec, client_id=cid))

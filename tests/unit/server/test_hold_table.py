@@ -19,6 +19,7 @@ from rayq.actors.protocol import (
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.pull_hold import PullHoldActor
 from rayq.actors.server.long_polling import HoldTable
 
@@ -134,7 +135,8 @@ class FakeBroker:
         token, req = self.parked
         answer = found(req.queue_offset, n)
         self.offset += n
-        waited = await self.hold.deliver(token, answer)
+        proof = self.hold.service.guard.prove("deliver", token, answer)
+        waited = await self.hold.deliver(token, answer, proof)
         self.waited.append(waited)
         nxt = follow_up(req, answer)
         self.parked = (follow_up_token(token), nxt) if waited and nxt is not None else None
@@ -142,7 +144,7 @@ class FakeBroker:
 
 def test_a_consumer_that_keeps_up_is_answered_by_deliveries_with_one_broker_call() -> None:
     async def run() -> tuple[list[object], int, list[bool]]:
-        hold = PullHoldActor(BrokerConfig(), "ns")
+        hold = PullHoldActor(BrokerConfig(), "ns", server_key=ServerKey.new())
         broker = FakeBroker(hold)
         hold.service.broker = broker
         got: list[object] = []
@@ -167,7 +169,7 @@ def test_a_consumer_that_keeps_up_is_answered_by_deliveries_with_one_broker_call
 
 def test_an_answer_that_comes_before_the_next_pull_is_kept_for_it() -> None:
     async def run() -> tuple[object, int, list[bool]]:
-        hold = PullHoldActor(BrokerConfig(), "ns")
+        hold = PullHoldActor(BrokerConfig(), "ns", server_key=ServerKey.new())
         broker = FakeBroker(hold)
         hold.service.broker = broker
         waiter = asyncio.create_task(hold.pull(REQ))
@@ -184,7 +186,7 @@ def test_an_answer_that_comes_before_the_next_pull_is_kept_for_it() -> None:
 
 def test_a_held_pull_nobody_answers_returns_the_first_answer_at_its_suspend_time() -> None:
     async def run() -> tuple[PullStatus, int]:
-        hold = PullHoldActor(BrokerConfig(), "ns")
+        hold = PullHoldActor(BrokerConfig(), "ns", server_key=ServerKey.new())
         broker = FakeBroker(hold)
         hold.service.broker = broker
         got = await hold.pull(msgspec.structs.replace(REQ, suspend_ms=100))

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rayq.actors.protocol import ConsumeFromWhere, MetadataRequest
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.server.coordinator_peers import NoPeers
 from rayq.actors.server.coordinator_service import CoordinatorService
 from rayq.consumer.start_offsets import check_start_options
@@ -96,11 +97,12 @@ def test_a_metadata_sync_with_a_key_without_at_is_refused_and_merges_nothing(
 @pytest.mark.parametrize("info", [{"broker_name": "fake"}, None, "broker-a"])
 def test_a_registration_that_is_not_a_broker_info_is_refused(info: object) -> None:
     async def register() -> None:
-        service = CoordinatorService(NoPeers("ns"))
+        service = CoordinatorService(NoPeers("ns"), server_key=ServerKey.new())
         service.skip_rebuild()
-        try:
+        try:  # a proof of the key for it: past the guard, refused by the check
+            proof = service.guard.prove("register_broker", info)
             with pytest.raises(InvalidRequestError, match="expected a BrokerInfo"):
-                await service.register_broker(info)  # type: ignore[arg-type]
+                await service.register_broker(info, proof)  # type: ignore[arg-type]
             assert service.table.brokers == {}
         finally:
             service.close()

@@ -30,6 +30,7 @@ from rayq.actors.protocol import (
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig, ClientConfig
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.pull_hold import PullHoldActor
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.long_polling import ParkedPulls
@@ -167,7 +168,7 @@ def test_the_hold_service_answers_a_long_poll_over_damage_at_once(server: Broker
     at the hold service."""
 
     async def run() -> tuple[Any, Any, int, int]:
-        hold = PullHoldActor(BrokerConfig(), "ns")
+        hold = PullHoldActor(BrokerConfig(), "ns", server_key=ServerKey.new())
         broker = ParkingBroker(server)
         hold.service.broker = broker
         one = await hold.pull(request(GOOD, suspend_ms=2_000))
