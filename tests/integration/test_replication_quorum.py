@@ -20,6 +20,7 @@ import ray
 
 import rayq
 from rayq.actors.protocol import COORDINATOR_NAME, ReadReplicaRequest, SendStatus
+from rayq.cluster import server_actor
 from rayq.store import StoreConfig
 
 pytestmark = [
@@ -67,7 +68,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def actor(replica: str) -> Any:
-    return ray.get_actor(f"rayq-broker-{replica}", namespace=NAMESPACE)
+    return server_actor(f"rayq-broker-{replica}", NAMESPACE)
 
 
 def send_batches(producer: rayq.Producer, tag: str, count: int) -> list[tuple[bytes, Any]]:

@@ -98,11 +98,11 @@ def test_the_scan_loop_drops_a_broker_silent_for_120_s_on_the_services_clock() -
         clock = FakeClock()
         svc = service(clock)
         svc.scan_interval_s = 0.001
-        await svc.register_broker(info("broker-a"))
-        await svc.register_broker(info("broker-b"))
+        await svc.registered(info("broker-a"))
+        await svc.registered(info("broker-b"))
         assert BROKER_EXPIRY_MS == 120_000
         clock.advance(BROKER_EXPIRY_MS)  # silent exactly 120 s: not yet past it
-        await svc.register_broker(info("broker-b"))
+        await svc.registered(info("broker-b"))
         await scan_rounds(20)
         assert (await svc.brokers(ClientRequest())).names == ["broker-a", "broker-b"]
         clock.advance(1)

@@ -20,6 +20,7 @@ from rayq.actors.protocol import (
     SendStatus,
 )
 from rayq.actors.protocol.config import BrokerConfig, BrokerRole
+from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.actors.server.coordinator_peers import NoPeers
 from rayq.actors.server.coordinator_service import CoordinatorService
@@ -203,11 +204,11 @@ class Promotions(NoPeers):
 def test_a_refused_failover_keeps_the_broker_read_only_and_is_tried_again() -> None:
     async def run() -> None:
         peers = Promotions()
-        svc = CoordinatorService(peers, FakeClock())
+        svc = CoordinatorService(peers, FakeClock(), server_key=ServerKey.new())
         svc.skip_rebuild()
-        await svc.register_broker(LOST)
-        await svc.register_broker(broker(1, 3000, acked=2500))
-        await svc.register_broker(broker(2, 4500, acked=4200))
+        await svc.registered(LOST)
+        await svc.registered(broker(1, 3000, acked=2500))
+        await svc.registered(broker(2, 4500, acked=4200))
         svc.broker_died("broker-a", False)
         for _ in range(50):
             await asyncio.sleep(0)
@@ -215,12 +216,12 @@ def test_a_refused_failover_keeps_the_broker_read_only_and_is_tried_again() -> N
         assert svc.refused == {"broker-a": 4200}  # the heartbeat's 4000, slave 2's 4200
         assert "broker-a" not in svc.table.brokers  # no master: no sends
         assert svc.table.read_only["broker-a"].broker_id == 2  # reads from the slave ahead
-        await svc.register_broker(broker(1, 3000, acked=2500))  # still behind: not again
+        await svc.registered(broker(1, 3000, acked=2500))  # still behind: not again
         for _ in range(50):
             await asyncio.sleep(0)
         assert peers.asked == 1
         peers.allow = (2, broker(0, 4500, role="SYNC_MASTER"))
-        await svc.register_broker(broker(2, 4500, acked=4200))  # reaches it: try again
+        await svc.registered(broker(2, 4500, acked=4200))  # reaches it: try again
         for _ in range(50):
             await asyncio.sleep(0)
         assert peers.asked == 2
