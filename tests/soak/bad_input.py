@@ -156,6 +156,10 @@ def attempt(action: HostileAction, ctx: HostileContext) -> BadRequest:
         return BadRequest(name, t, True, f"{type(exc).__name__}: {exc}"[:200], actor_died=True)
     except ray.exceptions.GetTimeoutError as exc:  # the target is paused by a fault
         return BadRequest(name, t, True, f"timeout: {exc}"[:200])
+    except ValueError as exc:  # ray.get_actor: the target is not there (restarting): not sent
+        if "Failed to look up actor" not in str(exc):
+            return BadRequest(name, t, False, f"ValueError: {exc}"[:200])
+        return BadRequest(name, t, True, f"target missing: {exc}"[:200], actor_died=True)
     except Exception as exc:
         cause = getattr(exc, "cause", exc)
         refused = isinstance(exc, rayq.RayqError) or isinstance(cause, rayq.RayqError)
