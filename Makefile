@@ -9,7 +9,7 @@ comma := ,
 # One stamp per extras set, so switching EXTRAS (e.g. to dev,spark) reinstalls.
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: venv demo demo-spark test test-fast docs docs-check bench bench-spark lint clean
+.PHONY: venv demo demo-spark test test-fast docs docs-check bench bench-spark lint clean soak
 
 venv: $(STAMP)
 
@@ -89,6 +89,15 @@ bench-spark: $(STAMP)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_bench.py
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_write_bench.py
 	$(PLOT)
+
+# The nemesis soak (tests/soak/, docs/guide/soak.md): DURATION (default 30m) of faults, a
+# fault every 10 s on average; SEED= replays a schedule (default: a random one, printed).
+# `make test` runs two short ones (tests/soak/test_soak.py).
+DURATION ?= 30m
+SEED ?=
+
+soak: $(STAMP)
+	PYTHONPATH=tests $(BIN)/python -m soak --duration $(DURATION) $(if $(SEED),--seed $(SEED))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist site *.egg-info

@@ -20,6 +20,13 @@ A queue that flow control (or a pause after an error) leaves out of a round thro
 the hold service is not left waiting for that round: the round is cancelled as soon
 as the queue may be pulled, and the next one takes it in.
 
+A round that gets no answer within ``broker_suspend_max_ms`` plus
+``PULL_STALE_GRACE_S`` (as the pull consumer's pulls) is given up and sent again: a
+call Ray never answers (one in flight when its broker or hold service was killed, or
+to an actor that hangs) must not stop the loop, and with it every queue of the
+broker, for good. A round that cannot even be sent (the broker's actor cannot be
+looked up while it restarts) is tried again after ``pull_time_delay_when_exception_ms``.
+
 An OFFSET_ILLEGAL answer (RocketMQ's ``DefaultMQPushConsumerImpl``): the queue's process
 queue is dropped (what it holds is neither consumed nor committed any more), the
 offset the broker corrected to is committed, and the queue is removed; the next
@@ -49,7 +56,9 @@ from rayq.actors.protocol import (
     QueueCommit,
 )
 from rayq.consumer.process_queue import ProcessQueue
+from rayq.consumer.pull import PULL_STALE_GRACE_S
 from rayq.consumer.selector import filter_type
+from rayq.store.errors import RayqError
 from rayq.transport.base import Reply
 
 logger = logging.getLogger(__name__)
@@ -67,6 +76,10 @@ class _Round(NamedTuple):
     queues: list[tuple[MessageQueue, ProcessQueue]]  # in the call's order
     waiting: list[ProcessQueue]  # held rounds: queues left out that may be pulled soon
     commits: list[tuple[MessageQueue, Any]]  # (queue, commit state) the call carries
+
+
+# A round that could not be sent (``_took``'s answer: pause, then send again).
+_UNSENT: Any = object()
 
 
 class PullRounds:
@@ -128,7 +141,7 @@ class PullRounds:
             while True:
                 if rnd is None:
                     freed.clear()
-                    rnd = self._send_pull(broker)
+                    rnd = await self._send_or_pause(broker)
                 if rnd is None:
                     if not any(
                         mq.broker_name == broker and pq.pulling for mq, pq in self.queues.items()
@@ -143,6 +156,9 @@ class PullRounds:
                 queues, rnd = rnd.queues, None
                 if resps is not None:
                     rnd = self._took(broker, queues, resps)
+                    if rnd is _UNSENT:
+                        rnd = None
+                        await self._pause_after_error(broker)
         except asyncio.CancelledError:
             if rnd is not None:  # stopped or restarted: its pull in flight is of no use now
                 rnd.reply.cancel()
@@ -161,10 +177,37 @@ class PullRounds:
         for mq, pq, resp in found if small else ():
             self._dispatch(mq, pq, resp)
         self._freed(broker).clear()
-        rnd = self._send_pull(broker)
+        rnd = self._try_send(broker)
         for mq, pq, resp in () if small else found:
             self._dispatch(mq, pq, resp)
         return rnd
+
+    def _try_send(self, broker: str) -> _Round | None:
+        """``_send_pull``, or ``_UNSENT`` if the call could not be made (logged)."""
+        try:
+            return self._send_pull(broker)
+        except RayqError as exc:
+            logger.warning(
+                "consumer %s: pull from %s could not be sent (%s); again in %.1f s",
+                self.client_id,
+                broker,
+                exc,
+                self.config.pull_time_delay_when_exception_ms / 1000,
+            )
+            return _UNSENT
+
+    async def _send_or_pause(self, broker: str) -> _Round | None:
+        """The next round; None if none may be sent now, or it could not be sent (then
+        after a pause, with the broker's handles looked up again)."""
+        rnd = self._try_send(broker)
+        if rnd is _UNSENT:
+            await self._pause_after_error(broker)
+            return None
+        return rnd
+
+    async def _pause_after_error(self, broker: str) -> None:
+        self.ctx.forget(self.read_from.pop(broker, "") or broker)
+        await asyncio.sleep(self.config.pull_time_delay_when_exception_ms / 1000)
 
     def _send_pull(self, broker: str) -> _Round | None:
         """Send one round for the owned queues of ``broker`` that may be pulled now."""
@@ -229,10 +272,22 @@ class PullRounds:
         """The answers of a round, one per queue; None if it failed (logged, after a
         pause) or was given up for a left-out queue that may be pulled now."""
         cfg = self.config
+        stale_s = cfg.broker_suspend_max_ms / 1000 + PULL_STALE_GRACE_S
+        answer = self._answer_or_room(broker, rnd) if rnd.waiting else rnd.reply.wait()
         try:
-            reply = await (self._answer_or_room(broker, rnd) if rnd.waiting else rnd.reply)
+            reply = await asyncio.wait_for(answer, stale_s)
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            logger.warning(
+                "consumer %s: pull from %s got no answer in %.0f s; pulling again",
+                self.client_id,
+                broker,
+                stale_s,
+            )
+            rnd.reply.cancel()
+            self.ctx.forget(self.read_from.pop(broker, "") or broker)
+            return None
         except Exception as exc:
             logger.warning(
                 "consumer %s: pull from %s failed (%s); again in %.1f s",

@@ -25,6 +25,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.server.allocation import AllocateStrategy
+from rayq.consumer import pull_loop
 from rayq.consumer import service as consume_service
 from rayq.consumer.listener import ConsumeOrderlyStatus, ConsumeStatus
 from rayq.consumer.service import ConsumeService
@@ -32,6 +33,7 @@ from rayq.store.errors import BrokerUnavailableError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
 from rayq.testing import FakeCluster, FakeTransport, until
+from rayq.testing.fake import FakeReply
 
 TOPICS = ("a", "b")
 QUEUES = {t: MessageQueue(t, "broker-a", 0) for t in TOPICS}
@@ -194,6 +196,85 @@ def test_a_round_that_brought_messages_is_followed_by_one_from_the_broker(
     asyncio.run(run())
     kinds = [(k, r.suspend_ms > 0) for k, r in transport.rounds[:3]]
     assert kinds == [("hold", True), ("broker", False), ("hold", True)]
+
+
+class LosingTransport(FakeTransport):
+    """Its first ``lost`` hold rounds are never answered (a call Ray drops when the hold
+    service or its broker is killed with the pull in flight); then, while ``unsendable``
+    is set, no round can be sent at all (the broker's actor cannot be looked up)."""
+
+    def __init__(self, cluster: FakeCluster, lost: int = 1) -> None:
+        super().__init__(cluster)
+        self.lost = lost
+        self.unsendable = False
+        self.hold_rounds = 0
+
+    def broker(self, broker_name: str) -> Any:
+        if self.unsendable:
+            raise BrokerUnavailableError(f"actor {broker_name} is not running")
+        return super().broker(broker_name)
+
+    def hold(self, broker_name: str) -> Any:
+        if self.unsendable:
+            raise BrokerUnavailableError(f"actor {broker_name} is not running")
+        return _Losing(super().hold(broker_name), self)
+
+
+class _Losing:
+    def __init__(self, client: Any, transport: LosingTransport) -> None:
+        self._client, self._transport = client, transport
+
+    def pull_many(self, req: PullManyRequest) -> Any:
+        self._transport.hold_rounds += 1
+        if self._transport.lost > 0:
+            self._transport.lost -= 1
+            return FakeReply()  # never answered
+        return self._client.pull_many(req)
+
+
+def test_a_round_that_is_never_answered_is_given_up_and_pulled_again(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold round whose answer never comes (a call lost with a killed hold service or
+    broker) must not stop the broker's pull loop for good: past its suspend time plus
+    PULL_STALE_GRACE_S it is given up and the queues are pulled again."""
+    monkeypatch.setattr(pull_loop, "PULL_STALE_GRACE_S", 0.2)
+    gate = Gate()
+    transport = LosingTransport(cluster)
+    svc = service(transport, gate, broker_suspend_max_ms=200)
+
+    async def run() -> None:
+        await started(svc)
+        await until(lambda: transport.hold_rounds == 1)  # the lost one
+        fill(cluster, "a", 5)
+        await until(lambda: svc.consumed == 5, WAIT_S)
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(gate.offsets) == list(range(5))
+
+
+def test_a_round_that_cannot_be_sent_is_sent_again_after_a_pause(cluster: FakeCluster) -> None:
+    """The broker's actors cannot be looked up for a while (restarting): the pull loop
+    pauses and tries again instead of ending, and consumes once they are back."""
+    gate = Gate()
+    transport = LosingTransport(cluster, lost=0)
+    svc = service(transport, gate, pull_time_delay_when_exception_ms=50)
+
+    async def run() -> None:
+        await started(svc)
+        await until(lambda: transport.hold_rounds >= 1)
+        transport.unsendable = True
+        fill(cluster, "a", 5)  # answers the held round: the next one cannot be sent
+        await until(lambda: svc.consumed == 5, WAIT_S)
+        await asyncio.sleep(0.2)
+        transport.unsendable = False
+        fill(cluster, "a", 5)
+        await until(lambda: svc.consumed == 10, WAIT_S)
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(gate.offsets) == list(range(10))
 
 
 # ------------------------------------------------------------- listener hand-off
