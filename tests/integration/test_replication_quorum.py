@@ -126,8 +126,12 @@ def test_master_lost_with_the_slave_ahead_nothing_acknowledged_is_lost(deploymen
         os.kill(pid, signal.SIGSTOP)  # slave 2 stops fetching; slave 1 goes on
         try:
             one = send_batches(producer, "one", 3)
-            ray.kill(actor("broker-a#1"), no_restart=True)  # the slave ahead dies
-            ray.kill(actor("broker-a"), no_restart=True)  # and so does the master
+            ray.kill(
+                ray.get_actor("rayq-broker-broker-a#1", namespace=NAMESPACE), no_restart=True
+            )  # the slave ahead dies
+            ray.kill(
+                ray.get_actor("rayq-broker-broker-a", namespace=NAMESPACE), no_restart=True
+            )  # and so does the master
         finally:
             os.kill(pid, signal.SIGCONT)
     info = promoted(deployment / "broker-a#2")

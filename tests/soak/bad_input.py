@@ -9,9 +9,8 @@ API with bad names and wrong types, and raw malformed requests to the broker act
 
 More actions plug in without changing the soak: pass ``actions=[...]`` to
 :func:`soak.runner.run` or ``--hostile module:attr`` (a list of such callables) on the
-command line. ``rayq.testing.hostile`` (a hostile driver's attacks, on another branch)
-plugs in through :func:`from_module`: wrap each attack as an action that calls it with
-the context's namespace and actors.
+command line. ``rayq.testing.hostile``'s attacks (a hostile driver without the server
+key) are built in through :func:`hostile_driver`.
 
 What must not change is the canary: a topic and group that no client uses. The soak
 snapshots them (route, offsets, committed offsets) and the list of topics before the
@@ -33,6 +32,7 @@ import ray
 import rayq
 from rayq.actors.protocol import CommitOffsetsRequest, PullRequest
 from rayq.store import EncodedBatch
+from rayq.testing import hostile
 from soak.deployment import BROKER
 from soak.history import BadRequest, History
 
@@ -123,6 +123,25 @@ def raw_commit_of_a_wrong_type(ctx: HostileContext) -> object:
     return ray.get(ctx.broker().commit_offsets.remote([ctx.canary_group, 3]), timeout=30)
 
 
+def hostile_driver() -> list[HostileAction]:
+    """``rayq.testing.hostile``'s attacks (a driver without the server key or ACL
+    credentials: replication, registration, shutdown, flush, whitelist spoofing, raw
+    puts with reserved properties or mismatched ids) as actions on the canary: each
+    raises the rayq error that refused it, or returns what answered it."""
+
+    def adapt(name: str, attack: hostile.Attack) -> HostileAction:
+        def action(ctx: HostileContext) -> object:
+            seen = attack(ctx.namespace, ctx.canary_topic, ctx.canary_group)
+            if seen.refused:
+                raise rayq.RayqError(seen.error)
+            return seen.answer
+
+        action.__name__ = f"hostile_{name}"
+        return action
+
+    return [adapt(name, attack) for name, attack in sorted(hostile.ATTACKS.items())]
+
+
 BUILT_IN: list[HostileAction] = [
     send_to_a_bad_topic_name,
     send_an_int_body,
@@ -136,6 +155,7 @@ BUILT_IN: list[HostileAction] = [
     raw_pull_with_a_negative_offset,
     raw_commit_of_a_negative_offset,
     raw_commit_of_a_wrong_type,
+    *hostile_driver(),
 ]
 
 

@@ -83,7 +83,9 @@ class Deployment:
         return ray.get_actor(name, namespace=self.namespace)
 
     def info(self, replica: str) -> Any:
-        return ray.get(self.actor(f"rayq-broker-{replica}").broker_info.remote(), timeout=10)
+        assert self.rayq is not None  # broker_info is a server operation: signed with the key
+        broker = self.rayq.server_actor(f"rayq-broker-{replica}")
+        return ray.get(broker.broker_info.remote(), timeout=10)
 
     def close(self) -> None:
         try:

@@ -108,7 +108,8 @@ def run(settings: Settings, dep: Deployment, run_id: str) -> Report:
             p.stop()
         for p in producers:
             p.join()
-            p.close()
+        # Producers stay open through the drain: the broker checks a transaction sent
+        # as UNKNOWN back with its producer only after ``transaction_timeout``.
         drained = _drain(history, settings.drain_s, observer)
         print(f"  drained in {drained:.1f}s", flush=True)
         _final_invariants(history, dep, admin, topics["canary"], canary_group, before)
@@ -118,6 +119,8 @@ def run(settings: Settings, dep: Deployment, run_id: str) -> Report:
         for loop in loops:
             loop.join()
         bad.stop()
+        for p in producers:
+            p.close()
         for client in (push, orderly, puller):
             client.close()
         observer.drain()
