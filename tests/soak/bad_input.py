@@ -139,7 +139,15 @@ def hostile_driver() -> list[HostileAction]:
         action.__name__ = f"hostile_{name}"
         return action
 
-    return [adapt(name, attack) for name, attack in sorted(hostile.ATTACKS.items())]
+    # Deleting a topic is an admin operation any client may call while ACL is off (as
+    # in the soak's deployment): the whitelist spoof is refused only with ACL on
+    # (tests/integration/test_acl.py runs it there).
+    with_acl_only = {"whitelisted_delete_topic"}
+    return [
+        adapt(name, attack)
+        for name, attack in sorted(hostile.ATTACKS.items())
+        if name not in with_acl_only
+    ]
 
 
 BUILT_IN: list[HostileAction] = [
