@@ -10,8 +10,8 @@ deployment has.
 bytes) and hands it to every server actor it spawns as a constructor argument; the
 coordinator keeps it too, to spawn replicas on failover and rejoin. Ray restarts an
 actor with its constructor arguments, so a restarted actor has it again. No method
-returns it (``repr`` and pickles of a ``ServerKey`` show no byte of it, only Ray's
-own argument passing carries it).
+returns it (``repr`` and ``str`` of a ``ServerKey`` show no byte of it; it is pickled,
+key included, only as a constructor argument Ray passes to the actor it is handed to).
 
 A caller proves it holds the key with a ``ServerProof`` per call: the time in ms and
 the MAC under the key of the operation (``service.method``), the target actor's name,
