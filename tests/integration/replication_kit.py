@@ -76,7 +76,12 @@ class Deployment:
 
     # ------------------------------------------------------------- reading
     def actor(self, replica: str) -> Any:
+        """The replica's broker, its server operations signed with the deployment's key."""
         return server_actor(f"rayq-broker-{replica}", self.namespace)
+
+    def handle(self, replica: str) -> Any:
+        """The replica's broker as Ray's own actor handle (for ``ray.kill``)."""
+        return ray.get_actor(f"rayq-broker-{replica}", namespace=self.namespace)
 
     def info(self, replica: str) -> Any:
         return ray.get(self.actor(replica).broker_info.remote(), timeout=30)

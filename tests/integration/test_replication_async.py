@@ -38,7 +38,7 @@ def test_async_slave_catches_up_byte_for_byte(dep, replication_kit) -> None:
 
 def test_a_slave_restarted_by_ray_resumes_from_its_own_end(dep, replication_kit) -> None:
     before = dep.info("broker-a#1").written_offset
-    ray.kill(dep.actor("broker-a#1"), no_restart=False)  # Ray restarts it on its node
+    ray.kill(dep.handle("broker-a#1"), no_restart=False)  # Ray restarts it on its node
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         for i in range(20):
             producer.send_batch([rayq.Message("Rep", f"r{i}:{j}".encode()) for j in range(50)])
