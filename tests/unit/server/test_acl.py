@@ -47,6 +47,7 @@ from rayq.actors.protocol import (
 from rayq.actors.protocol.auth import Credentials, Signer
 from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol.coordinator import MemberSpec
+from rayq.actors.protocol.registry import Access, Caller, operations
 from rayq.actors.server import acl as acl_mod
 from rayq.actors.server.acl import AclService, parse_acl
 from rayq.consumer.pull import PullConsumer
@@ -521,7 +522,12 @@ COORDINATOR_REQUESTS: dict[str, Any] = {
         group="cg", topic="orders", batch_id=0, client_id="c1"
     ),
 }
-CHECKED = sorted(set(COORDINATOR_REQUESTS) - {"read_replica"})
+# every one the registry gives an Access to check (all but read_replica)
+CHECKED = sorted(
+    name
+    for name, op in operations("coordinator", Caller.CLIENT).items()
+    if op.access is not Access.NONE
+)
 NO_CONSUMER = "only a running push consumer can join"  # the fake has no Consumer actors
 
 
@@ -651,6 +657,7 @@ def test_coordinator_operations_need_the_perms_of_their_topics_and_groups(
 
 def test_read_replica_is_not_checked(cluster: FakeCluster) -> None:
     """The transport's own lookup of a broker it was told of: no credentials there."""
+    assert sorted(set(COORDINATOR_REQUESTS) - {"read_replica"}) == CHECKED
     assert ask(coordinator(cluster, None), "read_replica").replica == "broker-a"
 
 
