@@ -15,12 +15,13 @@ against a running deployment; a checker compares ``snapshot`` before and after::
     assert hostile.changed(before, hostile.snapshot(namespace, ["orders"], ["billing"])) == []
 
 Interface: ``ATTACKS`` (name -> function), each ``attack(namespace, topic, group)`` ->
-``Observation``; ``random_attack``; ``snapshot(namespace, topics, groups, config=None)``
--> ``Snapshot`` (routes, brokers, queue ends, committed offsets, every actor alive;
-``config``: a ClientConfig with admin credentials when ACL is on); ``changed(before,
-after)`` -> what differs (the queue ends may only grow where the soak itself sends:
-pass ``grown_ok=True``). Needs Ray initialized in the namespace's cluster. Not part of
-the public API.
+``Observation`` (those in ``ACL_ONLY`` are refused only by a deployment with ACL on,
+the others whether ACL is on or off); ``random_attack``; ``snapshot(namespace, topics,
+groups, config=None)`` -> ``Snapshot`` (routes, brokers, queue ends, committed
+offsets, every actor alive; ``config``: a ClientConfig with admin credentials when ACL
+is on); ``changed(before, after)`` -> what differs (the queue ends may only grow
+where the soak itself sends: pass ``grown_ok=True``). Needs Ray initialized in the
+namespace's cluster. Not part of the public API.
 """
 
 from __future__ import annotations
@@ -227,6 +228,10 @@ ATTACKS: dict[str, Attack] = {
         mismatched_msg_ids_put,
     )
 }
+# Client operations any client may call with ACL off: refused only with ACL on.
+ACL_ONLY: frozenset[str] = frozenset(
+    {"whitelisted_delete_topic", "coordinator_route", "coordinator_leave_group"}
+)
 
 
 def random_attack(namespace: str, rng: random.Random, topic: str, group: str) -> Observation:
@@ -275,4 +280,4 @@ def changed(before: Snapshot, after: Snapshot, *, grown_ok: bool = False) -> lis
     return out
 
 
-__all__ = ["ATTACKS", "Observation", "Snapshot", "changed", "random_attack", "snapshot"]
+__all__ = ["ACL_ONLY", "ATTACKS", "Observation", "Snapshot", "changed", "random_attack", "snapshot"]
