@@ -8,6 +8,10 @@ those operations, since Ray lets any driver call any method of an actor class.
 
 (Re)started, the coordinator rebuilds its soft state by asking the running brokers
 and push consumers (``CoordinatorService.rebuild``), in the background.
+
+With the brokers' ``acl_enable`` its client operations are checked by the same ACL
+rules (``coordinator_acl``: the brokers' ``acl_file``, else
+``<store dir>/config/plain_acl.toml`` of the store dir given to ``rayq.start``).
 """
 
 from __future__ import annotations
@@ -42,16 +46,27 @@ from rayq.actors.protocol import (
     StreamPlanReply,
     StreamPlanRequest,
 )
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.server_key import ServerKey, ServerProof
+from rayq.actors.server.acl import coordinator_acl
 from rayq.actors.server.coordinator_service import CoordinatorService
 
 
 class CoordinatorActor:
-    def __init__(self, namespace: str, *, server_key: ServerKey) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        server_key: ServerKey,
+        config: BrokerConfig | None = None,
+        store_dir: str = "",
+    ) -> None:
         # the deployment's key: it signs the coordinator's calls to brokers and goes to
         # the replicas it starts (failover, rejoin)
         use_deployment_key(server_key)
-        self.service = CoordinatorService(RayPeers(namespace), server_key=server_key)
+        self.service = CoordinatorService(
+            RayPeers(namespace), server_key=server_key, acl=coordinator_acl(config, store_dir)
+        )
         # An async actor's __init__ runs on its event loop: rebuild in the background.
         self.service.start_rebuild()
 
@@ -115,9 +130,16 @@ class CoordinatorActor:
         return await self.service.finish_stream_plan(req)
 
 
-def spawn_coordinator(namespace: str, node_id: str | None, server_key: ServerKey) -> Any:
+def spawn_coordinator(
+    namespace: str,
+    node_id: str | None,
+    server_key: ServerKey,
+    config: BrokerConfig | None = None,
+    store_dir: str = "",
+) -> Any:
     """Start (or get) the coordinator, holding ``server_key``; pinned to ``node_id`` (the
-    head) when given."""
+    head) when given. ``config``: the brokers' (its ACL settings: ``coordinator_acl``),
+    ``store_dir``: the one given to ``rayq.start``."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from rayq.actors.protocol import COORDINATOR_NAME
@@ -135,5 +157,5 @@ def spawn_coordinator(namespace: str, node_id: str | None, server_key: ServerKey
             max_concurrency=1000,
             scheduling_strategy=where,
         )
-        .remote(namespace, server_key=server_key)
+        .remote(namespace, server_key=server_key, config=config, store_dir=store_dir)
     )

@@ -252,7 +252,9 @@ def start(
     node_id = ray.get_runtime_context().get_node_id()
     key = ServerKey.new()  # this deployment's: every server actor holds it (server_key.py)
     _KEYS[namespace] = key
-    coordinator = spawn_coordinator(namespace, _head_node_id() or node_id, key)
+    # the coordinator checks its client operations with the brokers' ACL rules: acl_file,
+    # else <store dir>/config/plain_acl.toml (root here; a broker's is under root/<name>)
+    coordinator = spawn_coordinator(namespace, _head_node_id() or node_id, key, base, str(root))
     _started(coordinator.ready.remote(), "the coordinator")
     if placement == "resource":
         pinned = broker_nodes()

@@ -1,11 +1,12 @@
 """Request signing for ACL (RocketMQ's plain ACL): the client half, Ray-free.
 
-A client with ``ClientConfig(credentials=Credentials(...))`` signs every broker request
-(``Signer.sign``): it sets the request's ``auth`` (``RequestAuth``: access key, the
-time in ms, its address) with an empty signature, encodes the request with msgpack,
-and puts the hex MAC (keyed BLAKE3, see ``signature``) of a batch's records,
+A client with ``ClientConfig(credentials=Credentials(...))`` signs every broker, hold and
+coordinator request (``Signer.sign``): it sets the request's ``auth`` (``RequestAuth``:
+access key, the time in ms, its address) with an empty signature, encodes the request
+with msgpack, and puts the hex MAC (keyed BLAKE3, see ``signature``) of a batch's records,
 ``<method>\\n`` and that msgpack under its secret key in ``auth.signature``
-(``signing_bytes``). The broker recomputes it the same way (actors/server/acl.py).
+(``signing_bytes``). The broker (or the coordinator) recomputes it the same way
+(actors/server/acl.py).
 The auth travels inside the request (``_Request.auth``, ``EncodedBatch.auth``), so the
 hold service forwards a signed pull unchanged and nothing else in the protocol changes.
 """
@@ -108,7 +109,7 @@ def local_address() -> str:
 
 class Signer:
     """Signs a client's requests with its credentials (``ClientContext`` wraps each
-    broker and hold client's calls with ``wrap``)."""
+    broker, hold and coordinator client's calls with ``wrap``)."""
 
     def __init__(
         self,

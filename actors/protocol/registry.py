@@ -44,6 +44,7 @@ class Access(enum.Enum):
 
     PUB = "PUB"  # PUB on the topic it writes
     SUB = "SUB"  # SUB on the topics it reads and the group it reads for
+    PUB_OR_SUB = "PUB_OR_SUB"  # PUB or SUB (either) on the topics it names: a route
     ADMIN = "ADMIN"  # an admin account
     ACCOUNT = "ACCOUNT"  # any valid, signed account
     NONE = "NONE"  # not checked by the ACL
@@ -134,30 +135,36 @@ _HOLD_CLIENT: Final = (
     _op("hold", "pull", h.PullRequest, h.PullResponse, "", A.SUB),
     _op("hold", "pull_many", h.PullManyRequest, h.PullManyResponse, "", A.SUB),
 )
+# The coordinator's: checked by its ACL (acl.py, ``service="coordinator"``) when the
+# deployment's brokers have ``acl_enable``. Nothing here changes cluster-wide state (the
+# brokers' registrations are server operations), so nothing needs an admin account;
+# ``read_replica`` is the transport's own lookup of a broker it was told of (no
+# credentials; it names a replica, as Ray's list of named actors does to any driver).
 _COORDINATOR_CLIENT: Final = (
-    _op("coordinator", "route", c.RouteRequest, c.RouteReply, "", A.NONE),
-    _op("coordinator", "routes", c.RoutesRequest, c.RoutesReply, "", A.NONE),
-    _op("coordinator", "topics", c.ClientRequest, c.NamesReply, "", A.NONE),
-    _op("coordinator", "brokers", c.ClientRequest, c.NamesReply, "", A.NONE),
-    _op("coordinator", "broker_table", c.ClientRequest, c.BrokerTableReply, "", A.NONE),
-    _op("coordinator", "lost_brokers", c.LostBrokersRequest, c.NamesReply, "", A.NONE),
+    _op("coordinator", "route", c.RouteRequest, c.RouteReply, "", A.PUB_OR_SUB),
+    _op("coordinator", "routes", c.RoutesRequest, c.RoutesReply, "", A.PUB_OR_SUB),
+    _op("coordinator", "topics", c.ClientRequest, c.NamesReply, "", A.ACCOUNT),
+    _op("coordinator", "brokers", c.ClientRequest, c.NamesReply, "", A.ACCOUNT),
+    _op("coordinator", "broker_table", c.ClientRequest, c.BrokerTableReply, "", A.ACCOUNT),
+    _op("coordinator", "lost_brokers", c.LostBrokersRequest, c.NamesReply, "", A.ACCOUNT),
     _op("coordinator", "read_replica", c.ReadReplicaRequest, c.ReadReplicaReply, "", A.NONE),
-    _op("coordinator", "group_share", c.GroupShareRequest, c.ShareReply, "", A.NONE),
-    _op("coordinator", "leave_shares", c.ClientRequest, b.Done, "", A.NONE),
-    _op("coordinator", "join_group", c.JoinGroupRequest, c.CountReply, "", A.NONE),
-    _op("coordinator", "leave_group", c.MemberRequest, b.Done, "", A.NONE),
-    _op("coordinator", "member_alive", c.MemberRequest, b.Done, "", A.NONE),
-    _op("coordinator", "group_members", c.MemberRequest, c.MembersReply, "", A.NONE),
-    _op("coordinator", "stream_plan", c.StreamPlanRequest, c.StreamPlanReply, "", A.NONE),
+    _op("coordinator", "group_share", c.GroupShareRequest, c.ShareReply, "", A.SUB),
+    # the caller's shares in every group (the request names none): a valid account
+    _op("coordinator", "leave_shares", c.ClientRequest, b.Done, "", A.ACCOUNT),
+    _op("coordinator", "join_group", c.JoinGroupRequest, c.CountReply, "", A.SUB),
+    _op("coordinator", "leave_group", c.MemberRequest, b.Done, "", A.SUB),
+    _op("coordinator", "member_alive", c.MemberRequest, b.Done, "", A.SUB),
+    _op("coordinator", "group_members", c.MemberRequest, c.MembersReply, "", A.SUB),
+    _op("coordinator", "stream_plan", c.StreamPlanRequest, c.StreamPlanReply, "", A.SUB),
     _op(
         "coordinator",
         "record_stream_plan",
         c.RecordStreamPlanRequest,
         c.StreamPlanReply,
         "",
-        A.NONE,
+        A.SUB,
     ),
-    _op("coordinator", "finish_stream_plan", c.FinishStreamPlanRequest, b.Done, "", A.NONE),
+    _op("coordinator", "finish_stream_plan", c.FinishStreamPlanRequest, b.Done, "", A.SUB),
 )
 # Operations between server actors (and rayq.start): each is a method of that actor
 # class and nothing else is. Access SERVER_KEY: the call carries a ``ServerProof`` of the

@@ -31,6 +31,15 @@ listing groups, message lookups by id, schedule and replication stats) need
 ``admin = true``; an admin account may do everything. A resource not listed gets the
 account's default perm. Retry topics (``%RETRY%<group>``) are checked as their group.
 
+The coordinator checks its client operations with the same rules
+(``AclService(..., service="coordinator")``, ``coordinator_acl``): its file is
+``acl_file`` too, or ``<store dir>/config/plain_acl.toml`` where ``<store dir>`` is the
+one given to ``rayq.start`` (the parent of every broker's store dir). What each of its
+operations needs is the registry's ``Access``: a valid account for the cluster-wide
+listings (topics, brokers, the broker table, lost brokers) and ``leave_shares``, PUB or
+SUB on the topic for a route, SUB on the group and its topics for shares, membership and
+stream plans; ``read_replica`` (the transport's own lookup) is not checked.
+
 The file is looked at again at most once a second (its mtime, on the request path);
 a changed file is reloaded, and one that does not parse keeps the previous rules
 (logged as an error naming the file). Secret keys never appear in logs or errors.
@@ -50,16 +59,19 @@ from collections.abc import Callable
 from typing import Any
 
 from rayq.actors.protocol.auth import signature
-from rayq.actors.protocol.registry import admin_operations
+from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.registry import Access, Caller, admin_operations, operations
+from rayq.actors.server.table_files import CONFIG_DIR_NAME
 from rayq.store.errors import PermissionDeniedError
 
 logger = logging.getLogger(__name__)
 
 DENY, PUB, SUB = 0, 1, 2
 PERMS = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
-PERM_NAMES = {PUB: "PUB", SUB: "SUB"}
+PERM_NAMES = {PUB: "PUB", SUB: "SUB", PUB | SUB: "PUB or SUB"}
 RETRY_PREFIX = "%RETRY%"
 RELOAD_CHECK_S = 1.0
+ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
 
 # Client methods that need an admin account (the registry's Access.ADMIN).
 ADMIN_METHODS = admin_operations("broker")
@@ -196,8 +208,36 @@ def _needs(method: str, req: Any) -> list[tuple[str, str, int]]:
     return out
 
 
+# The coordinator's client operations and what the ACL asks of each (the registry's).
+COORDINATOR_ACCESS = {
+    name: op.access for name, op in operations("coordinator", Caller.CLIENT).items()
+}
+
+
+def _coordinator_needs(method: str, req: Any) -> list[tuple[str, str, int]]:
+    """(kind, name, perm) a coordinator request needs (perm PUB|SUB: either will do)."""
+    access = COORDINATOR_ACCESS.get(method)
+    if access is Access.PUB_OR_SUB:  # route, routes: a producer's or a consumer's
+        topics = req.topics if method == "routes" else [req.topic]
+        return [("topic", t, PUB | SUB) for t in topics]
+    if access is not Access.SUB:  # ACCOUNT: a valid account is enough
+        return []
+    out = [("group", req.group, SUB)]
+    if method == "join_group":  # its subscriptions
+        return out + [("topic", t, SUB) for t in req.spec.topics]
+    topic = getattr(req, "topic", None)
+    if topic is not None:  # group_share, stream plans
+        out.append(("topic", topic, SUB))
+    return out
+
+
+_NEEDS = {"broker": _needs, "coordinator": _coordinator_needs}
+
+
 class AclService:
-    """The rules of one ACL file, reloaded when it changes; ``check`` per request."""
+    """The rules of one ACL file, reloaded when it changes; ``check`` per request of
+    ``service`` ("broker": a broker's and its page readers' operations, "coordinator":
+    the coordinator's client operations)."""
 
     def __init__(
         self,
@@ -205,9 +245,19 @@ class AclService:
         window_ms: int = 300_000,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        service: str = "broker",
     ) -> None:
+        if service not in _NEEDS:
+            raise ValueError(
+                f"AclService: service must be one of {sorted(_NEEDS)}, got {service!r}"
+            )
         self.path = path
         self.window_ms = window_ms
+        self.service = service
+        self._admin = ADMIN_METHODS if service == "broker" else admin_operations(service)
+        self._needs = _NEEDS[service]
+        self._prefix = "" if service == "broker" else f"{service}."
         self._clock = clock
         self._monotonic = monotonic
         self.rules = AclRules()
@@ -217,7 +267,10 @@ class AclService:
         self._reload()
 
     def __repr__(self) -> str:
-        return f"AclService(path={self.path!r}, accounts={len(self.rules.accounts)})"
+        return (
+            f"AclService(service={self.service!r}, path={self.path!r}, "
+            f"accounts={len(self.rules.accounts)})"
+        )
 
     # ------------------------------------------------------------ the file
     def _maybe_reload(self) -> None:
@@ -277,9 +330,10 @@ class AclService:
         auth = req.auth
         if peer is not None and rules.whitelisted(peer):
             return
+        what = self._prefix + method  # in errors: "route" -> "coordinator.route"
         if auth is None or not auth.access_key:
             raise PermissionDeniedError(
-                f"{method}: ACL is on and the request carries no credentials (give the client "
+                f"{what}: ACL is on and the request carries no credentials (give the client "
                 "ClientConfig(credentials=rayq.Credentials(access_key=..., secret_key=...)))",
                 method=method,
             )
@@ -287,13 +341,13 @@ class AclService:
         account = rules.accounts.get(key)
         if account is None:
             raise PermissionDeniedError(
-                f"{method}: unknown access key {key!r}", access_key=key, method=method
+                f"{what}: unknown access key {key!r}", access_key=key, method=method
             )
         skew = abs(int(self._clock() * 1000) - auth.timestamp_ms)
         if skew > self.window_ms:
             raise PermissionDeniedError(
-                f"{method} by {key!r}: request timestamp {auth.timestamp_ms} is {skew} ms away "
-                f"from the broker's clock (allowed: {self.window_ms} ms); a replayed or "
+                f"{what} by {key!r}: request timestamp {auth.timestamp_ms} is {skew} ms away "
+                f"from the {self.service}'s clock (allowed: {self.window_ms} ms); a replayed or "
                 "stale request, or clocks out of sync",
                 access_key=key,
                 method=method,
@@ -301,27 +355,27 @@ class AclService:
         expected = signature(account.secret_key, method, req)
         if not hmac.compare_digest(expected, auth.signature):
             raise PermissionDeniedError(
-                f"{method} by {key!r}: bad signature (wrong secret key, or the request "
+                f"{what} by {key!r}: bad signature (wrong secret key, or the request "
                 "was changed after signing)",
                 access_key=key,
                 method=method,
             )
         if account.admin:
             return
-        if method in ADMIN_METHODS:
+        if method in self._admin:
             raise PermissionDeniedError(
-                f"{method} by {key!r}: an admin operation, and the account is not admin "
+                f"{what} by {key!r}: an admin operation, and the account is not admin "
                 "(admin = true in the ACL file)",
                 access_key=key,
                 method=method,
             )
-        for kind, name, perm in _needs(method, req):
+        for kind, name, perm in self._needs(method, req):
             if kind == "topic" and name.startswith(RETRY_PREFIX):
                 kind, name = "group", name[len(RETRY_PREFIX) :]
             owned = account.topic_perm(name) if kind == "topic" else account.group_perm(name)
             if not owned & perm:
                 raise PermissionDeniedError(
-                    f"{method} by {key!r}: no {PERM_NAMES[perm]} permission on {kind} "
+                    f"{what} by {key!r}: no {PERM_NAMES[perm]} permission on {kind} "
                     f"{name!r} (it has {_perm_name(owned)})",
                     access_key=key,
                     method=method,
@@ -330,8 +384,18 @@ class AclService:
                 )
 
 
+def coordinator_acl(config: BrokerConfig | None, store_dir: str) -> AclService | None:
+    """The coordinator's ACL (None when off): the rules of the brokers' ``acl_file``, or
+    of ``<store dir>/config/plain_acl.toml``, ``store_dir`` being the directory given to
+    ``rayq.start`` (the parent of the brokers' store dirs), on the coordinator's node."""
+    if config is None or not config.acl_enable:
+        return None
+    acl_file = config.acl_file or os.path.join(store_dir, CONFIG_DIR_NAME, ACL_FILE_NAME)
+    return AclService(acl_file, config.acl_timestamp_window_ms, service="coordinator")
+
+
 def _perm_name(perm: int) -> str:
     return {DENY: "DENY", PUB: "PUB", SUB: "SUB"}.get(perm, "PUB|SUB")
 
 
-__all__ = ["AclFileError", "AclRules", "AclService", "parse_acl"]
+__all__ = ["AclFileError", "AclRules", "AclService", "coordinator_acl", "parse_acl"]

@@ -29,7 +29,7 @@ from rayq.actors.protocol import (
     QueueData,
 )
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.actors.server.acl import AclService
+from rayq.actors.server.acl import ACL_FILE_NAME, AclService
 from rayq.actors.server.dedupe import open_sequences
 from rayq.actors.server.offset_processor import OffsetProcessor
 from rayq.actors.server.processor_base import check_not_system
@@ -62,8 +62,6 @@ from rayq.store.errors import (
     TopicNotFoundError,
 )
 from rayq.store.names import validate_group
-
-ACL_FILE_NAME = "plain_acl.toml"  # in <store dir>/config/ unless acl_file says
 
 
 def acl_service(config: BrokerConfig, store_dir: Path) -> AclService | None:

@@ -12,8 +12,9 @@ routes and groups wait for that (at most ``REBUILD_WAIT_S``), so a client never 
 the empty tables of a coordinator that has just come back. Pull consumers' shares
 come back with their next ``group_share`` call.
 
-Every request is checked here (``protocol.check``), so the actor shell and the
-in-process fake (rayq/testing/fake.py) answer alike. Time comes from the injected
+Every request is checked here (``protocol.check``) and, with ACL on, authorized
+(``acl``: actors/server/acl.py, the registry's Access of each operation), so the actor
+shell and the in-process fake (rayq/testing/fake.py) answer alike. Time comes from the injected
 clock; everything that needs Ray goes through ``CoordinatorPeers``.
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from rayq.actors.protocol import (
     BrokerEntry,
@@ -53,6 +54,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.protocol.names import COORDINATOR_NAME
 from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof
+from rayq.actors.server.acl import AclService
 from rayq.actors.server.coordinator_groups import GroupCoordinator, wait_ready
 from rayq.actors.server.coordinator_peers import CoordinatorPeers
 from rayq.actors.server.routes import GroupTable, RouteTable
@@ -67,6 +69,7 @@ SCAN_INTERVAL_MS = 10_000
 PLACEMENT_INTERVAL_S = 2.0  # how often lost replicas are looked for (with slaves only)
 RESTART_GRACE_S = 5.0  # a master whose node lives gets this long to be restarted by Ray
 _FREE = asyncio.Lock()
+R = TypeVar("R")
 
 
 class Loops:
@@ -101,8 +104,12 @@ class CoordinatorService:
         clock: Clock = SYSTEM_CLOCK,
         *,
         server_key: ServerKey,
+        acl: AclService | None = None,
     ) -> None:
         self.peers = peers
+        # the client operations' ACL (None: off, nothing is checked); its rules are the
+        # brokers' (acl.coordinator_acl)
+        self.acl = acl
         # register_broker and unregister_broker: a broker's, with its server proof
         self.guard = Guard(server_key, "coordinator", COORDINATOR_NAME)
         self.clock = clock
@@ -323,36 +330,45 @@ class CoordinatorService:
                 logger.exception("placing replicas failed; trying again")
 
     # ------------------------------------------ the client protocol: routes
+    def authorize(self, method: str, req: R) -> R:
+        """``req`` if it may call client operation ``method``, else PermissionDeniedError
+        (ACL on; with ACL off nothing is checked)."""
+        if self.acl is not None:
+            self.acl.check(method, req)
+        return req
+
     async def route(self, req: RouteRequest) -> RouteReply:
         req = check(req, RouteRequest)
+        self.authorize("route", req)
         await wait_ready(self.routes_ready)
         return RouteReply(route=self.table.route(req.topic))
 
     async def routes(self, req: RoutesRequest) -> RoutesReply:
         req = check(req, RoutesRequest)
+        self.authorize("routes", req)
         await wait_ready(self.routes_ready)
         return RoutesReply(routes={t: self.table.route(t) for t in req.topics})
 
     async def topics(self, req: ClientRequest) -> NamesReply:
-        check(req, ClientRequest)
+        self.authorize("topics", check(req, ClientRequest))
         await wait_ready(self.routes_ready)
         return NamesReply(names=self.table.topics())
 
     async def brokers(self, req: ClientRequest) -> NamesReply:
-        check(req, ClientRequest)
+        self.authorize("brokers", check(req, ClientRequest))
         await wait_ready(self.routes_ready)
         return NamesReply(names=sorted(self.table.brokers))
 
     async def read_replica(self, req: ReadReplicaRequest) -> ReadReplicaReply:
         """Which replica of a broker serves calls now (a client resolving its name)."""
-        req = check(req, ReadReplicaRequest)
+        req = check(req, ReadReplicaRequest)  # not checked by the ACL (registry: NONE)
         await wait_ready(self.routes_ready)
         return ReadReplicaReply(replica=self.table.replica(req.broker_name))
 
     async def broker_table(self, req: ClientRequest) -> BrokerTableReply:
         """Every broker replica known: live masters, slaves and lost masters, each with
         its role, node and last heartbeat (``rayq cluster list``, ``Admin.health``)."""
-        check(req, ClientRequest)
+        self.authorize("broker_table", check(req, ClientRequest))
         await wait_ready(self.routes_ready)
         infos = [(i, False) for i in self.table.brokers.values()]
         infos += [(i, True) for n, i in self.lost.items() if n not in self.table.brokers]
@@ -373,7 +389,9 @@ class CoordinatorService:
     async def lost_brokers(self, req: LostBrokersRequest) -> NamesReply:
         """Brokers that died or went silent and are not back (holding ``topic``, if given):
         their queues are unavailable, not gone."""
-        topic = check(req, LostBrokersRequest).topic
+        req = check(req, LostBrokersRequest)
+        self.authorize("lost_brokers", req)
+        topic = req.topic
         await wait_ready(self.routes_ready)
         return NamesReply(
             names=sorted(
@@ -389,6 +407,7 @@ class CoordinatorService:
         """The caller's share of the topic's queues among the group's live members (by
         the request's strategy); members not heard from for ``expiry_ms`` no longer count."""
         req = check(req, GroupShareRequest)
+        self.authorize("group_share", req)
         if not req.client_id:
             raise InvalidRequestError("group_share needs the caller's client_id")
         await wait_ready(self.routes_ready)
@@ -400,21 +419,30 @@ class CoordinatorService:
     async def leave_shares(self, req: ClientRequest) -> Done:
         """A pull consumer shut down: its shares go to the other members at once."""
         req = check(req, ClientRequest)
+        self.authorize("leave_shares", req)
         self.groups.leave(req.client_id)
         return Done()
 
     # ------------------------------------------------ push-consumer groups
     async def join_group(self, req: JoinGroupRequest) -> CountReply:
-        return await self.members.join_group(check(req, JoinGroupRequest))
+        return await self.members.join_group(
+            self.authorize("join_group", check(req, JoinGroupRequest))
+        )
 
     async def leave_group(self, req: MemberRequest) -> Done:
-        return await self.members.leave_group(check(req, MemberRequest))
+        return await self.members.leave_group(
+            self.authorize("leave_group", check(req, MemberRequest))
+        )
 
     async def member_alive(self, req: MemberRequest) -> Done:
-        return await self.members.member_alive(check(req, MemberRequest))
+        return await self.members.member_alive(
+            self.authorize("member_alive", check(req, MemberRequest))
+        )
 
     async def group_members(self, req: MemberRequest) -> MembersReply:
-        return await self.members.group_members(check(req, MemberRequest))
+        return await self.members.group_members(
+            self.authorize("group_members", check(req, MemberRequest))
+        )
 
     def _queues_of(self, topic: str) -> list[MessageQueue]:
         route = self.table.route(topic)
@@ -424,6 +452,7 @@ class CoordinatorService:
     # Streaming batches in flight (stream_plans.py), for the streaming connector.
     async def stream_plan(self, req: StreamPlanRequest) -> StreamPlanReply:
         req = check(req, StreamPlanRequest)
+        self.authorize("stream_plan", req)
         found = self.stream_plans.get(req.group, req.topic)
         if found is None:
             return StreamPlanReply()
@@ -431,11 +460,13 @@ class CoordinatorService:
 
     async def record_stream_plan(self, req: RecordStreamPlanRequest) -> StreamPlanReply:
         req = check(req, RecordStreamPlanRequest)
+        self.authorize("record_stream_plan", req)
         batch_id = self.stream_plans.record(req.group, req.topic, req.ranges)
         return StreamPlanReply(batch_id=batch_id, ranges=req.ranges)
 
     async def finish_stream_plan(self, req: FinishStreamPlanRequest) -> Done:
         req = check(req, FinishStreamPlanRequest)
+        self.authorize("finish_stream_plan", req)
         return Done(existed=self.stream_plans.finish(req.group, req.topic, req.batch_id))
 
     async def ready(self) -> bool:

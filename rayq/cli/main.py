@@ -412,14 +412,19 @@ def _status(args: argparse.Namespace) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     from rayq.actors.protocol import ClientRequest, broker_actor_name
+    from rayq.actors.protocol.config import REPLICA_SEPARATOR
     from rayq.cluster import Cluster, running_actors
+    from rayq.store.errors import PermissionDeniedError
     from rayq.transport.context import CALL_TIMEOUT_S
     from rayq.transport.ray_actors import RayTransport
 
-    coordinator = RayTransport(args.namespace).coordinator()
-    brokers = coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names
     prefix = broker_actor_name("")
     replicas = [a[len(prefix) :] for a in running_actors(args.namespace) if a.startswith(prefix)]
+    coordinator = RayTransport(args.namespace).coordinator()
+    try:
+        brokers = coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names
+    except PermissionDeniedError:  # ACL on (no credentials here): the masters' actor names
+        brokers = [r for r in replicas if REPLICA_SEPARATOR not in r]
     slaves = [r for r in replicas if r not in brokers]
     Cluster(
         args.namespace,

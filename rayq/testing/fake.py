@@ -52,6 +52,7 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.server_key import ServerKey
+from rayq.actors.server.acl import coordinator_acl
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
@@ -180,7 +181,9 @@ class FakeCluster:
         for name in brokers:
             cfg = msgspec.structs.replace(base, broker_name=name)
             self._open(BrokerServer(cfg, str(self.root / name), node_id="fake-node"))
-        self.coordinator = FakeCoordinator(namespace, self._loop, self.server_key)
+        self.coordinator = FakeCoordinator(
+            namespace, self._loop, self.server_key, acl=coordinator_acl(base, str(self.root))
+        )
         self.calls: list[tuple[str, str]] = []
         self.stopped: dict[str, bool] = {}  # broker -> still routed (keep_route)
         self._failures: dict[tuple[str, str], list[BaseException]] = {}

@@ -6,7 +6,9 @@ fake's event-loop thread (``LoopThread``, shared with its brokers), so clients c
 it synchronously from any thread, an event loop included. Before each call it
 learns every fake broker's state, as the brokers' registrations and the
 coordinator's death watch would tell it: a routed broker (re-)registers with its
-current ``info()``, a stopped one is dropped as lost.
+current ``info()``, a stopped one is dropped as lost. With the brokers' ``acl_enable``
+it checks the client operations with their ACL rules, as the actor does
+(``coordinator_acl``: ``acl_file``, else ``<root>/config/plain_acl.toml``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, TypeVar
 from rayq.actors.protocol import BrokerInfo
 from rayq.actors.protocol.registry import Caller, operations
 from rayq.actors.protocol.server_key import ServerKey
+from rayq.actors.server.acl import AclService
 from rayq.actors.server.coordinator_peers import NoPeers
 from rayq.actors.server.coordinator_service import CoordinatorService
 from rayq.store.clock import SYSTEM_CLOCK, Clock
@@ -32,9 +35,14 @@ class FakeCoordinator:
     """A ``CoordinatorService`` on the fake's event loop, called synchronously."""
 
     def __init__(
-        self, namespace: str, loop: LoopThread, server_key: ServerKey, clock: Clock = SYSTEM_CLOCK
+        self,
+        namespace: str,
+        loop: LoopThread,
+        server_key: ServerKey,
+        clock: Clock = SYSTEM_CLOCK,
+        acl: AclService | None = None,
     ) -> None:
-        self.service = CoordinatorService(NoPeers(namespace), clock, server_key=server_key)
+        self.service = CoordinatorService(NoPeers(namespace), clock, server_key=server_key, acl=acl)
         self.service.skip_rebuild()  # nothing ran before it
         self._loop = loop
 

@@ -15,12 +15,13 @@ against a running deployment; a checker compares ``snapshot`` before and after::
     assert hostile.changed(before, hostile.snapshot(namespace, ["orders"], ["billing"])) == []
 
 Interface: ``ATTACKS`` (name -> function), each ``attack(namespace, topic, group)`` ->
-``Observation``; ``random_attack``; ``snapshot(namespace, topics, groups, config=None)``
--> ``Snapshot`` (routes, brokers, queue ends, committed offsets, every actor alive;
-``config``: a ClientConfig with admin credentials when ACL is on); ``changed(before,
-after)`` -> what differs (the queue ends may only grow where the soak itself sends:
-pass ``grown_ok=True``). Needs Ray initialized in the namespace's cluster. Not part of
-the public API.
+``Observation`` (those in ``ACL_ONLY`` are refused only by a deployment with ACL on,
+the others whether ACL is on or off); ``random_attack``; ``snapshot(namespace, topics,
+groups, config=None)`` -> ``Snapshot`` (routes, brokers, queue ends, committed
+offsets, every actor alive; ``config``: a ClientConfig with admin credentials when ACL
+is on); ``changed(before, after)`` -> what differs (the queue ends may only grow
+where the soak itself sends: pass ``grown_ok=True``). Needs Ray initialized in the
+namespace's cluster. Not part of the public API.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rayq.actors.protocol import (
     BrokerInfo,
     ClientRequest,
     HaFetch,
+    MemberRequest,
     MetadataRequest,
     QueryOffsetsRequest,
     QueueData,
@@ -45,11 +47,11 @@ from rayq.actors.protocol import (
     broker_actor_name,
     flusher_actor_name,
 )
-from rayq.actors.protocol.config import ClientConfig
+from rayq.actors.protocol.config import REPLICA_SEPARATOR, ClientConfig
 from rayq.store import InnerMessage, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import RequestAuth, encode_batch
-from rayq.store.errors import RayqError
+from rayq.store.errors import PermissionDeniedError, RayqError
 
 CALL_TIMEOUT_S = 30.0
 
@@ -100,10 +102,21 @@ def _master(namespace: str, topic: str) -> str:
     from rayq.transport.ray_actors import RayTransport
 
     coordinator = RayTransport(namespace).coordinator()
-    route = coordinator.route(RouteRequest(topic=topic)).result(CALL_TIMEOUT_S).route
-    if route is not None and route.queues:
-        return sorted(q.broker_name for q in route.queues)[0]
-    return coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names[0]
+    try:
+        route = coordinator.route(RouteRequest(topic=topic)).result(CALL_TIMEOUT_S).route
+        if route is not None and route.queues:
+            return sorted(q.broker_name for q in route.queues)[0]
+        return coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names[0]
+    except PermissionDeniedError:  # ACL on: no routes without credentials; Ray lists actors
+        from rayq.cluster import running_actors
+
+        prefix = broker_actor_name("")
+        masters = [
+            a[len(prefix) :]
+            for a in running_actors(namespace)
+            if a.startswith(prefix) and REPLICA_SEPARATOR not in a
+        ]
+        return sorted(masters)[0]
 
 
 # ------------------------------------------------------------------ the attacks
@@ -147,6 +160,20 @@ def register_fake_broker(namespace: str, topic: str, group: str) -> Observation:
     queues = QueueData(broker_name="hostile", read_queue_nums=8, write_queue_nums=8, perm=6)
     info = BrokerInfo(broker_name="hostile", node_id="", store_dir="", topics={topic: queues})
     return _call("register_fake_broker", coordinator.register_broker.remote(info))
+
+
+def coordinator_route(namespace: str, topic: str, group: str) -> Observation:
+    """The coordinator's ``route`` of ``topic``, unsigned (ACL on: refused)."""
+    coordinator = _actor(namespace, COORDINATOR_NAME)
+    return _call("coordinator_route", coordinator.route.remote(RouteRequest(topic=topic)))
+
+
+def coordinator_leave_group(namespace: str, topic: str, group: str) -> Observation:
+    """A push consumer's ``leave_group`` on behalf of another member, unsigned (its queues
+    would move to the others)."""
+    coordinator = _actor(namespace, COORDINATOR_NAME)
+    req = MemberRequest(group=group, client_id="victim")
+    return _call("coordinator_leave_group", coordinator.leave_group.remote(req))
 
 
 def whitelisted_delete_topic(namespace: str, topic: str, group: str) -> Observation:
@@ -194,11 +221,17 @@ ATTACKS: dict[str, Attack] = {
         flusher_sync_past_end,
         unregister_broker,
         register_fake_broker,
+        coordinator_route,
+        coordinator_leave_group,
         whitelisted_delete_topic,
         reserved_property_put,
         mismatched_msg_ids_put,
     )
 }
+# Client operations any client may call with ACL off: refused only with ACL on.
+ACL_ONLY: frozenset[str] = frozenset(
+    {"whitelisted_delete_topic", "coordinator_route", "coordinator_leave_group"}
+)
 
 
 def random_attack(namespace: str, rng: random.Random, topic: str, group: str) -> Observation:
@@ -247,4 +280,4 @@ def changed(before: Snapshot, after: Snapshot, *, grown_ok: bool = False) -> lis
     return out
 
 
-__all__ = ["ATTACKS", "Observation", "Snapshot", "changed", "random_attack", "snapshot"]
+__all__ = ["ACL_ONLY", "ATTACKS", "Observation", "Snapshot", "changed", "random_attack", "snapshot"]

@@ -71,7 +71,11 @@ class ClientContext:
 
     @property
     def coordinator(self) -> CoordinatorClient:
-        return self.transport.coordinator()
+        """The coordinator's client, its requests signed as the brokers' are (ACL)."""
+        client = self.transport.coordinator()
+        if self._signer is None:
+            return client
+        return CoordinatorClient(self._signer.wrap(client._invoke))
 
     @property
     def timeout_s(self) -> float:

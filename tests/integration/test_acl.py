@@ -1,5 +1,7 @@
-"""ACL through real actors: a producer and a PullConsumer with credentials work (sends,
-pulls through the broker and its hold service, commits); a wrong secret is refused."""
+"""ACL through real actors: a producer, a PullConsumer and a PushConsumer with credentials
+work (sends, pulls through the broker and its hold service, commits, the coordinator's
+routes, shares and group membership, signed); a wrong secret is refused; a client without
+credentials is refused by the coordinator too."""
 
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ group_perms = ["acl-cg=SUB"]
 def deployment(cluster: rayq.Cluster, eventually: Callable[..., Any]) -> rayq.Cluster:
     for name in cluster.broker_names:  # the default place: <store dir>/config/plain_acl.toml
         (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(RULES)
+    # the coordinator's: config/plain_acl.toml under the store dir given to rayq.start
+    assert cluster.store_dir is not None
+    (cluster.store_dir / "config").mkdir(exist_ok=True)
+    (cluster.store_dir / "config" / "plain_acl.toml").write_text(RULES)
     admin = rayq.Admin(namespace=NAMESPACE, config=ClientConfig(credentials=ADMIN))
     eventually(lambda: admin.create_topic(TOPIC, queues=2))
     return cluster
@@ -67,6 +73,56 @@ def test_producer_and_pull_consumer_with_credentials(deployment: rayq.Cluster) -
         assert sum(consumer.committed(mq) for mq in consumer.assignment()) == 10
     finally:
         consumer.shutdown()
+
+
+def test_push_consumer_with_credentials_joins_and_consumes(deployment: rayq.Cluster) -> None:
+    """Its Consumer actor signs the coordinator's join, heartbeats and leave."""
+    config = ClientConfig(credentials=APP)
+    with rayq.Producer("acl-pg", namespace=NAMESPACE, config=config) as producer:
+        for i in range(6):
+            producer.send(rayq.Message(topic=TOPIC, body=f"p{i}".encode()))
+    consumer = rayq.PushConsumer(
+        "acl-cg",
+        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+        namespace=NAMESPACE,
+        config=config,
+    )
+    consumer.subscribe(TOPIC)
+    consumer.register_listener(lambda msgs: rayq.ConsumeStatus.CONSUME_SUCCESS)
+    try:
+        consumer.start()  # joined: the coordinator took its signed join_group
+        assert {q.topic for q in consumer.assignment()} >= {TOPIC}
+        deadline = time.monotonic() + 60
+        while consumer.stats()["consumed"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert consumer.stats()["consumed"] >= 6
+    finally:
+        consumer.shutdown()
+    admin = rayq.Admin(namespace=NAMESPACE, config=ClientConfig(credentials=ADMIN))
+    assert consumer.client_id not in admin.group_connections("acl-cg")  # its signed leave
+
+
+def test_a_client_without_credentials_is_refused_by_the_coordinator(
+    deployment: rayq.Cluster,
+) -> None:
+    with pytest.raises(rayq.PermissionDeniedError, match=r"coordinator\.topics: .*no credentials"):
+        rayq.Admin(namespace=NAMESPACE).topics()
+    with pytest.raises(rayq.PermissionDeniedError, match=r"coordinator\.route: .*no credentials"):
+        rayq.Admin(namespace=NAMESPACE).topic_stats(TOPIC)
+    anonymous = rayq.PushConsumer("acl-cg", namespace=NAMESPACE)
+    anonymous.subscribe(TOPIC)
+    anonymous.register_listener(lambda msgs: rayq.ConsumeStatus.CONSUME_SUCCESS)
+    try:
+        # its Consumer actor asks the coordinator for the brokers, then joins: refused
+        with pytest.raises(rayq.PermissionDeniedError, match=r"coordinator\.\w+: .*no cred"):
+            anonymous.start()
+    finally:
+        anonymous.shutdown()
+    # with credentials, an account still needs the perm: no SUB on group "acl-other-cg"
+    app = rayq.Admin(namespace=NAMESPACE, config=ClientConfig(credentials=APP))
+    assert TOPIC in app.topics()
+    with pytest.raises(rayq.PermissionDeniedError, match="group 'acl-other-cg'"):
+        app.group_connections("acl-other-cg")
 
 
 def test_wrong_secret_and_missing_perms_are_refused(deployment: rayq.Cluster) -> None:

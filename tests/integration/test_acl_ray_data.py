@@ -56,6 +56,9 @@ def assert_no_secret(text: str) -> None:
 def deployment(cluster: rayq.Cluster, eventually: Callable[..., Any]) -> rayq.Cluster:
     for name in cluster.broker_names:  # the default place: <store dir>/config/plain_acl.toml
         (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(RULES)
+    assert cluster.store_dir is not None  # the coordinator's: under rayq.start's store dir
+    (cluster.store_dir / "config").mkdir(exist_ok=True)
+    (cluster.store_dir / "config" / "plain_acl.toml").write_text(RULES)
     admin = rayq.Admin(namespace=NAMESPACE, config=config(ADMIN))
     eventually(lambda: admin.create_topic(SOURCE, queues=2))
     admin.create_topic(SINK, queues=2)

@@ -139,14 +139,14 @@ def hostile_driver() -> list[HostileAction]:
         action.__name__ = f"hostile_{name}"
         return action
 
-    # Deleting a topic is an admin operation any client may call while ACL is off (as
-    # in the soak's deployment): the whitelist spoof is refused only with ACL on
-    # (tests/integration/test_acl.py runs it there).
-    with_acl_only = {"whitelisted_delete_topic"}
+    # Deleting a topic, a route lookup or a leave_group are client operations any
+    # client may call while ACL is off (as in the soak's deployment): those attacks
+    # (hostile.ACL_ONLY) are refused only with ACL on (tests/integration/test_acl.py
+    # runs them there).
     return [
         adapt(name, attack)
         for name, attack in sorted(hostile.ATTACKS.items())
-        if name not in with_acl_only
+        if name not in hostile.ACL_ONLY
     ]
 
 

@@ -449,10 +449,12 @@ def test_acl_read_stream_and_write_sign_with_credentials(spark: object, tmp_path
     try:
         for name in cluster.broker_names:
             (cluster.store_dir / name / "config" / "plain_acl.toml").write_text(ACL_RULES)
+        (tmp_path / "config").mkdir(exist_ok=True)  # the coordinator's, under the store dir
+        (tmp_path / "config" / "plain_acl.toml").write_text(ACL_RULES)
         config = rayq.ClientConfig(credentials=ACL_APP)
         admin = rayq.Admin(namespace=ACL_NAMESPACE, config=config)
         deadline = time.monotonic() + 60
-        while True:  # until the broker has loaded the file (looked at once a second)
+        while True:  # until the brokers and the coordinator have loaded the file (1/s)
             try:
                 admin.create_topic("acl-in", queues=2)
                 break

@@ -15,26 +15,39 @@ import pytest
 
 import rayq
 from rayq.actors.protocol import (
+    ClientRequest,
     CommitOffsetsRequest,
     ConsumeFromWhere,
     CreateTopicRequest,
     DeleteGroupRequest,
+    FinishStreamPlanRequest,
     GroupRequest,
+    GroupShareRequest,
+    JoinGroupRequest,
     ListGroupsRequest,
     LockQueuesRequest,
+    LostBrokersRequest,
     MaxOffsetRequest,
+    MemberRequest,
     PullItem,
     PullManyRequest,
     PullRequest,
     QueryOffsetsRequest,
     QueueRef,
+    ReadReplicaRequest,
+    RecordStreamPlanRequest,
     ResetOffsetsRequest,
+    RouteRequest,
+    RoutesRequest,
+    StreamPlanRequest,
     TopicRequest,
     check,
     to_wire,
 )
 from rayq.actors.protocol.auth import Credentials, Signer
 from rayq.actors.protocol.config import BrokerConfig, ClientConfig
+from rayq.actors.protocol.coordinator import MemberSpec
+from rayq.actors.protocol.registry import Access, Caller, operations
 from rayq.actors.server import acl as acl_mod
 from rayq.actors.server.acl import AclService, parse_acl
 from rayq.consumer.pull import PullConsumer
@@ -42,7 +55,7 @@ from rayq.store import EncodedBatch, InnerMessage, StoreConfig
 from rayq.store.batch import RequestAuth, encode_batch
 from rayq.store.errors import PermissionDeniedError
 from rayq.testing import FakeCluster, FakeTransport
-from rayq.transport.base import BrokerClient
+from rayq.transport.base import BrokerClient, CoordinatorClient
 from rayq.transport.context import ClientContext
 
 ADMIN = Credentials(access_key="root", secret_key="root-secret-0000")
@@ -145,8 +158,11 @@ def test_pub_only_account_sends_but_cannot_pull_or_commit(cluster: FakeCluster) 
     assert "'writer'" in msg and "group 'cg'" in msg and "SUB" in msg
     commit = CommitOffsetsRequest(group="cg", topic="orders", offsets={0: 1})
     assert "SUB" in denied(client.commit_offsets(commit))
-    with pytest.raises(PermissionDeniedError, match="PUB permission on topic 'other'"):
-        send(cluster, PUB_ONLY, topic="other")  # not listed: the default perm (DENY)
+    # not listed: the default perm (DENY); the coordinator refuses the route already
+    with pytest.raises(
+        PermissionDeniedError, match=r"route.*PUB or SUB permission on topic 'other'"
+    ):
+        send(cluster, PUB_ONLY, topic="other")
 
 
 def test_sub_only_account_pulls_and_commits_but_cannot_send(cluster: FakeCluster) -> None:
@@ -266,8 +282,8 @@ def test_transactions_need_pub_on_their_topic(cluster: FakeCluster) -> None:
         result = producer.send_in_transaction(rayq.Message("orders", b"tx"))
         assert result.local_state is rayq.TransactionStatus.COMMIT
         assert producer.check_now() == 0
-        with pytest.raises(PermissionDeniedError, match="PUB permission on topic 'other'"):
-            producer.send_in_transaction(rayq.Message("other", b"tx"))
+        with pytest.raises(PermissionDeniedError, match="PUB or SUB permission on topic 'other'"):
+            producer.send_in_transaction(rayq.Message("other", b"tx"))  # its route
     with tx(SUB_ONLY) as producer, pytest.raises(PermissionDeniedError, match="PUB"):
         producer.send_in_transaction(rayq.Message("orders", b"tx"))
     got = broker(cluster, SUB_ONLY).pull(pull()).result(5)
@@ -395,8 +411,9 @@ def test_broken_file_keeps_the_old_rules(
         rewrite(acl_file, RULES.replace('"orders=PUB"', '"orders=WRITE"'))  # a bad perm
         assert send(cluster, PUB_ONLY).status is rayq.SendStatus.SEND_OK
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 2 and all(str(acl_file) in e for e in errors)
-    assert "WRITE" in errors[1]
+    # each rewrite logged once by the broker's ACL and once by the coordinator's
+    assert len(errors) == 4 and all(str(acl_file) in e for e in errors)
+    assert "WRITE" not in errors[1] and "WRITE" in errors[2] and "WRITE" in errors[3]
     assert not any(s in e for e in errors for s in SECRETS)
 
 
@@ -477,3 +494,199 @@ def test_secret_is_absent_from_reprs_logs_and_errors(
                     assert not any(s in str(exc) or s in repr(exc) for s in SECRETS)
                     assert "wrong-wrong" not in str(exc)
     assert not any(s in caplog.text for s in [*SECRETS, "wrong-wrong"])
+
+
+# ------------------------------------------------------------------ the coordinator
+# One request of every coordinator client operation, naming topic "orders" and group "cg".
+COORDINATOR_REQUESTS: dict[str, Any] = {
+    "route": RouteRequest(topic="orders", client_id="c1"),
+    "routes": RoutesRequest(topics=["orders"], client_id="c1"),
+    "topics": ClientRequest(client_id="c1"),
+    "brokers": ClientRequest(client_id="c1"),
+    "broker_table": ClientRequest(client_id="c1"),
+    "lost_brokers": LostBrokersRequest(topic="orders", client_id="c1"),
+    "read_replica": ReadReplicaRequest(broker_name="broker-a", client_id="c1"),
+    "group_share": GroupShareRequest(group="cg", topic="orders", expiry_ms=30_000, client_id="c1"),
+    "leave_shares": ClientRequest(client_id="c1"),
+    "join_group": JoinGroupRequest(
+        group="cg", spec=MemberSpec(subscriptions=(("orders", "*"),)), client_id="c1"
+    ),
+    "leave_group": MemberRequest(group="cg", client_id="c1"),
+    "member_alive": MemberRequest(group="cg", client_id="c1"),
+    "group_members": MemberRequest(group="cg", client_id="c1"),
+    "stream_plan": StreamPlanRequest(group="cg", topic="orders", client_id="c1"),
+    "record_stream_plan": RecordStreamPlanRequest(
+        group="cg", topic="orders", ranges=[], client_id="c1"
+    ),
+    "finish_stream_plan": FinishStreamPlanRequest(
+        group="cg", topic="orders", batch_id=0, client_id="c1"
+    ),
+}
+# every one the registry gives an Access to check (all but read_replica)
+CHECKED = sorted(
+    name
+    for name, op in operations("coordinator", Caller.CLIENT).items()
+    if op.access is not Access.NONE
+)
+NO_CONSUMER = "only a running push consumer can join"  # the fake has no Consumer actors
+
+
+def test_every_coordinator_client_operation_has_a_request_here() -> None:
+    assert set(COORDINATOR_REQUESTS) == set(CoordinatorClient.request_types())
+
+
+def coordinator(cluster: FakeCluster, creds: Credentials | None) -> CoordinatorClient:
+    """The fake's coordinator client signing with ``creds`` (None: unsigned)."""
+    client = FakeTransport(cluster).coordinator()
+    if creds is None:
+        return client
+    return CoordinatorClient(Signer(creds).wrap(client._invoke))
+
+
+def ask(client: CoordinatorClient, method: str, req: Any | None = None) -> Any:
+    """``method`` with its request here (or ``req``): the reply, or the error raised."""
+    try:
+        return getattr(client, method)(req or COORDINATOR_REQUESTS[method]).result(5)
+    except rayq.RayqError as exc:
+        return exc
+
+
+def allowed(answer: Any) -> bool:
+    """Past the ACL: a reply, or the fake's refusal of a join (no Consumer actor)."""
+    if isinstance(answer, PermissionDeniedError):
+        return False
+    return not isinstance(answer, rayq.RayqError) or NO_CONSUMER in str(answer)
+
+
+@pytest.mark.parametrize("method", CHECKED)
+def test_coordinator_refuses_a_request_without_credentials(
+    cluster: FakeCluster, method: str
+) -> None:
+    answer = ask(coordinator(cluster, None), method)
+    assert isinstance(answer, PermissionDeniedError), answer
+    assert f"coordinator.{method}: ACL is on" in str(answer) and "no credentials" in str(answer)
+    anonymous = coordinator(cluster, Credentials())  # only a declared address
+    assert "no credentials" in str(ask(anonymous, method))
+
+
+def test_coordinator_refuses_a_wrong_signature(cluster: FakeCluster) -> None:
+    wrong = coordinator(cluster, Credentials(access_key="root", secret_key="not-the-secret"))
+    ghost = coordinator(cluster, Credentials(access_key="ghost", secret_key="whatever-it-is"))
+    for method in CHECKED:
+        msg = str(ask(wrong, method))
+        assert "bad signature" in msg and "'root'" in msg, (method, msg)
+        assert "not-the-secret" not in msg and ADMIN.secret_key not in msg
+        assert "unknown access key 'ghost'" in str(ask(ghost, method))
+    # changed after signing: another topic under the signature of "orders"
+    signed = Signer(ADMIN).sign("route", RouteRequest(topic="orders"))
+    tampered = msgspec.structs.replace(signed, topic="vault")
+    assert "bad signature" in str(ask(coordinator(cluster, None), "route", tampered))
+    # signed for one operation, sent to another
+    stolen = Signer(ADMIN).sign("topics", ClientRequest(client_id="c1"))
+    assert "bad signature" in str(ask(coordinator(cluster, None), "brokers", stolen))
+    old = Signer(ADMIN, clock=lambda: time.time() - 600).sign("topics", ClientRequest())
+    assert "coordinator's clock" in str(ask(coordinator(cluster, None), "topics", old))
+
+
+def test_coordinator_allows_every_operation_to_an_admin_and_the_signing_client(
+    cluster: FakeCluster,
+) -> None:
+    root = coordinator(cluster, ADMIN)
+    for method in COORDINATOR_REQUESTS:
+        assert allowed(ask(root, method)), method
+    assert ask(root, "route").route is not None
+    assert "orders" in ask(root, "topics").names
+    # a client context signs its coordinator calls with its credentials, as its broker calls
+    ctx = ClientContext(ClientConfig(credentials=SUB_ONLY), transport=FakeTransport(cluster))
+    assert ctx.route("orders") is not None and ctx.brokers() == ["broker-a"]
+    assert (
+        "orders"
+        in rayq.Admin(
+            transport=FakeTransport(cluster), config=ClientConfig(credentials=BOTH)
+        ).topics()
+    )
+    with pytest.raises(PermissionDeniedError, match=r"coordinator\.topics: .*no credentials"):
+        rayq.Admin(transport=FakeTransport(cluster)).topics()
+
+
+def test_coordinator_operations_need_the_perms_of_their_topics_and_groups(
+    cluster: FakeCluster,
+) -> None:
+    writer, reader, app = (coordinator(cluster, c) for c in (PUB_ONLY, SUB_ONLY, BOTH))
+    # a route: PUB or SUB on the topic (either will do); every topic of a routes request
+    assert ask(writer, "route").route is not None and ask(reader, "route").route is not None
+    vault = RouteRequest(topic="vault")
+    msg = str(ask(app, "route", vault))
+    assert "coordinator.route by 'app': no PUB or SUB permission on topic 'vault'" in msg
+    assert "topic 'other'" in str(ask(reader, "routes", RoutesRequest(topics=["orders", "other"])))
+    assert allowed(ask(app, "routes", RoutesRequest(topics=["orders", "other"])))
+    # the listings and leave_shares: any valid account, whatever its perms
+    for method in ("topics", "brokers", "broker_table", "lost_brokers", "leave_shares"):
+        assert allowed(ask(writer, method)), method
+    # shares, membership and stream plans: SUB on the group and the topics named
+    sub_ops = [m for m in CHECKED if m not in ("route", "routes", "topics", "brokers")]
+    sub_ops = [m for m in sub_ops if m not in ("broker_table", "lost_brokers", "leave_shares")]
+    assert sub_ops == sorted(
+        (
+            "finish_stream_plan",
+            "group_members",
+            "group_share",
+            "join_group",
+            "leave_group",
+            "member_alive",
+            "record_stream_plan",
+            "stream_plan",
+        )
+    )
+    for method in sub_ops:
+        assert allowed(ask(reader, method)), method
+        msg = str(ask(writer, method))  # PUB on orders, DENY on every group
+        assert f"coordinator.{method} by 'writer': no SUB permission on group 'cg'" in msg
+        blocked = msgspec.structs.replace(COORDINATOR_REQUESTS[method], group="blocked")
+        assert "group 'blocked'" in str(ask(app, method, blocked)), method
+    for method in ("group_share", "stream_plan", "record_stream_plan", "finish_stream_plan"):
+        vault_req = msgspec.structs.replace(COORDINATOR_REQUESTS[method], topic="vault")
+        assert "SUB permission on topic 'vault'" in str(ask(app, method, vault_req)), method
+    # a join needs SUB on every topic it subscribes to (a retry topic counts as its group)
+    spec = MemberSpec(subscriptions=(("%RETRY%cg", "*"), ("orders", "*"), ("vault", "*")))
+    join = JoinGroupRequest(group="cg", spec=spec, client_id="c1")
+    assert "topic 'vault'" in str(ask(app, "join_group", join))
+    spec = MemberSpec(subscriptions=(("%RETRY%cg", "*"), ("orders", "*")))
+    assert allowed(ask(reader, "join_group", JoinGroupRequest(group="cg", spec=spec)))
+
+
+def test_read_replica_is_not_checked(cluster: FakeCluster) -> None:
+    """The transport's own lookup of a broker it was told of: no credentials there."""
+    assert sorted(set(COORDINATOR_REQUESTS) - {"read_replica"}) == CHECKED
+    assert ask(coordinator(cluster, None), "read_replica").replica == "broker-a"
+
+
+def test_the_coordinator_reads_acl_file_or_the_store_dir_default(
+    cluster: FakeCluster, acl_file: Path, tmp_path: Path
+) -> None:
+    acl = cluster.coordinator.service.acl
+    assert acl is not None and acl.path == str(acl_file) and acl.service == "coordinator"
+    cfg = BrokerConfig(store=StoreConfig.for_tests(), acl_enable=True)
+    with FakeCluster(tmp_path / "default", config=cfg) as c:
+        acl = c.coordinator.service.acl
+        assert acl is not None
+        assert Path(acl.path) == tmp_path / "default" / "config" / "plain_acl.toml"
+        assert "no credentials" in str(ask(coordinator(c, None), "topics"))
+        assert "unknown access key" in str(ask(coordinator(c, ADMIN), "topics"))  # missing
+        (tmp_path / "default" / "config").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "default" / "config" / "plain_acl.toml").write_text(RULES)
+        acl._last_look = -acl_mod.RELOAD_CHECK_S  # look again now
+        assert ask(coordinator(c, ADMIN), "topics").names == []
+
+
+def test_coordinator_with_acl_off_checks_nothing(tmp_path: Path) -> None:
+    with FakeCluster(tmp_path) as c:
+        assert c.coordinator.service.acl is None
+        c.server().create_topic(
+            CreateTopicRequest(topic="orders", read_queue_nums=1, write_queue_nums=1, perm=6)
+        )
+        for creds in (None, Credentials(access_key="nobody", secret_key="any-secret-at-all")):
+            client = coordinator(c, creds)
+            for method in COORDINATOR_REQUESTS:
+                assert allowed(ask(client, method)), (method, creds)
+            assert ask(client, "route").route is not None
