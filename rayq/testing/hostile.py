@@ -51,7 +51,7 @@ from rayq.actors.protocol.config import REPLICA_SEPARATOR, ClientConfig
 from rayq.store import InnerMessage, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.batch import RequestAuth, encode_batch
-from rayq.store.errors import PermissionDeniedError, RayqError
+from rayq.store.errors import BrokerUnavailableError, PermissionDeniedError, RayqError
 
 CALL_TIMEOUT_S = 30.0
 
@@ -106,7 +106,7 @@ def _master(namespace: str, topic: str) -> str:
         route = coordinator.route(RouteRequest(topic=topic)).result(CALL_TIMEOUT_S).route
         if route is not None and route.queues:
             return sorted(q.broker_name for q in route.queues)[0]
-        return coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names[0]
+        names = coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names
     except PermissionDeniedError:  # ACL on: no routes without credentials; Ray lists actors
         from rayq.cluster import running_actors
 
@@ -116,7 +116,10 @@ def _master(namespace: str, topic: str) -> str:
             for a in running_actors(namespace)
             if a.startswith(prefix) and REPLICA_SEPARATOR not in a
         ]
-        return sorted(masters)[0]
+        names = sorted(masters)
+    if not names:  # nothing to attack: the attack is not made (a fault took every broker)
+        raise BrokerUnavailableError("no broker is running: the attack was not made")
+    return names[0]
 
 
 # ------------------------------------------------------------------ the attacks

@@ -180,6 +180,9 @@ def attempt(action: HostileAction, ctx: HostileContext) -> BadRequest:
     t = time.time()
     try:
         result = action(ctx)
+    except (ray.exceptions.ActorUnavailableError, ray.exceptions.ActorUnschedulableError) as exc:
+        # the target was restarting, or its node is gone: the request never reached it
+        return BadRequest(name, t, True, f"target unavailable: {exc}"[:200])
     except ray.exceptions.RayActorError as exc:
         return BadRequest(name, t, True, f"{type(exc).__name__}: {exc}"[:200], actor_died=True)
     except ray.exceptions.GetTimeoutError as exc:  # the target is paused by a fault
