@@ -257,11 +257,19 @@ class CoordinatorService:
             self.members.routes_changed(set(info.topics))
 
     def _read_from_slave(self, broker_name: str) -> None:
-        """The master of ``broker_name`` is lost: its slave furthest ahead serves reads."""
-        slaves = self.slaves.get(broker_name)
+        """The master of ``broker_name`` is lost: its slave furthest ahead serves reads,
+        among those in the lost master's epoch or later. A slave in an older epoch has not
+        fetched from this master yet, so it was not fenced: it may hold a divergent tail
+        (an old master back as a slave, whose unacknowledged writes the promoted slave
+        never had), and consumers reading that tail go past the master's end of the queue
+        and are moved back to its start when the master answers again. Its written offset
+        is no measure either: the divergent tail makes it look furthest ahead."""
+        lost = self.lost.get(broker_name)
+        epoch = lost.epoch if lost is not None else 0
+        slaves = [s for s in self.slaves.get(broker_name, {}).values() if s.epoch >= epoch]
         if not slaves:
             return
-        best = max(slaves.values(), key=lambda s: s.written_offset)
+        best = max(slaves, key=lambda s: s.written_offset)
         old = self.table.read_only.get(broker_name)
         self.table.read_only[broker_name] = best
         if old is None or old.broker_id != best.broker_id:

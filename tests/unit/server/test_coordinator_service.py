@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from rayq.actors.protocol import (
@@ -20,6 +21,7 @@ from rayq.actors.protocol import (
     MemberSpec,
     MessageQueue,
     QueueData,
+    ReadReplicaRequest,
     RouteRequest,
 )
 from rayq.actors.protocol.server_key import ServerKey
@@ -229,6 +231,33 @@ def test_join_group_without_a_consumer_actor_is_refused() -> None:
         spec = MemberSpec(subscriptions=((TOPIC, "*"),))
         with pytest.raises(InvalidRequestError, match="only a running push consumer"):
             await svc.join_group(JoinGroupRequest(group="pg", spec=spec, client_id="c1"))
+        svc.close()
+
+    asyncio.run(run())
+
+
+def test_a_lost_masters_reads_go_only_to_a_slave_in_its_epoch() -> None:
+    """The soak (seed 27): the old master came back as a slave in epoch 2 while the
+    master of epoch 3 restarted; it was not fenced yet, so its log still held the
+    unacknowledged tail the promoted slave never had, and it looked furthest ahead. Reads
+    went to it, the pull consumer read past the master's end, and the master moved it
+    back to offset 0 when it answered again. A slave in an older epoch serves no reads;
+    once it has fetched from the master (and adopted its epochs) it may."""
+
+    async def run() -> None:
+        svc = service(FakeClock())
+        master = msgspec.structs.replace(info("broker-a"), epoch=3, written_offset=1_517_140)
+        await svc.registered(master)
+        stale = msgspec.structs.replace(
+            info("broker-a"), broker_id=1, role="SLAVE", epoch=2, written_offset=1_775_755
+        )
+        await svc.registered(stale)
+        svc.broker_died("broker-a", shut_down=True)  # Ray restarts it: no failover
+        ask = ReadReplicaRequest(broker_name="broker-a")
+        assert (await svc.read_replica(ask)).replica == "broker-a"
+        fenced = msgspec.structs.replace(stale, epoch=3, written_offset=1_517_140)
+        await svc.registered(fenced)
+        assert (await svc.read_replica(ask)).replica == "broker-a#1"
         svc.close()
 
     asyncio.run(run())
