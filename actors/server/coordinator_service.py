@@ -299,7 +299,7 @@ class CoordinatorService:
         wake = self._wakes.setdefault(name, asyncio.Event())
         while self._masterless(name):
             lost = self.lost[name]
-            if grace and lost.node_id and await self.peers.node_alive(lost.node_id):
+            if grace and lost.node_id and await self._node_alive(lost.node_id):
                 grace = False
                 deadline = asyncio.get_running_loop().time() + RESTART_GRACE_S
                 while self._masterless(name):  # woken by any registration: look again
@@ -313,10 +313,22 @@ class CoordinatorService:
             grace = False
             wake.clear()
             async with self._lock(name):
-                if not self._masterless(name) or await self._recover_once(name, self.lost[name]):
+                if not self._masterless(name):
                     return
+                try:
+                    if await self._recover_once(name, self.lost[name]):
+                        return
+                except Exception:  # e.g. Ray's node table unreachable: the next round
+                    logger.exception("bringing a master of %s back failed; trying again", name)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), RECOVERY_INTERVAL_S)
+
+    async def _node_alive(self, node_id: str) -> bool:
+        try:
+            return await self.peers.node_alive(node_id)
+        except Exception:  # not known now: no grace, the attempts follow
+            logger.exception("could not tell whether node %s is alive", node_id)
+            return False
 
     def _masterless(self, name: str) -> bool:
         return name in self.lost and name not in self.table.brokers and name not in self.stopped

@@ -54,12 +54,16 @@ class Nodes(NoPeers):
         self.overlapped = False
         self.gate: asyncio.Event | None = None  # restart_master waits for it if set
         self.vanish_on_restart = 0  # restarts whose node vanishes as they start
+        self.unreachable = 0  # store_node calls that fail
 
     # --- the cluster
     async def node_alive(self, node_id: str) -> bool:
         return node_id in self.nodes.values()
 
     async def store_node(self, store_dir: str) -> str | None:
+        if self.unreachable:
+            self.unreachable -= 1
+            raise ConnectionError("the node table did not answer")
         return self.nodes.get(store_dir.rpartition("/")[2])
 
     async def _enter(self) -> None:
@@ -239,6 +243,21 @@ def test_a_restart_whose_node_vanished_uses_the_node_that_carries_the_store_now(
         await settle()
         assert svc.table.brokers["broker-a"].node_id == "n3"
         assert peers.promoted == 0  # no slave: nobody to promote
+        svc.close()
+
+    asyncio.run(run())
+
+
+def test_an_attempt_that_raises_is_followed_by_another() -> None:
+    async def run() -> None:
+        peers = Nodes({"broker-a": "n1"})
+        svc = await deployment(peers, replica("broker-a", "n1", 0))
+        peers.nodes = {"broker-a": "n2"}
+        peers.unreachable = 3
+        svc.broker_died("broker-a", False)
+        await settle()
+        assert peers.unreachable == 0
+        assert svc.table.brokers["broker-a"].node_id == "n2"
         svc.close()
 
     asyncio.run(run())
