@@ -134,19 +134,26 @@ class RayPeers:
     async def node_alive(self, node_id: str) -> bool:
         return await failover.node_alive(node_id)
 
+    async def store_node(self, store_dir: str) -> str | None:
+        return await failover.store_node(store_dir)
+
     async def promote(
         self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
     ) -> tuple[int, BrokerInfo] | None:
         return await failover.promote(name, lost, slaves, self.namespace)
+
+    async def restart_master(
+        self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
+    ) -> BrokerInfo | None:
+        return await failover.restart_master(name, lost, slaves, self.namespace)
 
     async def place_replicas(
         self,
         masters: dict[str, BrokerInfo],
         slaves: dict[str, dict[int, BrokerInfo]],
         suspects: set[str],
-        restartable: dict[str, BrokerInfo],
     ) -> None:
-        await failover.place_replicas(masters, slaves, self.namespace, suspects, restartable)
+        await failover.place_replicas(masters, slaves, self.namespace, suspects)
 
     # ------------------------------------------------------------ discovery
     async def broker_infos(self) -> dict[str, BrokerInfo | BaseException]:

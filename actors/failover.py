@@ -18,10 +18,20 @@ call to the old master failed looks the name up again and finds the new one.
 2. the old master's actors are killed for good (on a dead node they could only
    linger), the chosen slave closes its store cleanly and its actors end;
 3. a new master (broker id 0, the old master's role) is started on the slave's node
-   over the slave's store, under the broker's name, in epoch = the highest epoch seen
-   + 1, beginning at the slave's end of log (store/epochs.py);
+   (the node that carries the slave's resource now, looked up again: a node that was
+   removed and added back has a new id) over the slave's store, under the broker's
+   name, in epoch = the highest epoch seen + 1, beginning at the slave's end of log
+   (store/epochs.py);
 4. other slaves fetch from the new master by name; their epoch is older, so the new
    master fences them (actors/server/replication.py).
+
+**Restart** (``restart_master``): a lost master that is not replaced (no slave, none
+eligible, failover off, or its node came back under a new id) is started again as
+master over its store, on the node that carries its resource now.
+
+The coordinator calls these for one broker name at a time (its lock): a failover, a
+restart and a rejoin of the same broker never run at once, and a lost master is tried
+again until one runs (actors/server/coordinator_service.py, ``_recover``).
 
 **Rejoin** (``place_replicas``, on the coordinator's scan): a node whose resource
 ``rayq_broker:<name>`` or ``rayq_broker:<name>#<id>`` names a replica whose store is
@@ -59,12 +69,45 @@ logger = logging.getLogger(__name__)
 
 ASK_TIMEOUT_S = 3.0
 NAME_FREE_TIMEOUT_S = 20.0
+START_TIMEOUT_S = 120.0  # a replica's actors answer within this once started
 BROKER_RESOURCE_PREFIX = "rayq_broker:"
+
+
+class NodeGoneError(RuntimeError):
+    """The node that carries a replica's resource is not up (any more)."""
 
 
 async def node_alive(node_id: str) -> bool:
     nodes = await asyncio.to_thread(ray.nodes)
     return any(n.get("NodeID") == node_id and n.get("Alive") for n in nodes)
+
+
+def current_node(nodes: list[dict[str, Any]], store_dir: str, fallback: str) -> str | None:
+    """The node to start the replica over ``store_dir`` on, from ``ray.nodes()`` now:
+    the live node carrying its resource (``rayq_broker:<store folder's name>``); None
+    if only dead nodes carry it (removed, maybe to come back under another id);
+    ``fallback`` if no node carries it (not placed by resource)."""
+    replica = Path(store_dir).name
+    live = replica_nodes(nodes).get(replica)
+    if live is not None:
+        return live
+    resource = BROKER_RESOURCE_PREFIX + replica
+    if any(resource in (n.get("Resources") or {}) for n in nodes):
+        return None
+    return fallback
+
+
+async def store_node(store_dir: str) -> str | None:
+    """The live node that carries the resource of the replica over ``store_dir``."""
+    nodes = await asyncio.to_thread(ray.nodes)
+    return replica_nodes(nodes).get(Path(store_dir).name)
+
+
+async def _node_now(store_dir: str, fallback: str) -> str:
+    node = current_node(await asyncio.to_thread(ray.nodes), store_dir, fallback)
+    if node is None:
+        raise NodeGoneError(f"no node carrying the resource of {store_dir!r} is up")
+    return node
 
 
 def _actor(name: str, namespace: str) -> ActorHandle | None:
@@ -99,16 +142,18 @@ async def kill_replica(replica: str, namespace: str) -> None:
 async def start_replica(
     config: BrokerConfig, store_dir: str, namespace: str, node_id: str, epoch: int = 0
 ) -> BrokerHandle:
-    """A replica's three actors on ``node_id`` (flusher and hold first), registered."""
+    """A replica's three actors on ``node_id`` (flusher and hold first), registered.
+    Raises if they do not start (Ray: unschedulable if that node is gone); the caller
+    tries again, killing what was started."""
     replica = config.replica_name
     flusher = spawn_flusher(store_dir, config.store_config, replica, namespace, node_id)
     hold = spawn_hold(config, namespace, node_id)
-    await asyncio.gather(flusher.ready.remote(), hold.ready.remote())
+    await within(asyncio.gather(flusher.ready.remote(), hold.ready.remote()), START_TIMEOUT_S)
     broker = as_broker(
         spawn_broker(config, store_dir, namespace, node_id, epoch),
         broker_actor_name(config.replica_name),
     )
-    await broker.start_services.remote()
+    await within(broker.start_services.remote(), START_TIMEOUT_S)
     return broker
 
 
@@ -158,7 +203,8 @@ async def promote(
     if lost.role == BrokerRole.SYNC_MASTER.value and not choice.proven:
         logger.warning("failover of %s: %s", name, choice.reason)
     config = await within(handle.broker_config.remote(), ASK_TIMEOUT_S)
-    store_dir, node_id = info.store_dir, info.node_id
+    store_dir = info.store_dir
+    node_id = await _node_now(store_dir, info.node_id)  # before anything is killed
     epoch = max(epochs) + 1
     logger.warning(
         "failover of %s: promoting slave %d (log up to %d, sends acknowledged up to %d) "
@@ -203,25 +249,17 @@ async def place_replicas(
     slaves: dict[str, dict[int, BrokerInfo]],
     namespace: str,
     suspects: set[str],
-    restartable: dict[str, BrokerInfo],
 ) -> list[str]:
-    """Start, as slaves, the replicas whose node is up but whose store nobody serves;
-    the replicas started. A replica whose actor exists but does not answer is restarted
-    only when it did not answer at the previous scan either (``suspects``): one that is
-    still starting is left alone. A lost master that no failover replaces
-    (``restartable``: failover off, or no slave) is started again as master when the
-    node of its store is back."""
+    """Start, as slaves of ``masters``, the replicas whose node is up but whose store
+    nobody serves; the replicas started. A replica whose actor exists but does not
+    answer is restarted only when it did not answer at the previous scan either
+    (``suspects``): one that is still starting is left alone. (Lost masters are
+    brought back by the coordinator's recovery: ``restart_master``, ``promote``.)"""
     nodes = replica_nodes(await asyncio.to_thread(ray.nodes))
     started = []
     for replica, node_id in sorted(nodes.items()):
         name, sep, raw = replica.partition(REPLICA_SEPARATOR)
         master = masters.get(name)
-        lost = restartable.get(name)
-        if master is None and lost is not None and lost.store_dir:
-            if str(Path(lost.store_dir).parent / replica) == lost.store_dir:
-                await _restart_master(name, lost, node_id, slaves.get(name, {}), namespace)
-                started.append(replica)
-            continue
         if master is None or not master.store_dir:
             continue
         root = Path(master.store_dir).parent
@@ -261,16 +299,21 @@ async def place_replicas(
         )
         await kill_replica(replica_name(name, broker_id), namespace)
         slave_config = _with(config, broker_id=broker_id, broker_role=BrokerRole.SLAVE)
+        node_id = await _node_now(store_dir, node_id)  # it may have gone meanwhile
         await start_replica(slave_config, store_dir, namespace, node_id)
         started.append(replica)
     return started
 
 
-async def _restart_master(
-    name: str, lost: BrokerInfo, node_id: str, slaves: dict[int, BrokerInfo], namespace: str
-) -> None:
-    """The lost master's node is back and nobody took its place: start it there again
-    (its settings from a slave, or the defaults with its role if it has none)."""
+async def restart_master(
+    name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo], namespace: str
+) -> BrokerInfo | None:
+    """Nobody took the lost master's place: start it again over its store, on the node
+    that carries the store's resource now (its settings from a slave, or the defaults
+    with its role if it has none). Its new info; None if that node is not up."""
+    node_id = await store_node(lost.store_dir)
+    if node_id is None:
+        return None
     config = BrokerConfig(broker_name=name, broker_role=BrokerRole(lost.role))
     for broker_id in sorted(slaves):
         handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
@@ -282,9 +325,10 @@ async def _restart_master(
                     broker_role=BrokerRole(lost.role),
                 )
                 break
-    logger.warning("master %s: its node is back; starting it again on node %s", name, node_id)
+    logger.warning("master %s: its node is up; starting it again on node %s", name, node_id)
     await kill_replica(name, namespace)
-    await start_replica(config, lost.store_dir, namespace, node_id)
+    broker = await start_replica(config, lost.store_dir, namespace, node_id)
+    return await within(broker.broker_info.remote(), 30.0)
 
 
 async def _answers(replica: str, namespace: str) -> bool:

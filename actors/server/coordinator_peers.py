@@ -60,19 +60,29 @@ class Replicas(Protocol):
 
     async def node_alive(self, node_id: str) -> bool: ...
 
+    async def store_node(self, store_dir: str) -> str | None:
+        """The live node that carries the ``rayq_broker:`` resource of the replica whose
+        store is ``store_dir``, looked up now (None: none is up, or no node carries it)."""
+
     async def promote(
         self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
     ) -> tuple[int, BrokerInfo] | None:
-        """Make a live slave of ``name`` its master: its former id and new info."""
+        """Make a live slave of ``name`` its master: its former id and new info (None:
+        no slave may be promoted; raises if starting the new master failed)."""
+
+    async def restart_master(
+        self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
+    ) -> BrokerInfo | None:
+        """Start the lost master of ``name`` again over its store, on the node that
+        carries it now: its new info (None: that node is not up)."""
 
     async def place_replicas(
         self,
         masters: dict[str, BrokerInfo],
         slaves: dict[str, dict[int, BrokerInfo]],
         suspects: set[str],
-        restartable: dict[str, BrokerInfo],
     ) -> None:
-        """Start lost replicas again where their node is up."""
+        """Start the lost slaves of ``masters`` again where their node is up."""
 
 
 class Discovery(Protocol):
@@ -127,9 +137,17 @@ class NoPeers:
     async def node_alive(self, node_id: str) -> bool:
         return False
 
+    async def store_node(self, store_dir: str) -> str | None:
+        return None
+
     async def promote(
         self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
     ) -> tuple[int, BrokerInfo] | None:
+        return None
+
+    async def restart_master(
+        self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
+    ) -> BrokerInfo | None:
         return None
 
     async def place_replicas(
@@ -137,7 +155,6 @@ class NoPeers:
         masters: dict[str, BrokerInfo],
         slaves: dict[str, dict[int, BrokerInfo]],
         suspects: set[str],
-        restartable: dict[str, BrokerInfo],
     ) -> None:
         return None
 

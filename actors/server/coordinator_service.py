@@ -21,6 +21,7 @@ clock; everything that needs Ray goes through ``CoordinatorPeers``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -67,8 +68,8 @@ logger = logging.getLogger(__name__)
 BROKER_EXPIRY_MS = 120_000
 SCAN_INTERVAL_MS = 10_000
 PLACEMENT_INTERVAL_S = 2.0  # how often lost replicas are looked for (with slaves only)
+RECOVERY_INTERVAL_S = 2.0  # a lost master not brought back is tried again this often
 RESTART_GRACE_S = 5.0  # a master whose node lives gets this long to be restarted by Ray
-_FREE = asyncio.Lock()
 R = TypeVar("R")
 
 
@@ -126,7 +127,12 @@ class CoordinatorService:
         # name -> the acknowledged offset known then (tried again when a slave that
         # reaches it registers; the old master may be restarted where its store is)
         self.refused: dict[str, int] = {}
-        self._failover_locks: dict[str, asyncio.Lock] = {}
+        # masters shut down on purpose (rayq's shutdown): lost, but not brought back
+        self.stopped: set[str] = set()
+        # One lock per broker name, held by whatever starts or kills its replicas (a
+        # failover, a restart of its master, a slave rejoining): one decision at a time.
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._wakes: dict[str, asyncio.Event] = {}  # a lost master's recovery, woken early
         # Set once the soft state is rebuilt by asking (see rebuild): routes once the
         # brokers answered, groups once the push consumers re-joined.
         self.routes_ready = asyncio.Event()
@@ -195,8 +201,9 @@ class CoordinatorService:
             if info.broker_name in self.lost:  # its master is lost: it serves the reads
                 self._read_from_slave(info.broker_name)
                 needed = self.refused.get(info.broker_name)
-                if needed is not None and info.written_offset >= needed:
-                    self.loops.spawn(self._failover(info.broker_name))
+                if needed is None or info.written_offset >= needed:  # may be promoted
+                    self.refused.pop(info.broker_name, None)
+                    self._wake(info.broker_name)
             self._ensure_placement()
             return new
         if self.table.read_only.pop(info.broker_name, None) is not None:
@@ -211,6 +218,8 @@ class CoordinatorService:
         self.members.routes_changed(changed)
         self.lost.pop(info.broker_name, None)
         self.refused.pop(info.broker_name, None)
+        self.stopped.discard(info.broker_name)
+        self._wake(info.broker_name)  # its recovery, if one runs, ends
         self.peers.watch_broker(info.broker_name, self.broker_died)
         return new
 
@@ -235,11 +244,13 @@ class CoordinatorService:
             self.tick(self.clock.now_ms())
 
     def broker_died(self, broker_name: str, shut_down: bool) -> None:
-        """Ray reports the broker's actor dead: drop it until it is back, and fail over
-        to a slave unless it was shut down on purpose."""
+        """Ray reports the broker's actor dead: drop it until it is back, and bring a
+        master back (``_recover``) unless it was shut down on purpose."""
+        if shut_down:
+            self.stopped.add(broker_name)
         self.remove_broker(broker_name)
-        if self.slaves.get(broker_name) and not shut_down:
-            self.loops.spawn(self._failover(broker_name))
+        if not shut_down:
+            self._ensure_recovery(broker_name)
 
     def remove_broker(self, broker_name: str, *, lost: bool = True) -> None:
         """Drop a broker from the routes; a ``lost`` one (died or silent) is remembered,
@@ -247,9 +258,11 @@ class CoordinatorService:
         slave, are served by the slave (read-only routes) until a master is back."""
         info = self.table.brokers.get(broker_name)
         self.table.remove(broker_name)
-        if lost:
-            self.lost[broker_name] = info or BrokerInfo(
-                broker_name=broker_name, node_id="", store_dir="", topics={}
+        if lost:  # (lost already: its last info is kept)
+            self.lost[broker_name] = (
+                info
+                or self.lost.get(broker_name)
+                or BrokerInfo(broker_name=broker_name, node_id="", store_dir="", topics={})
             )
             self._read_from_slave(broker_name)
             self._ensure_placement()  # brought back when its node is (failover.py)
@@ -279,36 +292,101 @@ class CoordinatorService:
             self.members.routes_changed(set(best.topics))
 
     # ------------------------------------------------------------ failover
-    async def _failover(self, name: str) -> None:
-        """The master of ``name`` died: promote its slave furthest ahead among those
-        holding every acknowledged send (failover.py), at once if its node is dead, after
-        RESTART_GRACE_S if Ray could restart it; if there is none, remember it in
-        ``refused`` (the broker stays read-only)."""
-        lost = self.lost.get(name)
-        if lost is None or not lost.auto_failover:
-            return
-        if await self.peers.node_alive(lost.node_id):
-            deadline = asyncio.get_running_loop().time() + RESTART_GRACE_S
-            while asyncio.get_running_loop().time() < deadline:
-                if name in self.table.brokers:
-                    return  # restarted by Ray where it was
-                await asyncio.sleep(0.2)
-        async with self._failover_locks.setdefault(name, asyncio.Lock()):
-            if name in self.table.brokers or name not in self.lost:
-                return
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    def _wake(self, name: str) -> None:
+        event = self._wakes.get(name)
+        if event is not None:
+            event.set()
+
+    def _ensure_recovery(self, name: str) -> None:
+        """Bring a master of ``name`` back (one task per broker name)."""
+        if name not in self.stopped:
+            self.loops.ensure(f"recover:{name}", lambda: self._recover(name))
+
+    async def _recover(self, name: str) -> None:
+        """The master of ``name`` is lost: try, under the broker's lock, until one runs
+        (``_recover_once``), again every RECOVERY_INTERVAL_S or as soon as a replica of
+        it registers. If its node is alive, Ray may restart it there: that is given
+        RESTART_GRACE_S first."""
+        grace = True
+        wake = self._wakes.setdefault(name, asyncio.Event())
+        while self._masterless(name):
+            lost = self.lost[name]
+            if grace and lost.node_id and await self._node_alive(lost.node_id):
+                grace = False
+                deadline = asyncio.get_running_loop().time() + RESTART_GRACE_S
+                while self._masterless(name):  # woken by any registration: look again
+                    left = deadline - asyncio.get_running_loop().time()
+                    if left <= 0:
+                        break
+                    wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wake.wait(), left)
+                continue
+            grace = False
+            wake.clear()
+            async with self._lock(name):
+                if not self._masterless(name):
+                    return
+                try:
+                    if await self._recover_once(name, self.lost[name]):
+                        return
+                except Exception:  # e.g. Ray's node table unreachable: the next round
+                    logger.exception("bringing a master of %s back failed; trying again", name)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), RECOVERY_INTERVAL_S)
+
+    async def _node_alive(self, node_id: str) -> bool:
+        try:
+            return await self.peers.node_alive(node_id)
+        except Exception:  # not known now: no grace, the attempts follow
+            logger.exception("could not tell whether node %s is alive", node_id)
+            return False
+
+    def _masterless(self, name: str) -> bool:
+        return name in self.lost and name not in self.table.brokers and name not in self.stopped
+
+    async def _recover_once(self, name: str, lost: BrokerInfo) -> bool:
+        """One attempt (the broker's lock held) to give ``name`` a master: True if one
+        runs. If the node that carries its store (looked up now, by resource) came back
+        under a new id, the master is started there again: it has every message. Else,
+        with ``auto_failover`` and a slave, the slave furthest ahead among those holding
+        every acknowledged send is promoted (failover.py, election.py); if there is none
+        (``refused``, tried again when one registers) or the promotion failed, the old
+        master is started where its store is, if that node is up."""
+        home = await self.peers.store_node(lost.store_dir) if lost.store_dir else None
+        slaves = self.slaves.get(name, {})
+        came_back = home is not None and home != lost.node_id
+        if lost.auto_failover and slaves and not came_back and name not in self.refused:
             self.peers.unwatch_broker(name)
+            promoted: tuple[int, BrokerInfo] | None = None
             try:
-                promoted = await self.peers.promote(name, lost, self.slaves.get(name, {}))
+                promoted = await self.peers.promote(name, lost, dict(slaves))
             except Exception:
-                logger.exception("failover of %s failed", name)
-                return
-            if promoted is None:  # nobody to promote without losing acknowledged sends
-                self.refused[name] = self.acked_offset(name)
-                return
-            self.refused.pop(name, None)
-            self.slaves.get(name, {}).pop(promoted[0], None)
-            await self.registered(promoted[1])
-            self._ensure_placement()
+                logger.exception("failover of %s failed; trying again", name)
+            else:
+                if promoted is None:  # nobody to promote without losing acknowledged sends
+                    self.refused[name] = self.acked_offset(name)
+            if promoted is not None:
+                self.refused.pop(name, None)
+                self.slaves.get(name, {}).pop(promoted[0], None)
+                await self.registered(promoted[1])
+                self._ensure_placement()
+                return True
+        if home is None:
+            return False
+        try:
+            restarted = await self.peers.restart_master(name, lost, dict(slaves))
+        except Exception:
+            logger.exception("starting master %s again failed; trying again", name)
+            return False
+        if restarted is None:  # its node went away meanwhile
+            return False
+        await self.registered(restarted)
+        self._ensure_placement()
+        return True
 
     def acked_offset(self, name: str) -> int:
         """The highest offset ``name``'s sends are known to be acknowledged up to, from the
@@ -321,21 +399,27 @@ class CoordinatorService:
         self.loops.ensure("placement", self._placement_loop)
 
     async def _placement_loop(self) -> None:
-        """Bring lost replicas back as slaves when their node is up (failover.py)."""
+        """Bring lost slaves back when their node is up (failover.py), each broker under
+        its lock (skipped while a failover or restart holds it); make sure every lost
+        master (not shut down on purpose) has its recovery running."""
         while True:
             await asyncio.sleep(PLACEMENT_INTERVAL_S)
-            restartable = {
-                n: info
-                for n, info in self.lost.items()
-                if (n in self.refused or not (info.auto_failover and self.slaves.get(n)))
-                and not self._failover_locks.get(n, _FREE).locked()
-            }
-            try:
-                await self.peers.place_replicas(
-                    dict(self.table.brokers), self.slaves, self.suspects, restartable
-                )
-            except Exception:
-                logger.exception("placing replicas failed; trying again")
+            for name in list(self.lost):
+                if self._masterless(name):
+                    self._ensure_recovery(name)
+            for name, master in sorted(self.table.brokers.items()):
+                lock = self._lock(name)
+                if lock.locked():
+                    continue
+                async with lock:
+                    if self.table.brokers.get(name) is not master:
+                        continue
+                    try:
+                        await self.peers.place_replicas(
+                            {name: master}, {name: self.slaves.get(name, {})}, self.suspects
+                        )
+                    except Exception:
+                        logger.exception("placing replicas of %s failed; trying again", name)
 
     # ------------------------------------------ the client protocol: routes
     def authorize(self, method: str, req: R) -> R:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import rayq.cluster
-from rayq.actors.failover import replica_nodes
+from rayq.actors.failover import current_node, replica_nodes
 from rayq.cluster import resource_plan
 from rayq.store.errors import ConfigError
 
@@ -50,3 +50,14 @@ def test_replica_nodes_reads_live_nodes_only() -> None:
         {"Alive": True, "NodeID": "n3", "Resources": {"rayq_broker:broker-a#1": 1.0}},
     ]
     assert replica_nodes(nodes) == {"broker-a": "n1", "broker-a#1": "n3"}
+
+
+def test_a_replica_starts_on_the_node_that_carries_its_store_now() -> None:
+    """A node removed and added back has a new id: the live one carrying the store's
+    resource is used, never a node id seen before; none if only dead nodes carry it;
+    the given node if no node carries it (not placed by resource)."""
+    gone = {"Alive": False, "NodeID": "old", "Resources": {"rayq_broker:broker-a#1": 1.0}}
+    back = {"Alive": True, "NodeID": "new", "Resources": {"rayq_broker:broker-a#1": 1.0}}
+    assert current_node([gone, back], "/stores/broker-a#1", "old") == "new"
+    assert current_node([gone], "/stores/broker-a#1", "old") is None
+    assert current_node([back], "/stores/broker-b", "here") == "here"
