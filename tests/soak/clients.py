@@ -40,6 +40,11 @@ PACE_S = 0.03  # between sends of one producer: the machine has two cores
 SHARDING_KEYS = ("k0", "k1", "k2", "k3")
 ERRORS = (rayq.RayqError, ray.exceptions.RayError, TimeoutError)
 
+# Orderly queue locks renewed every 2 s (the deployment's lease is 8 s, deployment.py):
+# the queues of a killed orderly consumer are free again within the run, not after
+# RocketMQ's default 60 s lease, which is longer than a short soak and its drain.
+CLIENT = rayq.ClientConfig(lock_renew_interval_ms=2_000, lock_stale_ms=6_000)
+
 
 def tx_decision(key: str) -> str:
     """What a transaction's key says: every 4th rolls back, every 8th (of the rest)
@@ -257,7 +262,10 @@ class PushClient:
 
     def _start(self) -> rayq.PushConsumer:
         consumer = rayq.PushConsumer(
-            self.group, namespace=self.ns, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET
+            self.group,
+            namespace=self.ns,
+            consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+            config=CLIENT,
         )
         for topic in self.topics:
             consumer.subscribe(topic)

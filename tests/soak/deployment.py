@@ -61,6 +61,7 @@ class Deployment:
                 slave_sync_metadata_interval_ms=1000,
                 transaction_timeout=2000,
                 transaction_check_interval=1000,
+                rebalance_lock_max_live_time_ms=8000,  # orderly locks: see clients.CLIENT
             )
             self.rayq = rayq.start(root, placement="resource", namespace=namespace, config=config)
         except BaseException:

@@ -22,7 +22,7 @@ pytestmark = [
 ]
 NAMESPACE = "rayq-test-soak"
 FIXED_SEED = 20270027
-DURATION_S = 20.0  # each; with start-up and draining, the module takes 2-2.5 minutes
+DURATION_S = 15.0  # each; with start-up and draining, the module takes about 2 minutes
 MEAN_GAP_S = 7.0
 
 
