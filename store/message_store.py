@@ -680,6 +680,16 @@ class MessageStore:
         cq = self.queues.get((topic, queue_id))
         return cq.max_offset if cq is not None else 0
 
+    def queue_offset_at(self, topic: str, queue_id: int, commitlog_offset: int) -> int:
+        """The first queue offset whose record starts at or past ``commitlog_offset`` (the
+        queue's max offset if none does): where a queue stood when the commit log ended
+        there, e.g. where an epoch ended (KIP-320's end offset for a leader epoch)."""
+        self._check_open()
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        return cq.max_offset - cq.truncate_preview(commitlog_offset)
+
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
         self._check_open()

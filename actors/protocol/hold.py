@@ -24,6 +24,11 @@ class PullRequest(_Request, frozen=True, kw_only=True):
     expression: Text = "*"
     suspend_ms: Annotated[int, Meta(ge=0, le=3_600_000)] = 15_000
     expression_type: FilterType = "TAG"  # "SQL92": ``expression`` filters by properties
+    # The broker epoch the consumer's position was last read in (PullResponse.epoch; -1:
+    # unknown). A broker in a newer epoch checks the position against where that epoch
+    # ended in its log: past it, the records there were cut by a failover and the pull
+    # gets OFFSET_ILLEGAL with the offset to go on from (Kafka's KIP-320).
+    epoch: Annotated[int, Meta(ge=-1)] = -1
 
 
 class PullItem(msgspec.Struct, frozen=True, array_like=True):
@@ -34,6 +39,7 @@ class PullItem(msgspec.Struct, frozen=True, array_like=True):
     queue_offset: QueueOffset
     expression: Text = "*"
     expression_type: FilterType = "TAG"
+    epoch: Annotated[int, Meta(ge=-1)] = -1  # as PullRequest.epoch
 
 
 class QueueCommit(msgspec.Struct, frozen=True, array_like=True):
@@ -73,6 +79,7 @@ class PullManyRequest(_Request, frozen=True, kw_only=True):
             suspend_ms=self.suspend_ms,
             expression_type=item.expression_type,
             client_id=self.client_id,
+            epoch=item.epoch,
         )
 
 
@@ -104,6 +111,9 @@ class PullResponse(msgspec.Struct, frozen=True, kw_only=True):
     # for a slave, "" for the master): a consumer far behind reads from a slave when the
     # broker has slave_read_enable on.
     suggest_replica: str = ""
+    # The answering broker's epoch: a consumer keeps it with its position when records
+    # came or the offset was corrected (``epoch_after``) and sends it with its next pull.
+    epoch: int = -1
 
     @property
     def records_left(self) -> bool:
@@ -118,6 +128,15 @@ def nothing_new(results: list[Any]) -> bool:
     return all(type(r) is PullResponse and r.status is PullStatus.NO_NEW_MSG for r in results)
 
 
+def epoch_after(epoch: int, answer: PullResponse) -> int:
+    """The epoch a consumer keeps with its position after ``answer`` to a pull sent with
+    ``epoch``: the broker's when the answer read the log there (records, or a corrected
+    offset), else the one it had."""
+    if answer.status is PullStatus.FOUND or answer.status is PullStatus.OFFSET_ILLEGAL:
+        return answer.epoch
+    return epoch
+
+
 def follow_up(req: Any, answer: Any) -> Any | None:
     """The pull a consumer sends after ``req`` got ``answer`` (a PullRequest or a
     PullManyRequest moved to the next offsets), or None if it cannot be told (an error
@@ -127,7 +146,9 @@ def follow_up(req: Any, answer: Any) -> Any | None:
     if type(req) is PullRequest:
         if type(answer) is not PullResponse or answer.records_left:
             return None  # more is there: the consumer reads it from the broker directly
-        return msgspec.structs.replace(req, queue_offset=answer.next_offset)
+        return msgspec.structs.replace(
+            req, queue_offset=answer.next_offset, epoch=epoch_after(req.epoch, answer)
+        )
     # A follow-up commits nothing (a pull that commits always reaches the broker).
     results = answer.results if type(answer) is PullManyResponse else None
     if type(req) is not PullManyRequest or results is None:
@@ -137,7 +158,7 @@ def follow_up(req: Any, answer: Any) -> Any | None:
     if len(results) != len(req.items):
         return None
     items = [
-        msgspec.structs.replace(i, queue_offset=r.next_offset)
+        msgspec.structs.replace(i, queue_offset=r.next_offset, epoch=epoch_after(i.epoch, r))
         for i, r in zip(req.items, results, strict=True)
     ]
     return msgspec.structs.replace(req, items=items, commits=[])

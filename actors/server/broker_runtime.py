@@ -45,7 +45,34 @@ def open_server(config: BrokerConfig, store_dir: str, node_id: str, epoch: int) 
             epoch,
             server.store.written_offset,
         )
+        clamp_consumer_offsets(server)
     return server
+
+
+def clamp_consumer_offsets(server: BrokerServer) -> int:
+    """A promoted slave's consumer offsets past its queues' ends moved back to the ends;
+    returns how many queues moved. Its table is its old master's (metadata sync): a group
+    that consumed records the master had not replicated yet has its offset past this
+    log, where those records were cut by the failover. The offsets from this log's end
+    will hold new records, and the group must read them, not skip them."""
+    table = server.tables.consumer_offsets
+    moved = 0
+    for group, topic, queues in table.entries():
+        ends = {q: server.store.max_offset(topic, q) for q in queues}
+        over = {q: ends[q] for q, o in queues.items() if o > ends[q]}
+        if over:
+            logger.warning(
+                "broker %s: group %s's offsets of %s past this log's end moved back: %s",
+                server.config.broker_name,
+                group,
+                topic,
+                {q: f"{queues[q]} -> {end}" for q, end in sorted(over.items())},
+            )
+            table.commit_many(group, topic, over)
+            moved += len(over)
+    if moved:
+        table.persist()
+    return moved
 
 
 class Reporter(Protocol):

@@ -7,6 +7,7 @@ state (store, tables, services) these methods serve from; no Ray.
 
 from __future__ import annotations
 
+import logging
 import struct
 
 import msgspec
@@ -41,6 +42,8 @@ from rayq.store.errors import (
 )
 from rayq.store.message import GetResult, GetStatus
 from rayq.store.sql92 import SqlFilter, compile_sql, sql_filter_records
+
+logger = logging.getLogger(__name__)
 
 _TOTAL_SIZE = struct.Struct(">i")  # at a record's start (store/codec.py)
 
@@ -86,6 +89,9 @@ class PullProcessor(ProcessorBase):
         if not 0 <= req.queue_id < cfg.read_queue_nums:
             raise InvalidOffsetError(f"queue {req.queue_id} of topic {req.topic!r} does not exist")
         tag_filter, sql = self._filters(req)
+        diverged = self._diverged(req)
+        if diverged is not None:
+            return diverged
         want = min(max(req.max_nums, 1), self.config.pull_max_messages)
         parts: list[bytes] = []
         count = size = 0
@@ -142,6 +148,41 @@ class PullProcessor(ProcessorBase):
             buffer=b"".join(parts),
             count=count,
             suggest_replica=suggest,
+            epoch=self.epochs.current,
+        )
+
+    def _diverged(self, req: PullRequest) -> PullResponse | None:
+        """Kafka's KIP-320 check of a position read in an older epoch (``req.epoch``): if
+        it lies past where that epoch ended in this broker's log, the records the consumer
+        read there were cut by a failover (sent to a master that died before its slave had
+        them) and the offsets from that point hold other records now. The answer moves
+        the consumer back to that point, so it reads those records rather than skip them
+        (its offset inside the log) or start the queue over (past its end)."""
+        if req.epoch < 0 or req.epoch >= self.epochs.current:
+            return None
+        end = self.epochs.end_of(req.epoch)
+        if end is None:
+            return None
+        at = self.store.queue_offset_at(req.topic, req.queue_id, end)
+        if req.queue_offset <= at:
+            return None
+        logger.warning(
+            "broker %s: %s/%d offset %d of group %s was read in epoch %d, which ended at "
+            "offset %d here: the records past it were cut by a failover; moving it back",
+            self.name,
+            req.topic,
+            req.queue_id,
+            req.queue_offset,
+            req.group,
+            req.epoch,
+            at,
+        )
+        return PullResponse(
+            status=PullStatus.OFFSET_ILLEGAL,
+            next_offset=at,
+            min_offset=self.store.min_offset(req.topic, req.queue_id),
+            max_offset=self.store.max_offset(req.topic, req.queue_id),
+            epoch=self.epochs.current,
         )
 
     def _corrected(

@@ -39,6 +39,7 @@ class ProcessQueue:
         self.taken: dict[int, MessageExt] = {}  # orderly: being consumed now
         self.bytes = 0
         self.next_pull = -1  # next queue offset to pull
+        self.epoch = -1  # the broker epoch next_pull was read in (PullRequest.epoch)
         self.dropped = False
         self.pulling = True  # cleared first when the queue is revoked
         self.backlog = False  # the last pull left messages behind on the broker

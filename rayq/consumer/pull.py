@@ -64,6 +64,7 @@ from rayq.actors.protocol import (
     PullStatus,
     SendBackItem,
     SendBackRequest,
+    epoch_after,
 )
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.protocol.enums import AllocateStrategy
@@ -122,6 +123,7 @@ class _QueueState:
     retry_at: float = 0.0  # monotonic time before which no pull is sent
     backlog: bool = False  # the last pull left messages behind: read the broker directly
     read_from: str = ""  # a slave the broker suggested (far behind), "" for the master
+    epoch: int = -1  # the broker epoch ``offset`` was read in (PullRequest.epoch)
 
 
 class PullConsumer:
@@ -322,6 +324,7 @@ class PullConsumer:
                 expression_type=filter_type(s.tag_filter),
                 suspend_ms=0 if s.backlog else self._config.broker_suspend_max_ms,
                 client_id=self.client_id,
+                epoch=s.epoch,
             )
             try:  # behind: one hop to the broker (or the slave it suggested); caught up:
                 # wait at the hold service
@@ -373,6 +376,7 @@ class PullConsumer:
                 resp.next_offset,
             )
         s.offset = resp.next_offset
+        s.epoch = epoch_after(s.epoch, resp)
         if resp.status is not PullStatus.FOUND:
             return []
         msgs = decode_records(resp.buffer, broker_name=mq.broker_name)
@@ -408,6 +412,7 @@ class PullConsumer:
             )
         self._cancel(s)
         s.offset = offset
+        s.epoch = -1
         s.retry_at = 0.0
 
     def seek_to_begin(self, mq: MessageQueue) -> None:

@@ -54,6 +54,7 @@ from rayq.actors.protocol import (
     PullResponse,
     PullStatus,
     QueueCommit,
+    epoch_after,
 )
 from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull import PULL_STALE_GRACE_S
@@ -244,6 +245,7 @@ class PullRounds:
                     pq.pull_from(),
                     self.filters[mq.topic].expression,
                     filter_type(self.filters[mq.topic]),
+                    pq.epoch,
                 )
                 for mq, pq in ready
             ],
@@ -359,6 +361,7 @@ class PullRounds:
         if resp.status is PullStatus.OFFSET_ILLEGAL:
             self._offset_illegal(mq, pq, resp)
             return False
+        pq.epoch = epoch_after(pq.epoch, resp)
         pq.found = found = resp.status is PullStatus.FOUND
         pq.backlog = found and resp.records_left
         if found:

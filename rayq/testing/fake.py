@@ -53,6 +53,7 @@ from rayq.actors.protocol import (
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.server_key import ServerKey
 from rayq.actors.server.acl import coordinator_acl
+from rayq.actors.server.broker_runtime import open_server
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import EncodedBatch, StoreConfig
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError, RayqError
@@ -253,6 +254,21 @@ class FakeCluster:
             old = self.servers[name]
             old.close()
             self._open(BrokerServer(old.config, str(old.root), node_id="fake-node"))
+        return self.servers[name]
+
+    def fail_over(self, broker_name: str = "", *, cut_to: int) -> BrokerServer:
+        """A failover that lost the records from commit-log offset ``cut_to`` on (the
+        master died before its slave had them): the broker's log is cut there and its store
+        opened as the promoted slave would be, in a new epoch (``open_server``: committed
+        offsets past its queues' ends move back); its held pulls fail."""
+        name = broker_name or next(iter(self.servers))
+        self._fail_held(name, BrokerUnavailableError(f"broker {name} failed over"))
+        with self._lock:
+            old = self.servers[name]
+            epoch = old.epochs.current + 1
+            old.store.truncate_to(cut_to)
+            old.close()
+            self._open(open_server(old.config, str(old.root), "fake-node", epoch))
         return self.servers[name]
 
     def close(self) -> None:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -85,7 +87,15 @@ def _call(name: str, ref: Any) -> Observation:
         answer = ray.get(ref, timeout=CALL_TIMEOUT_S)
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-        return Observation(name, isinstance(cause, RayqError), f"{type(cause).__name__}: {cause}")
+        if isinstance(cause, ray.exceptions.RayError) and not isinstance(
+            cause, ray.exceptions.RayTaskError
+        ):
+            raise cause from None  # the target was not reached (its node is gone, ...)
+        if isinstance(cause, RayqError):
+            return Observation(name, True, f"{type(cause).__name__}: {cause}")
+        where = re.findall(r'File "([^"]+)", line (\d+)', str(exc))
+        at = f" at {Path(where[-1][0]).name}:{where[-1][1]}" if where else ""
+        return Observation(name, False, f"{type(cause).__name__}{at}: {cause}")
     except RayqError as exc:
         return Observation(name, True, f"{type(exc).__name__}: {exc}")
     return Observation(name, False, answer=repr(answer)[:200])

@@ -23,8 +23,10 @@ import importlib
 import random
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -194,7 +196,13 @@ def attempt(action: HostileAction, ctx: HostileContext) -> BadRequest:
     except Exception as exc:
         cause = getattr(exc, "cause", exc)
         refused = isinstance(exc, rayq.RayqError) or isinstance(cause, rayq.RayqError)
-        return BadRequest(name, t, refused, f"{type(cause).__name__}: {cause}"[:200])
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = (
+            ""
+            if refused or not frames
+            else f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}"
+        )
+        return BadRequest(name, t, refused, f"{type(cause).__name__}{at}: {cause}"[:200])
     return BadRequest(name, t, False, f"answered {result!r}"[:200])
 
 

@@ -14,7 +14,8 @@ What it allows (the contracts), precisely:
   offset): never allowed for idempotent and transactional producers; allowed (counted)
   for the others, whose retries after a lost answer may store a message twice.
   Redeliveries through a retry topic (``reconsume_times > 0``) are not stored copies.
-* **Redeliveries** (a group given one position more than once) are allowed only for
+* **Redeliveries** (a group given one message at one position more than once: a
+  failover that cut records puts other messages at the same offsets) are allowed only for
   what was uncommitted when a fault struck: the position's first delivery and its
   repeat must both fall around one fault (the fault started before the repeat and
   ended, plus ``GRACE_S``, after the first delivery), and the position must not have
@@ -22,10 +23,11 @@ What it allows (the contracts), precisely:
   and the fault's start). Anything else is a duplicate beyond the contract.
 * **Transactions** are one message each: a rolled-back one is never delivered, a
   committed, acknowledged one is delivered (also counted as lost if not).
-* **Offsets.** A committed offset observed on the brokers never moves back, except
-  across a fault that restarted or failed over the broker (its offsets since the last
-  persist or metadata sync may be lost: at-least-once). A pull consumer's own commits
-  never move back.
+* **Offsets.** A committed offset, observed on the brokers or committed by a pull
+  consumer, never moves back, except across a fault that restarted or failed over the
+  broker: its offsets since the last persist or metadata sync may be lost
+  (at-least-once), and a failover that cut records a consumer had read moves it back
+  to the cut (Kafka's KIP-320).
 * **Bad input** is refused with a ``RayqError``, and does not kill its target outside
   a fault; the end-of-run invariants (the canary topic, routes and offsets unchanged,
   every actor answering) hold.
@@ -261,9 +263,11 @@ def _check_duplicates(
         if c.source == "broker":
             by_group[c.group].append(c)
     observed = {g: _Commits(cs) for g, cs in by_group.items()}
-    first: dict[tuple[str, str, Position], Delivery] = {}
+    first: dict[tuple[str, str, Position, str], Delivery] = {}
     for d in sorted(deliveries, key=lambda d: (d.t, d.instance, d.n)):
-        at = (d.group, d.topic, (d.broker, d.queue, d.offset))
+        # a position and the message there: after a failover cut records, the same
+        # offsets hold other messages, and reading those is no redelivery
+        at = (d.group, d.topic, (d.broker, d.queue, d.offset), d.key)
         if at not in first:
             first[at] = d
             continue
@@ -293,7 +297,7 @@ def _check_offsets(report: Report, commits: list[Commit], faults: list[Fault]) -
         for a, b in pairwise(stream):
             if b.offset >= a.offset:
                 continue
-            excused = source == "broker" and any(
+            excused = any(
                 f.broker == broker and f.t_start <= b.t and f.t_end + GRACE_S >= a.t
                 for f in broker_faults
             )

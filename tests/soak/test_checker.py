@@ -143,9 +143,19 @@ def test_a_committed_offset_moving_back_is_found_unless_a_broker_fault_explains_
     report = check(with_(Commit("g", "plain", B, 0, 2, 3.5)))
     assert len(report.offsets) == 1
     assert check(with_(Commit("g", "plain", B, 0, 2, 5.0))).ok  # the broker was killed at 4
+    report = check(with_(Commit("p", "plain", B, 0, 5, 30.0, "client"),
+                         Commit("p", "plain", B, 0, 4, 31.0, "client")))  # fmt: skip
+    assert len(report.offsets) == 1  # a client's own commits too
     report = check(with_(Commit("p", "plain", B, 0, 5, 1.0, "client"),
                          Commit("p", "plain", B, 0, 4, 5.0, "client")))  # fmt: skip
-    assert len(report.offsets) == 1  # a client's own commits are never excused
+    assert report.ok  # moved back to a failover's cut (KIP-320)
+
+
+def test_another_message_at_a_position_read_before_is_no_redelivery() -> None:
+    """A failover cut s-5 (not acknowledged) at offset 5; the new master stored s-9 there."""
+    cut = send("s-5", 5, t=2.9, ok=False, status="SLAVE_NOT_AVAILABLE")
+    report = check(with_(cut, got("s-5", 5, t=3.0), send("s-9", 5, t=20.0), got("s-9", 5, t=30.0)))
+    assert report.ok and report.redeliveries_allowed == 0 and not report.duplicates
 
 
 def test_bad_input_accepted_or_killing_its_target_is_found() -> None:
