@@ -22,13 +22,16 @@ from typing import Any
 import ray
 
 from rayq.actors.broker_peers import ray_peers
+from rayq.actors.data_plane import data_plane
 from rayq.actors.handles import deployment_key
 from rayq.actors.malloc import keep_freed_memory
 from rayq.actors.metrics import REPORT_INTERVAL_S, BrokerMetrics
 from rayq.actors.protocol import broker as b
+from rayq.actors.protocol import check
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.registry import concurrency_groups, operations
 from rayq.actors.protocol.server_key import ServerKey, ServerProof
 from rayq.actors.server.broker_runtime import BrokerRuntime, open_server
@@ -63,6 +66,16 @@ class BrokerActor:
         self.runtime = BrokerRuntime(self.endpoint, metrics, int(REPORT_INTERVAL_S * 1000))
         # An async actor's __init__ runs on its event loop: start serving now.
         self.startup = asyncio.get_running_loop().create_task(self.runtime.start_services())
+        self.wire = data_plane(self.endpoint, node_id, ray.util.get_node_ip_address())
+        self.wire_started = asyncio.get_running_loop().create_task(
+            self.wire.server.start(self.wire.host)
+        )
+
+    async def data_endpoint(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
+        """Where this replica's socket data plane listens, and its key."""
+        check(req, DataEndpointRequest)
+        await self.wire_started
+        return self.wire.endpoint()
 
     # ------------------------------------------------ client and JVM operations
 
@@ -219,6 +232,7 @@ class BrokerActor:
         """Close the store cleanly, then end this actor for good (Ray does not restart
         it): a broker is never left alive with a closed store."""
         self.endpoint.guard.check("shutdown", proof)
+        await self.wire.server.close()
         self.runtime.close([self.startup])
         ray.actor.exit_actor()
 

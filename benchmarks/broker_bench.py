@@ -6,7 +6,9 @@ own local Ray). Prints: produce throughput (1 producer, batches of 100, async fl
 latency p50/p99, end-to-end latency (send -> poll returns) at ~1,000 msgs/s with
 long polling, SYNC_FLUSH produce throughput with 4 concurrent senders,
 ``send_async`` of single 1 KiB messages, pull throughput draining a backlog with
-one PullConsumer, and the same produce/consume workload on ``ray.util.queue.Queue``.
+one PullConsumer, the same produce/consume workload on ``ray.util.queue.Queue``,
+and the broker process's CPU time per put of 100 x 1 KiB (its own counters). The client
+transport is the default's, or ``RAYQ_TRANSPORT`` (``direct``, ``ray``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import rayq
 from rayq.store import FlushDiskType
+from rayq.transport.choice import transport_name
 
 try:
     from results import progress, record, record_latency
@@ -160,8 +163,32 @@ def main() -> None:
             cluster.shutdown()
 
 
+def broker_cpu_s() -> float:
+    """The broker process's CPU time so far (user + system), read from its own counters."""
+    import ray
+
+    from rayq.actors.protocol import broker_actor_name
+
+    broker = ray.get_actor(broker_actor_name("broker-a"), namespace="rayq")
+
+    def cpu(_self: object) -> float:
+        import os
+
+        t = os.times()
+        return t.user + t.system
+
+    return float(ray.get(broker.__ray_call__.remote(cpu)))
+
+
 def run_async_flush(total: int, backlog: int) -> None:
     with rayq.Producer("bench") as producer:
+        produce_batches(producer, "p1024", 1024, 1000, 1)  # warm: the route, the connection
+        before = broker_cpu_s()
+        produce_batches(producer, "p1024", 1024, total, 1)
+        per_put = (broker_cpu_s() - before) / (total // 100) * 1000
+        transport = transport_name("")
+        print(f"broker CPU per put of 100 x 1 KiB ({transport} transport): {per_put:.2f} ms")
+        record(BENCH, "broker_cpu_per_put", per_put, "ms", size=1024, batch=100)
         for size in (1024, 128):
             one = produce_batches(producer, f"p{size}", size, total, 1)
             four = produce_batches(producer, f"p{size}", size, total, 4)

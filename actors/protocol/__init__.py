@@ -102,6 +102,7 @@ from rayq.actors.protocol.enums import (
     SendStatus,
     TransactionStatus,
 )
+from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.hold import (
     HOLD_REPLY_BYTES,
     Park,
@@ -187,6 +188,8 @@ __all__ = [
     "ConsumeFromWhere",
     "CountReply",
     "CreateTopicRequest",
+    "DataEndpoint",
+    "DataEndpointRequest",
     "DeleteGroupRequest",
     "Done",
     "EndTransactionReply",

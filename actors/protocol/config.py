@@ -19,6 +19,7 @@ from rayq.store.errors import ConfigError
 from rayq.store.names import validate_instance_name
 
 NAMESPACE = "rayq"
+TRANSPORTS = frozenset({"", "direct", "ray"})  # ClientConfig.transport
 REPLICA_SEPARATOR = "#"
 
 
@@ -211,10 +212,19 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     credentials: Credentials | None = None
     # A TransactionProducer asks its brokers for the checks of its group this often
     check_request_poll_ms: Positive = 1_000
+    # How broker calls travel: "direct" (the brokers' socket data plane), "ray" (actor
+    # calls), or "" for the environment variable RAYQ_TRANSPORT, else "ray" for now
+    transport: str = ""
 
     def __post_init__(self) -> None:
         check_fields(self)
         validate_instance_name(self.instance_name)
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(
+                f"transport={self.transport!r} is not one of {sorted(TRANSPORTS)}: "
+                "'direct' (sockets), 'ray' (actor calls), '' (RAYQ_TRANSPORT or the default)",
+                value=self.transport,
+            )
         if "\0" in self.offset_store_dir:
             raise ConfigError(
                 f"offset_store_dir={self.offset_store_dir!r} contains a NUL character; "

@@ -27,6 +27,7 @@ import msgspec
 
 from rayq.actors.protocol import broker as b
 from rayq.actors.protocol import coordinator as c
+from rayq.actors.protocol import frames as f
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
@@ -126,6 +127,9 @@ _BROKER_CLIENT: Final = (
     _op("broker", "replication", b.ReplicationRequest, b.ReplicationStats, "admin", A.ADMIN),
     _op("broker", "read_arrow", b.ReadArrowRequest, b.ArrowPage, "admin", A.SUB),
     _op("broker", "send_back", b.SendBackRequest, b.SendBackResult, "admin", A.SUB),
+    # the socket data plane's addresses and key (frames.py): one Ray call, open to any
+    # member of the Ray cluster as the actor itself is; the ACL checks each request on it
+    _op("broker", "data_endpoint", f.DataEndpointRequest, f.DataEndpoint, "admin", A.NONE),
 )
 _BROKER_JVM: Final = (
     _op("broker", "put_arrow", b.ArrowPutRequest, bytes, "send", A.PUB, Caller.JVM),

@@ -37,6 +37,8 @@ from rayq.actors.protocol import (
     CompareAndSetOffsetsRequest,
     CountReply,
     CreateTopicRequest,
+    DataEndpoint,
+    DataEndpointRequest,
     DeleteGroupRequest,
     Done,
     EndTransactionReply,
@@ -254,6 +256,9 @@ class BrokerClient(_Client):
 
     def transaction_checks(self, req: TransactionChecksRequest) -> Reply[TransactionChecksReply]:
         return self._invoke("transaction_checks", req)
+
+    def data_endpoint(self, req: DataEndpointRequest) -> Reply[DataEndpoint]:
+        return self._invoke("data_endpoint", req)
 
 
 class HoldClient(_Client):

@@ -60,9 +60,9 @@ class ClientContext:
         # The caller's identity in every request (logs now, ACL later).
         self.client_id = client_id or new_client_id()
         if transport is None:
-            from rayq.transport.ray_actors import RayTransport
+            from rayq.transport.choice import make_transport
 
-            transport = RayTransport(namespace or current_namespace())
+            transport = make_transport(self.config.transport, namespace or current_namespace())
         self.transport = transport
         self.namespace = transport.namespace
         creds = self.config.credentials

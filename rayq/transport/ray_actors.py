@@ -8,6 +8,7 @@ in rayq/transport/base.py becomes one ``handle.<method>.remote(...)`` call.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -64,11 +65,18 @@ class RayReply(Reply[T]):
     """A Ray ObjectRef with rayq errors; an answer sent as ``to_wire`` bytes is decoded
     as ``reply_type``."""
 
-    __slots__ = ("ref", "reply_type")
+    __slots__ = ("_future", "ref", "reply_type")
 
     def __init__(self, ref: Any, reply_type: type | None = None) -> None:
         self.ref = ref
         self.reply_type = reply_type
+        self._future: concurrent.futures.Future[Any] | None = None
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        """The ref as a concurrent future (made once), to wait on beside others."""
+        if self._future is None:
+            self._future = self.ref.future()
+        return self._future
 
     def _decoded(self, value: Any) -> T:
         if type(value) is bytes and self.reply_type is not None:
@@ -167,6 +175,12 @@ class RayTransport:
         else:
             self._replicas[broker_name] = (replica, float("inf"))
         return replica
+
+    def replica_of(self, broker_name: str) -> str:
+        """The replica serving ``broker_name`` now (cached; asked again after ``forget``,
+        and every few seconds while it is a slave)."""
+        self._stale(broker_name)
+        return self._replica(broker_name)
 
     def serving_replica(self, broker_name: str) -> str:
         """The replica serving reads of ``broker_name`` now, as the coordinator says (a

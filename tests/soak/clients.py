@@ -280,10 +280,13 @@ class PushClient:
         return self.consumer.actor
 
     def revive_if_dead(self) -> bool:
-        """Start a new instance if the Consumer actor is dead; True if it was."""
+        """Start a new instance if the Consumer actor is dead (or a start after its death
+        failed, leaving none); True if it was."""
+        actor = self.consumer.actor
         try:
-            ray.get(self.consumer.actor.stats.remote(), timeout=5)
-            return False
+            if actor is not None:
+                ray.get(actor.stats.remote(), timeout=5)
+                return False
         except ray.exceptions.GetTimeoutError:
             return False  # paused, or busy: alive
         except ray.exceptions.RayActorError:

@@ -13,6 +13,7 @@ import inspect
 import pytest
 
 from rayq.actors.broker import BrokerActor
+from rayq.actors.data_plane import DataPlane
 from rayq.actors.flusher import FlusherActor
 from rayq.actors.page_reader import PageReaderActor
 from rayq.actors.protocol import registry
@@ -52,11 +53,15 @@ def test_every_server_operation_names_its_request_and_reply(service: str) -> Non
 # The actor's lifecycle (its timers, the coordinator's watch, its exit) is the runtime's
 # (actors/server/broker_runtime.py); every other operation is the endpoint's.
 LIFECYCLE = {"start_services", "park", "shutdown"}
+# The socket data plane's addresses and key are the shell's (actors/data_plane.py): it
+# starts the socket server in the actor's process, beside the endpoint.
+DATA_PLANE = {"data_endpoint"}
 
 
 def test_the_broker_endpoint_serves_every_other_broker_operation() -> None:
     ops = set(registry.operations("broker"))
-    for name in ops - LIFECYCLE:
+    assert ops >= DATA_PLANE and callable(DataPlane.endpoint)
+    for name in ops - LIFECYCLE - DATA_PLANE:
         assert inspect.iscoroutinefunction(getattr(BrokerEndpoint, name, None)), name
     for name in LIFECYCLE - {"shutdown"}:
         assert inspect.iscoroutinefunction(getattr(BrokerRuntime, name, None)), name

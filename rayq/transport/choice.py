@@ -1,0 +1,46 @@
+"""Which transport a client uses: ``ClientConfig.transport``, else the environment
+variable ``RAYQ_TRANSPORT``, else ``DEFAULT``. ``DirectTransport`` instances are shared
+per process, Ray session and namespace: a process keeps one connection to each broker
+whatever number of clients it runs."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from rayq.store.errors import ConfigError
+from rayq.transport.base import Transport
+
+DEFAULT = "ray"  # the socket data plane becomes the default once it carries long polling
+ENV = "RAYQ_TRANSPORT"
+_shared: dict[tuple[str, ...], Transport] = {}
+_lock = threading.Lock()
+
+
+def transport_name(configured: str) -> str:
+    name = configured or os.environ.get(ENV, "") or DEFAULT
+    if name not in ("direct", "ray"):
+        raise ConfigError(
+            f"{ENV}={name!r} is not a transport: use 'direct' (sockets) or 'ray' (actor calls)",
+            value=name,
+        )
+    return name
+
+
+def make_transport(configured: str, namespace: str) -> Transport:
+    from rayq.transport.ray_actors import RayTransport
+
+    if transport_name(configured) == "ray":
+        return RayTransport(namespace)
+    import ray
+
+    from rayq.transport.direct import DirectTransport
+
+    context = ray.get_runtime_context() if ray.is_initialized() else None
+    session = (context.get_node_id(), context.get_job_id()) if context is not None else ("", "")
+    key = (namespace, *session)
+    with _lock:
+        found = _shared.get(key)
+        if found is None:
+            found = _shared[key] = DirectTransport(namespace)
+        return found

@@ -1,0 +1,296 @@
+"""``DirectTransport``: broker calls over the brokers' socket data plane (see
+actors/protocol/frames.py), control over Ray.
+
+A broker's endpoint (addresses and key) comes from one Ray call, ``data_endpoint``, to
+the replica ``RayTransport`` resolves (the master, or the slave serving reads while the
+master is lost). The connection is a Unix socket when the client is on the broker's
+node, else TCP; it proves the key, then carries many calls at once, each answered by
+correlation id on a reader thread. Connections are kept per replica and shared by
+every client of the process. A connection that fails fails its calls with
+``BrokerUnavailableError`` naming the address and the reason, and the next call asks
+Ray for the endpoint again, so a restarted broker is found anew; after ``forget``
+(which the clients call on that error) Ray is also asked again which replica serves
+the broker, so a failed-over one is too. Hold services (long polling) and the
+coordinator are reached through Ray, as ``RayTransport`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from rayq.actors.protocol import DataEndpoint, DataEndpointRequest, from_wire, to_wire
+from rayq.actors.protocol.frames import (
+    HEADER,
+    Answer,
+    Call,
+    Challenge,
+    Proof,
+    Welcome,
+    decode_error,
+    frame,
+    prove,
+)
+from rayq.store.errors import BrokerUnavailableError, InvalidRequestError
+from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
+from rayq.transport.ray_actors import RayReply, RayTransport
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+ENDPOINT_TIMEOUT_S = 10.0
+T = TypeVar("T")
+
+
+class SocketReply(Reply[T]):
+    """The answer to one call on a connection: a future of its body, decoded on use."""
+
+    __slots__ = ("future", "reply_type", "where")
+
+    def __init__(
+        self, future: concurrent.futures.Future[bytes], reply_type: type | None, where: str
+    ) -> None:
+        self.future = future
+        self.reply_type = reply_type
+        self.where = where
+
+    def _decoded(self, body: bytes) -> T:
+        if self.reply_type is None or self.reply_type is bytes:
+            return body  # type: ignore[return-value]
+        decoded: T = from_wire(body, self.reply_type)
+        return decoded
+
+    def result(self, timeout_s: float | None = None) -> T:
+        try:
+            return self._decoded(self.future.result(timeout_s))
+        except concurrent.futures.TimeoutError:
+            raise BrokerUnavailableError(
+                f"{self.where} did not answer in {timeout_s} s", address=self.where
+            ) from None
+
+    async def wait(self) -> T:
+        return self._decoded(await asyncio.wrap_future(self.future))
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def cancel(self) -> None:
+        self.future.cancel()  # the answer, when it comes, is dropped
+
+    def add_done_callback(self, callback: Callable[[Reply[T]], None]) -> None:
+        self.future.add_done_callback(lambda _: callback(self))
+
+
+class Connection:
+    """One authenticated socket to a replica's data plane, shared by all calls to it."""
+
+    def __init__(self, name: str, endpoint: DataEndpoint, local_node: str) -> None:
+        self.name = name
+        self.max_frame_bytes = endpoint.max_frame_bytes
+        same_node = bool(endpoint.unix_path) and endpoint.node_id == local_node
+        if same_node and os.path.exists(endpoint.unix_path):
+            self.where = f"broker {name} at {endpoint.unix_path}"
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address: Any = endpoint.unix_path
+        else:
+            self.where = f"broker {name} at {endpoint.host}:{endpoint.port}"
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            address = (endpoint.host, endpoint.port)
+        try:
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            sock.connect(address)
+            challenge = msgspec.msgpack.decode(_read_frame(sock, 4096), type=Challenge)
+            sock.sendall(frame(Proof(prove(endpoint.key, challenge.nonce))))
+            msgspec.msgpack.decode(_read_frame(sock, 4096), type=Welcome)
+            sock.settimeout(None)
+        except (OSError, ValueError, msgspec.DecodeError) as exc:
+            sock.close()
+            raise BrokerUnavailableError(
+                f"cannot connect to the data plane of {self.where}: {type(exc).__name__}: "
+                f"{exc or 'closed during the handshake'}",
+                address=self.where,
+            ) from None
+        self._sock = sock
+        self._ids = itertools.count(1)
+        self._pending: dict[int, concurrent.futures.Future[bytes]] = {}
+        self._lock = threading.Lock()
+        self.closed: BaseException | None = None
+        self._reader = threading.Thread(target=self._read, name=f"rayq-{name}", daemon=True)
+        self._reader.start()
+
+    def call(self, op: str, body: bytes) -> concurrent.futures.Future[bytes]:
+        data = frame(Call(0, op, body))
+        if len(data) - HEADER.size > self.max_frame_bytes:
+            raise InvalidRequestError(
+                f"a {op} of {len(data)} bytes is past the broker's frame limit of "
+                f"{self.max_frame_bytes}: send smaller batches",
+                limit=self.max_frame_bytes,
+            )
+        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        with self._lock:
+            if self.closed is not None:
+                raise BrokerUnavailableError(f"{self.where}: {self.closed}", address=self.where)
+            call_id = next(self._ids)
+            self._pending[call_id] = future
+            try:
+                self._sock.sendall(frame(Call(call_id, op, body)))
+            except OSError as exc:
+                self._pending.pop(call_id, None)
+                self._fail(exc)
+                raise BrokerUnavailableError(
+                    f"{self.where}: the connection failed: {exc}", address=self.where
+                ) from None
+        return future
+
+    def close(self) -> None:
+        self._fail(ConnectionAbortedError("closed by the client"))
+
+    def _read(self) -> None:
+        decoder = msgspec.msgpack.Decoder(Answer)
+        try:
+            while True:
+                answer = decoder.decode(_read_frame(self._sock, 1 << 62))
+                with self._lock:
+                    future = self._pending.pop(answer.id, None)
+                if future is None or future.cancelled():
+                    continue
+                if answer.ok:
+                    future.set_result(answer.body)
+                else:
+                    future.set_exception(decode_error(answer.body))
+        except (OSError, ValueError, msgspec.DecodeError) as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.closed is None:
+                self.closed = exc
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                self._sock.close()
+            pending, self._pending = self._pending, {}
+        error = BrokerUnavailableError(
+            f"{self.where}: the connection failed: {type(exc).__name__}: {exc or 'closed'}",
+            address=self.where,
+        )
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+def _read_frame(sock: socket.socket, limit: int) -> bytes:
+    (size,) = HEADER.unpack(_read_exactly(sock, HEADER.size))
+    if size > limit:
+        raise ValueError(f"a frame of {size} bytes is past the limit of {limit}")
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if not k:
+            raise ConnectionResetError("the broker closed the connection")
+        got += k
+    return bytes(buf)
+
+
+class DirectTransport:
+    """Broker calls over the data plane; hold services and the coordinator over Ray."""
+
+    def __init__(self, namespace: str) -> None:
+        self._ray = RayTransport(namespace)
+        self.namespace = namespace
+        self._local_node = _local_node()
+        self._replicas: dict[str, tuple[Connection, BrokerClient]] = {}  # by replica name
+        self._lock = threading.Lock()
+
+    def broker(self, broker_name: str) -> BrokerClient:
+        replica = self._ray.replica_of(broker_name)  # the master, or a slave while it is lost
+        found = self._replicas.get(replica)
+        if found is not None and found[0].closed is None:
+            return found[1]
+        with self._lock:
+            found = self._replicas.get(replica)
+            if found is None or found[0].closed is not None:
+                req = DataEndpointRequest()
+                reply = self._ray.broker(broker_name).data_endpoint(req)
+                conn = Connection(replica, reply.result(ENDPOINT_TIMEOUT_S), self._local_node)
+                found = self._replicas[replica] = (conn, socket_client(conn))
+            return found[1]
+
+    def hold(self, broker_name: str) -> HoldClient:
+        return self._ray.hold(broker_name)
+
+    def coordinator(self) -> CoordinatorClient:
+        return self._ray.coordinator()
+
+    def forget(self, broker_name: str) -> None:
+        """Ask Ray again which replica serves ``broker_name`` at the next call. Its
+        connection stays while it is open (other calls share it); one that failed is
+        replaced with a new endpoint (a restarted broker has new addresses and key)."""
+        self._ray.forget(broker_name)
+
+    def wait(self, replies: Sequence[Reply[Any]], timeout_s: float) -> list[Reply[Any]]:
+        """The replies that are ready (socket and Ray ones alike): the first within
+        ``timeout_s``, then every other that is ready too."""
+        futures = {_future_of(r): r for r in replies}
+        if not futures:
+            return []
+        done, _ = concurrent.futures.wait(
+            futures, timeout=max(timeout_s, 0.0), return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        return [r for f, r in futures.items() if f.done()] if done else []
+
+    def close(self) -> None:
+        with self._lock:
+            found, self._replicas = list(self._replicas.values()), {}
+        for conn, _ in found:
+            conn.close()
+
+
+def socket_client(conn: Connection) -> BrokerClient:
+    """A broker's typed client over ``conn``: each request as ``to_wire`` bytes."""
+    requests, replies = BrokerClient.request_types(), BrokerClient.reply_types()
+
+    def invoke(method: str, *args: Any) -> Reply[Any]:
+        if len(args) != 1 or type(args[0]) is not requests.get(method):
+            got = ", ".join(type(a).__name__ for a in args)
+            want = getattr(requests.get(method), "__name__", "?")
+            raise InvalidRequestError(f"{method} takes one {want}, got ({got})", op=method)
+        future = conn.call(method, to_wire(args[0]))
+        return SocketReply(future, replies.get(method), conn.where)
+
+    return BrokerClient(invoke)
+
+
+def _future_of(reply: Reply[Any]) -> concurrent.futures.Future[Any]:
+    if isinstance(reply, SocketReply):
+        return reply.future
+    assert isinstance(reply, RayReply), type(reply)
+    return reply.future()
+
+
+def _local_node() -> str:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # not in a Ray worker or driver: TCP only
+        return ""
+
+
+__all__ = ["Connection", "DirectTransport", "SocketReply", "socket_client"]
