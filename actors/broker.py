@@ -66,7 +66,7 @@ class BrokerActor:
         self.runtime = BrokerRuntime(self.endpoint, metrics, int(REPORT_INTERVAL_S * 1000))
         # An async actor's __init__ runs on its event loop: start serving now.
         self.startup = asyncio.get_running_loop().create_task(self.runtime.start_services())
-        self.wire = data_plane(self.endpoint, node_id, ray.util.get_node_ip_address())
+        self.wire = data_plane(self.endpoint, config, node_id, ray.util.get_node_ip_address())
         self.wire_started = asyncio.get_running_loop().create_task(
             self.wire.server.start(self.wire.host)
         )

@@ -25,12 +25,14 @@ from rayq.actors.protocol import (
     broker_actor_name,
     consumer_actor_name,
 )
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.coordinator_peers import BrokerDied, MemberGone
 from rayq.store.errors import ClosedError, InvalidRequestError
 
 logger = logging.getLogger(__name__)
 
 RESTART_WAIT_S = 60.0
+CONFIG_ASK_S = 10.0  # a watched master asked for its settings
 REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
 
 
@@ -42,6 +44,10 @@ class RayPeers:
         self.members: dict[tuple[str, str], ConsumerHandle] = {}
         self.member_watches: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.broker_watches: dict[str, asyncio.Task[None]] = {}
+        # each master's settings, asked when its watch begins: a master restarted with no
+        # slave to ask gets its own settings back, not the defaults (another segment size
+        # than its files have would keep it from opening its store)
+        self.configs: dict[str, BrokerConfig] = {}
 
     # ------------------------------------------------------------ members
     async def attach_member(self, group: str, client_id: str, gone: MemberGone) -> None:
@@ -115,6 +121,8 @@ class RayPeers:
             handle = as_broker(ray.get_actor(name, self.namespace), name)
         except ValueError:
             return
+        with contextlib.suppress(Exception):  # asked again at its next watch
+            self.configs[broker_name] = await within(handle.broker_config.remote(), CONFIG_ASK_S)
         while True:
             try:
                 await handle.park.remote()
@@ -145,7 +153,8 @@ class RayPeers:
     async def restart_master(
         self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
     ) -> BrokerInfo | None:
-        return await failover.restart_master(name, lost, slaves, self.namespace)
+        known = self.configs.get(name)
+        return await failover.restart_master(name, lost, slaves, self.namespace, known)
 
     async def place_replicas(
         self,

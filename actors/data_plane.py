@@ -1,21 +1,25 @@
-"""A broker replica's socket data plane (actors/server/wire_server.py) as its actor
-shell starts it: the client operations of the registry, served by the same endpoint
-methods as the Ray calls, and the key and addresses ``data_endpoint`` hands out."""
+"""A replica's socket data plane (actors/server/wire_server.py) as its actor shells start
+it: the broker's client operations of the registry, served by the same endpoint methods
+as its Ray calls, and its hold service's pulls (long polling) on a socket of its own;
+and the key and addresses ``data_endpoint`` hands out."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.frames import KEY_BYTES, DataEndpoint
 from rayq.actors.protocol.registry import Caller, operations
-from rayq.actors.server.endpoint import BrokerEndpoint
 from rayq.actors.server.wire_server import WireServer
 
 MiB = 1 << 20
-# Beside the endpoint's own checks: these are served by the actor shell, not the socket.
+# Served by the actor shell over Ray only: where the socket is.
 NOT_ON_THE_SOCKET = frozenset({"data_endpoint"})
+# Parked pulls wait on the hold service's socket: as many as its actor takes at once.
+HOLD_INFLIGHT = 10_000
 
 
 @dataclass
@@ -36,28 +40,39 @@ class DataPlane:
         )
 
 
-def client_operations() -> list[str]:
-    ops = operations("broker")
+def client_operations(service: str = "broker") -> list[str]:
+    """The operations a client may call on ``service``'s socket."""
     return sorted(
         name
-        for name, op in ops.items()
+        for name, op in operations(service).items()
         if op.caller is Caller.CLIENT and name not in NOT_ON_THE_SOCKET
     )
 
 
-def max_frame_bytes(endpoint: BrokerEndpoint) -> int:
+def max_frame_bytes(config: BrokerConfig) -> int:
     """A frame may carry a batch of up to four of the largest messages (plus room)."""
-    store = endpoint.server.config.store
+    store = config.store
     return 4 * (store.max_message_size_bytes + store.max_properties_size_bytes) + MiB
 
 
-def data_plane(endpoint: BrokerEndpoint, node_id: str, host: str) -> DataPlane:
-    """The data plane of ``endpoint``'s replica on ``host``, with a fresh key (not
-    started)."""
+def data_plane(
+    target: object, config: BrokerConfig, node_id: str, host: str, service: str = "broker"
+) -> DataPlane:
+    """The data plane of ``service`` on ``host`` (not started), with a fresh key: each
+    operation is ``target``'s method of that name, given the request's bytes."""
+    methods: dict[str, Callable[[bytes], Coroutine[Any, Any, Any]]] = {
+        op: getattr(target, op) for op in client_operations(service)
+    }
 
     async def serve(op: str, body: bytes) -> Any:
-        return await getattr(endpoint, op)(body)
+        return await methods[op](body)
 
     key = os.urandom(KEY_BYTES)
-    server = WireServer(serve, client_operations(), key, max_frame_bytes=max_frame_bytes(endpoint))
+    server = WireServer(
+        serve,
+        methods,
+        key,
+        max_frame_bytes=max_frame_bytes(config),
+        max_inflight=HOLD_INFLIGHT if service == "hold" else 64,
+    )
     return DataPlane(server=server, key=key, host=host, node_id=node_id)

@@ -306,25 +306,30 @@ async def place_replicas(
 
 
 async def restart_master(
-    name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo], namespace: str
+    name: str,
+    lost: BrokerInfo,
+    slaves: dict[int, BrokerInfo],
+    namespace: str,
+    known: BrokerConfig | None = None,
 ) -> BrokerInfo | None:
     """Nobody took the lost master's place: start it again over its store, on the node
-    that carries the store's resource now (its settings from a slave, or the defaults
-    with its role if it has none). Its new info; None if that node is not up."""
+    that carries the store's resource now, with its settings: ``known`` (the
+    coordinator's copy of the master's), else a live slave's, else the defaults with its
+    role (logged). Its new info; None if that node is not up."""
     node_id = await store_node(lost.store_dir)
     if node_id is None:
         return None
-    config = BrokerConfig(broker_name=name, broker_role=BrokerRole(lost.role))
-    for broker_id in sorted(slaves):
+    found = known
+    for broker_id in sorted(slaves) if found is None else []:
         handle = _handle(broker_actor_name(replica_name(name, broker_id)), namespace)
         if handle is not None:
             with contextlib.suppress(Exception):
-                config = _with(
-                    await within(handle.broker_config.remote(), ASK_TIMEOUT_S),
-                    broker_id=0,
-                    broker_role=BrokerRole(lost.role),
-                )
+                found = await within(handle.broker_config.remote(), ASK_TIMEOUT_S)
                 break
+    if found is None:
+        logger.warning("master %s: its settings are not known; restarting it with defaults", name)
+        found = BrokerConfig(broker_name=name)
+    config = _with(found, broker_id=0, broker_role=BrokerRole(lost.role))
     logger.warning("master %s: its node is up; starting it again on node %s", name, node_id)
     await kill_replica(name, namespace)
     broker = await start_replica(config, lost.store_dir, namespace, node_id)

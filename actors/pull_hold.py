@@ -10,11 +10,13 @@ the follow-ups are ``HoldService``'s; this shell only adds the Ray calls to its 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import ray
 
+from rayq.actors.data_plane import data_plane
 from rayq.actors.handles import deployment_key
 from rayq.actors.peers import PEER_LOST_ERRORS, Peer
 from rayq.actors.protocol import (
@@ -29,6 +31,7 @@ from rayq.actors.protocol import (
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.names import hold_actor_name
 from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof
 from rayq.actors.server.long_polling import HoldService
@@ -76,6 +79,16 @@ class PullHoldActor:
     def __init__(self, config: BrokerConfig, namespace: str, *, server_key: ServerKey) -> None:
         guard = Guard(server_key, "hold", hold_actor_name(config.replica_name))
         self.service = HoldService(RayHoldBroker(config, namespace), config.hold_s, guard)
+        node_id = ray.get_runtime_context().get_node_id()
+        host = ray.util.get_node_ip_address()
+        self.wire = data_plane(self, config, node_id, host, service="hold")
+        self.wire_started = asyncio.get_running_loop().create_task(self.wire.server.start(host))
+
+    async def data_endpoint(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
+        """Where this hold service's socket listens (consumers park pulls there)."""
+        check(req, DataEndpointRequest)
+        await self.wire_started
+        return self.wire.endpoint()
 
     async def deliver(
         self,

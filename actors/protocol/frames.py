@@ -28,6 +28,8 @@ from typing import Any, Final
 
 import msgspec
 
+from rayq.actors.protocol.hold import PullManyResponse, PullResponse
+from rayq.actors.protocol.wire import R, from_wire, to_wire
 from rayq.store import errors as E
 
 VERSION: Final[int] = 1
@@ -107,9 +109,9 @@ def frame(struct_: msgspec.Struct) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def encode_error(exc: E.RayqError) -> bytes:
-    """A rayq error as an ``ErrorInfo`` body; details that msgpack cannot carry as they
-    are go as their ``repr``."""
+def error_info(exc: E.RayqError) -> ErrorInfo:
+    """A rayq error as data; details that msgpack cannot carry as they are go as their
+    ``repr``."""
     details = {}
     for k, v in exc.details.items():
         try:
@@ -117,7 +119,12 @@ def encode_error(exc: E.RayqError) -> bytes:
             details[k] = v
         except (TypeError, msgspec.EncodeError):
             details[k] = repr(v)
-    return _encoder.encode(ErrorInfo(type(exc).__name__, exc.message, details))
+    return ErrorInfo(type(exc).__name__, exc.message, details)
+
+
+def encode_error(exc: E.RayqError) -> bytes:
+    """A rayq error as an ``ErrorInfo`` body."""
+    return _encoder.encode(error_info(exc))
 
 
 def decode_error(body: bytes) -> E.RayqError:
@@ -127,6 +134,52 @@ def decode_error(body: bytes) -> E.RayqError:
         info = _error_decoder.decode(body)
     except msgspec.DecodeError as exc:
         return E.BrokerError(f"a broker answered an error that cannot be read: {exc}")
+    return error_of(info)
+
+
+class PullManyWire(msgspec.Struct, frozen=True, array_like=True):
+    """A ``PullManyResponse`` as it travels: per item its response, or None and its
+    error under the item's index."""
+
+    responses: list[PullResponse | None]
+    errors: dict[int, ErrorInfo] = {}
+
+
+def encode_reply(result: Any) -> bytes:
+    """An operation's answer as a frame body (a ``PullManyResponse``'s errors as data)."""
+    if type(result) is bytes:
+        return result
+    if type(result) is PullManyResponse:
+        responses: list[PullResponse | None] = []
+        errors: dict[int, ErrorInfo] = {}
+        for i, r in enumerate(result.results):
+            if type(r) is PullResponse:
+                responses.append(r)
+            else:
+                responses.append(None)
+                errors[i] = error_info(
+                    r if isinstance(r, E.RayqError) else E.BrokerError(f"{type(r).__name__}: {r}")
+                )
+        return _encoder.encode(PullManyWire(responses, errors))
+    return to_wire(result)
+
+
+def decode_reply(body: bytes, cls: type[R]) -> R:
+    """``encode_reply``'s body back as ``cls``."""
+    if cls is PullManyResponse:
+        wire = _pull_many_decoder.decode(body)
+        results: list[Any] = [
+            r if r is not None else error_of(wire.errors.get(i, ErrorInfo("BrokerError", "")))
+            for i, r in enumerate(wire.responses)
+        ]
+        return PullManyResponse(results=results)  # type: ignore[return-value]
+    return from_wire(body, cls)
+
+
+_pull_many_decoder = msgspec.msgpack.Decoder(PullManyWire)
+
+
+def error_of(info: ErrorInfo) -> E.RayqError:
     cls = getattr(E, info.kind, None)
     if not (isinstance(cls, type) and issubclass(cls, E.RayqError)):
         cls = E.BrokerError
@@ -145,9 +198,14 @@ __all__ = [
     "DataEndpointRequest",
     "ErrorInfo",
     "Proof",
+    "PullManyWire",
     "Welcome",
     "decode_error",
+    "decode_reply",
     "encode_error",
+    "encode_reply",
+    "error_info",
+    "error_of",
     "frame",
     "prove",
     "proven",

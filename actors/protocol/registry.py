@@ -138,6 +138,7 @@ _BROKER_JVM: Final = (
 _HOLD_CLIENT: Final = (
     _op("hold", "pull", h.PullRequest, h.PullResponse, "", A.SUB),
     _op("hold", "pull_many", h.PullManyRequest, h.PullManyResponse, "", A.SUB),
+    _op("hold", "data_endpoint", f.DataEndpointRequest, f.DataEndpoint, "", A.NONE),
 )
 # The coordinator's: checked by its ACL (acl.py, ``service="coordinator"``) when the
 # deployment's brokers have ``acl_enable``. Nothing here changes cluster-wide state (the

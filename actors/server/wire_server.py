@@ -26,7 +26,6 @@ from typing import Any
 
 import msgspec
 
-from rayq.actors.protocol import to_wire
 from rayq.actors.protocol.frames import (
     HANDSHAKE_MAX_BYTES,
     HEADER,
@@ -38,6 +37,7 @@ from rayq.actors.protocol.frames import (
     Proof,
     Welcome,
     encode_error,
+    encode_reply,
     frame,
     proven,
 )
@@ -176,7 +176,7 @@ class WireServer:
                     op=call.op[:64],
                 )
             result = await self._serve(call.op, call.body)
-            answer = Answer(call.id, True, result if type(result) is bytes else to_wire(result))
+            answer = Answer(call.id, True, encode_reply(result))
         except RayqError as exc:
             answer = Answer(call.id, False, encode_error(exc))
         except Exception as exc:

@@ -270,6 +270,9 @@ class HoldClient(_Client):
     def pull_many(self, req: PullManyRequest) -> Reply[PullManyResponse]:
         return self._invoke("pull_many", req)
 
+    def data_endpoint(self, req: DataEndpointRequest) -> Reply[DataEndpoint]:
+        return self._invoke("data_endpoint", req)
+
 
 class CoordinatorClient(_Client):
     """The coordinator's client protocol: routes, live brokers, group membership and

@@ -10,8 +10,9 @@ every client of the process. A connection that fails fails its calls with
 ``BrokerUnavailableError`` naming the address and the reason, and the next call asks
 Ray for the endpoint again, so a restarted broker is found anew; after ``forget``
 (which the clients call on that error) Ray is also asked again which replica serves
-the broker, so a failed-over one is too. Hold services (long polling) and the
-coordinator are reached through Ray, as ``RayTransport`` does.
+the broker, so a failed-over one is too. Pulls that wait (long polling) go to the
+hold service's socket the same way; the coordinator is reached through Ray, as
+``RayTransport`` does.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 
-from rayq.actors.protocol import DataEndpoint, DataEndpointRequest, from_wire, to_wire
+from rayq.actors.protocol import DataEndpoint, DataEndpointRequest, to_wire
 from rayq.actors.protocol.frames import (
     HEADER,
     Answer,
@@ -38,11 +39,12 @@ from rayq.actors.protocol.frames import (
     Proof,
     Welcome,
     decode_error,
+    decode_reply,
     frame,
     prove,
 )
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError
-from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply
+from rayq.transport.base import BrokerClient, CoordinatorClient, HoldClient, Reply, _Client
 from rayq.transport.ray_actors import RayReply, RayTransport
 
 logger = logging.getLogger(__name__)
@@ -67,7 +69,7 @@ class SocketReply(Reply[T]):
     def _decoded(self, body: bytes) -> T:
         if self.reply_type is None or self.reply_type is bytes:
             return body  # type: ignore[return-value]
-        decoded: T = from_wire(body, self.reply_type)
+        decoded: T = decode_reply(body, self.reply_type)
         return decoded
 
     def result(self, timeout_s: float | None = None) -> T:
@@ -126,6 +128,7 @@ class Connection:
         self._pending: dict[int, concurrent.futures.Future[bytes]] = {}
         self._lock = threading.Lock()
         self.closed: BaseException | None = None
+        self.client: _Client | None = None  # the typed client over it (DirectTransport)
         self._reader = threading.Thread(target=self._read, name=f"rayq-{name}", daemon=True)
         self._reader.start()
 
@@ -209,31 +212,43 @@ def _read_exactly(sock: socket.socket, n: int) -> bytes:
 
 
 class DirectTransport:
-    """Broker calls over the data plane; hold services and the coordinator over Ray."""
+    """Broker calls and parked pulls over the data plane; the coordinator over Ray."""
 
     def __init__(self, namespace: str) -> None:
         self._ray = RayTransport(namespace)
         self.namespace = namespace
         self._local_node = _local_node()
-        self._replicas: dict[str, tuple[Connection, BrokerClient]] = {}  # by replica name
+        self._conns: dict[tuple[str, str], Connection] = {}  # (service, replica) -> open one
         self._lock = threading.Lock()
 
     def broker(self, broker_name: str) -> BrokerClient:
-        replica = self._ray.replica_of(broker_name)  # the master, or a slave while it is lost
-        found = self._replicas.get(replica)
-        if found is not None and found[0].closed is None:
-            return found[1]
-        with self._lock:
-            found = self._replicas.get(replica)
-            if found is None or found[0].closed is not None:
-                req = DataEndpointRequest()
-                reply = self._ray.broker(broker_name).data_endpoint(req)
-                conn = Connection(replica, reply.result(ENDPOINT_TIMEOUT_S), self._local_node)
-                found = self._replicas[replica] = (conn, socket_client(conn))
-            return found[1]
+        return cast(BrokerClient, self._connection("broker", broker_name).client)
 
     def hold(self, broker_name: str) -> HoldClient:
-        return self._ray.hold(broker_name)
+        """The hold service's socket: parked pulls wait there, using no client CPU."""
+        return cast(HoldClient, self._connection("hold", broker_name).client)
+
+    def _connection(self, service: str, broker_name: str) -> Connection:
+        replica = self._ray.replica_of(broker_name)  # the master, or a slave while it is lost
+        key = (service, replica)
+        conn = self._conns.get(key)
+        if conn is not None and conn.closed is None:
+            return conn
+        with self._lock:
+            conn = self._conns.get(key)
+            if conn is None or conn.closed is not None:
+                req = DataEndpointRequest()
+                if service == "broker":
+                    asked = self._ray.broker(broker_name).data_endpoint(req)
+                else:
+                    asked = self._ray.hold(broker_name).data_endpoint(req)
+                endpoint = asked.result(ENDPOINT_TIMEOUT_S)
+                name = replica if service == "broker" else f"{replica} (hold)"
+                conn = Connection(name, endpoint, self._local_node)
+                client_class = BrokerClient if service == "broker" else HoldClient
+                conn.client = socket_client(conn, client_class)
+                self._conns[key] = conn
+            return conn
 
     def coordinator(self) -> CoordinatorClient:
         return self._ray.coordinator()
@@ -257,14 +272,18 @@ class DirectTransport:
 
     def close(self) -> None:
         with self._lock:
-            found, self._replicas = list(self._replicas.values()), {}
-        for conn, _ in found:
+            found, self._conns = list(self._conns.values()), {}
+        for conn in found:
             conn.close()
 
 
-def socket_client(conn: Connection) -> BrokerClient:
-    """A broker's typed client over ``conn``: each request as ``to_wire`` bytes."""
-    requests, replies = BrokerClient.request_types(), BrokerClient.reply_types()
+C = TypeVar("C", bound=_Client)
+
+
+def socket_client(conn: Connection, client: type[C] = BrokerClient) -> C:  # type: ignore[assignment]
+    """A typed client (a broker's, or its hold service's) over ``conn``: each request
+    as ``to_wire`` bytes."""
+    requests, replies = client.request_types(), client.reply_types()
 
     def invoke(method: str, *args: Any) -> Reply[Any]:
         if len(args) != 1 or type(args[0]) is not requests.get(method):
@@ -274,7 +293,7 @@ def socket_client(conn: Connection) -> BrokerClient:
         future = conn.call(method, to_wire(args[0]))
         return SocketReply(future, replies.get(method), conn.where)
 
-    return BrokerClient(invoke)
+    return client(invoke)
 
 
 def _future_of(reply: Reply[Any]) -> concurrent.futures.Future[Any]:

@@ -89,9 +89,22 @@ def test_send_pull_push_and_admin_over_the_socket(cluster: rayq.Cluster) -> None
     try:
         while len(got) < 100 and time.monotonic() < deadline:
             got |= {m.msg_id for m in consumer.poll(0.5)}
+        assert consumer.poll(0.5) == []  # caught up: its pulls park at the hold service
+        assert isinstance(consumer._ctx.transport, DirectTransport)
+        assert consumer._ctx.transport._conns.keys() >= {
+            ("broker", "broker-a"),
+            ("hold", "broker-a"),
+        }
+        with rayq.Producer("pg", namespace=NAMESPACE, config=DIRECT) as producer:
+            late = producer.send(rayq.Message(topic, b"late")).msg_id
+        woken: set[str] = set()
+        while late not in woken and time.monotonic() < deadline:
+            woken |= {m.msg_id for m in consumer.poll(0.5)}
+        assert late in woken  # a parked pull on the hold service's socket, answered
     finally:
         consumer.shutdown()
     assert got == set(acked)
+    acked.append(late)
     box = Box.remote()  # type: ignore[attr-defined]
     push = rayq.PushConsumer(
         unique("push"),
@@ -104,13 +117,13 @@ def test_send_pull_push_and_admin_over_the_socket(cluster: rayq.Cluster) -> None
     push.start()
     try:
         deadline = time.monotonic() + 60
-        while len(ray.get(box.get.remote())) < 100 and time.monotonic() < deadline:
+        while len(ray.get(box.get.remote())) < 101 and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         push.shutdown()
     pushed = ray.get(box.get.remote())
     assert pushed == set(acked)
-    assert sum(q.max_offset for q in admin.topic_stats(topic)) == 100
+    assert sum(q.max_offset for q in admin.topic_stats(topic)) == 101
 
 
 def test_a_restarted_broker_is_found_again_and_nothing_acknowledged_is_lost(

@@ -151,6 +151,22 @@ def test_a_committed_offset_moving_back_is_found_unless_a_broker_fault_explains_
     assert report.ok  # moved back to a failover's cut (KIP-320)
 
 
+def test_a_redelivery_after_a_failover_may_repeat_the_last_seconds_of_commits() -> None:
+    """Committed 3 s before the master's node went (the slave's copy of the offsets may
+    be that old): allowed; committed 10 s before: not."""
+    node = Fault(9, "node", "node:master", 40.0, 50.0, B)
+    recent = with_(
+        send("s-5", 5, t=35.0), got("s-5", 5, t=36.0), Commit("g", "plain", B, 0, 6, 37.0),
+        node, got("s-5", 5, t=55.0),
+    )  # fmt: skip
+    assert check(recent).ok
+    old = with_(
+        send("s-5", 5, t=24.0), got("s-5", 5, t=25.0), Commit("g", "plain", B, 0, 6, 30.0),
+        node, got("s-5", 5, t=55.0),
+    )  # fmt: skip
+    assert len(check(old).duplicates) == 1
+
+
 def test_another_message_at_a_position_read_before_is_no_redelivery() -> None:
     """A failover cut s-5 (not acknowledged) at offset 5; the new master stored s-9 there."""
     cut = send("s-5", 5, t=2.9, ok=False, status="SLAVE_NOT_AVAILABLE")

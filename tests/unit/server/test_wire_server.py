@@ -21,7 +21,15 @@ import pytest
 
 import rayq
 from rayq.actors import data_plane as dp
-from rayq.actors.protocol import DataEndpoint, MaxOffsetRequest, TopicRequest, to_wire
+from rayq.actors.protocol import (
+    DataEndpoint,
+    MaxOffsetRequest,
+    PullItem,
+    PullManyRequest,
+    PullResponse,
+    TopicRequest,
+    to_wire,
+)
 from rayq.actors.protocol.frames import HEADER, Call, Challenge, Proof, frame, prove
 from rayq.actors.server import wire_server
 from rayq.consumer.pull import PullConsumer
@@ -46,7 +54,7 @@ class Served:
         self.cluster = cluster
         self.loop = LoopThread()
         endpoint = cluster.brokers["broker-a"].endpoint
-        self.plane = dp.data_plane(endpoint, "node-1", "127.0.0.1")
+        self.plane = dp.data_plane(endpoint, endpoint.server.config, "node-1", "127.0.0.1")
         self.loop.run(self.plane.server.start("127.0.0.1"))
 
     def endpoint(self, **changes: Any) -> DataEndpoint:
@@ -168,6 +176,20 @@ def test_errors_come_back_as_the_same_rayq_errors(served: Served) -> None:
     assert client.max_offset(MaxOffsetRequest(topic=TOPIC, queue_id=1)).result(10).offset == 0
     first.close()
     conn.close()
+
+
+def test_a_pull_of_many_queues_answers_each_with_its_records_or_its_error(
+    served: Served,
+) -> None:
+    transport = SocketTransport(served.cluster, served.connect())
+    with rayq.Producer("pg", transport=transport) as producer:
+        producer.send_batch([rayq.Message(TOPIC, b"x%d" % i) for i in range(4)])
+    items = [PullItem(TOPIC, q, 0) for q in (0, 1, 7)]  # queue 7 does not exist
+    got = transport.client.pull_many(PullManyRequest(group="g", items=items)).result(10)
+    first, second, third = got.results
+    assert isinstance(first, PullResponse) and isinstance(second, PullResponse)
+    assert first.count + second.count == 4
+    assert isinstance(third, rayq.InvalidOffsetError) and "queue 7" in str(third)
 
 
 def test_a_client_without_the_key_is_refused(served: Served) -> None:
