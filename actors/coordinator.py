@@ -65,7 +65,9 @@ class CoordinatorActor:
         # the replicas it starts (failover, rejoin)
         use_deployment_key(server_key)
         self.service = CoordinatorService(
-            RayPeers(namespace), server_key=server_key, acl=coordinator_acl(config, store_dir)
+            RayPeers(namespace, server_key.fingerprint()),
+            server_key=server_key,
+            acl=coordinator_acl(config, store_dir),
         )
         # An async actor's __init__ runs on its event loop: rebuild in the background.
         self.service.start_rebuild()

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import logging
 
+import msgspec
 import ray
+from ray.experimental import internal_kv
 
 from rayq.actors import failover
 from rayq.actors.handles import BrokerHandle, ConsumerHandle, as_broker, as_consumer, within
@@ -33,14 +35,20 @@ logger = logging.getLogger(__name__)
 
 RESTART_WAIT_S = 60.0
 CONFIG_ASK_S = 10.0  # a watched master asked for its settings
+KV_NAMESPACE = "rayq"  # the namespace of rayq's keys in Ray's GCS key-value store
+_ENCODER = msgspec.msgpack.Encoder()
 REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
 
 
 class RayPeers:
     """The named actors of one namespace, found, watched and called through Ray."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, deployment: str = "") -> None:
         self.namespace = namespace
+        # Ray's GCS key-value store outlives the coordinator's restarts: each master's
+        # last info and settings there, under this deployment's name (its server key's
+        # fingerprint), so a later ``rayq.start`` in the namespace finds none of them
+        self.kv_prefix = f"{namespace}/{deployment}/master/"
         self.members: dict[tuple[str, str], ConsumerHandle] = {}
         self.member_watches: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.broker_watches: dict[str, asyncio.Task[None]] = {}
@@ -122,7 +130,9 @@ class RayPeers:
         except ValueError:
             return
         with contextlib.suppress(Exception):  # asked again at its next watch
-            self.configs[broker_name] = await within(handle.broker_config.remote(), CONFIG_ASK_S)
+            config = await within(handle.broker_config.remote(), CONFIG_ASK_S)
+            self.configs[broker_name] = config
+            await asyncio.to_thread(self._put, broker_name, "config", _ENCODER.encode(config))
         while True:
             try:
                 await handle.park.remote()
@@ -154,7 +164,54 @@ class RayPeers:
         self, name: str, lost: BrokerInfo, slaves: dict[int, BrokerInfo]
     ) -> BrokerInfo | None:
         known = self.configs.get(name)
+        if known is None:  # this coordinator restarted since it watched the master
+            raw = await asyncio.to_thread(self._get, name, "config")
+            with contextlib.suppress(Exception):
+                known = msgspec.msgpack.decode(raw, type=BrokerConfig) if raw else None
         return await failover.restart_master(name, lost, slaves, self.namespace, known)
+
+    # ------------------------------------------------------------ memory
+    def remember(self, info: BrokerInfo) -> None:
+        self._put(info.broker_name, "info", _ENCODER.encode(info))
+
+    def forget(self, broker_name: str) -> None:
+        with contextlib.suppress(Exception):
+            internal_kv._internal_kv_del(
+                self.kv_prefix + broker_name + "/", del_by_prefix=True, namespace=KV_NAMESPACE
+            )
+
+    async def remembered(self) -> dict[str, BrokerInfo]:
+        def read() -> dict[str, BrokerInfo]:
+            found = {}
+            keys = internal_kv._internal_kv_list(self.kv_prefix, namespace=KV_NAMESPACE)
+            for key in keys:
+                name, _, part = key.decode()[len(self.kv_prefix) :].partition("/")
+                raw = self._get(name, "info") if part == "info" else None
+                with contextlib.suppress(Exception):
+                    if raw:
+                        found[name] = msgspec.msgpack.decode(raw, type=BrokerInfo)
+            return found
+
+        try:
+            return await asyncio.to_thread(read)
+        except Exception:
+            logger.exception("coordinator: the remembered masters could not be read")
+            return {}
+
+    def _put(self, broker_name: str, part: str, value: bytes) -> None:
+        try:
+            key = f"{self.kv_prefix}{broker_name}/{part}"
+            internal_kv._internal_kv_put(key, value, namespace=KV_NAMESPACE)
+        except Exception:  # remembered at its next change
+            logger.warning("coordinator: could not remember broker %s", broker_name)
+
+    def _get(self, broker_name: str, part: str) -> bytes | None:
+        try:
+            key = f"{self.kv_prefix}{broker_name}/{part}"
+            value: bytes | None = internal_kv._internal_kv_get(key, namespace=KV_NAMESPACE)
+            return value
+        except Exception:
+            return None
 
     async def place_replicas(
         self,

@@ -79,10 +79,15 @@ class PullHoldActor:
     def __init__(self, config: BrokerConfig, namespace: str, *, server_key: ServerKey) -> None:
         guard = Guard(server_key, "hold", hold_actor_name(config.replica_name))
         self.service = HoldService(RayHoldBroker(config, namespace), config.hold_s, guard)
-        node_id = ray.get_runtime_context().get_node_id()
-        host = ray.util.get_node_ip_address()
+        # Its socket, once it runs as an actor (a unit test may build the shell in-process).
+        in_ray = ray.is_initialized()
+        node_id = ray.get_runtime_context().get_node_id() if in_ray else ""
+        host = ray.util.get_node_ip_address() if in_ray else "127.0.0.1"
         self.wire = data_plane(self, config, node_id, host, service="hold")
-        self.wire_started = asyncio.get_running_loop().create_task(self.wire.server.start(host))
+        loop = asyncio.get_running_loop()
+        self.wire_started = (
+            loop.create_task(self.wire.server.start(host)) if in_ray else loop.create_future()
+        )
 
     async def data_endpoint(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
         """Where this hold service's socket listens (consumers park pulls there)."""

@@ -98,6 +98,10 @@ class ServerKey:
         # Ray pickles constructor arguments: the key travels to the actor it is handed to.
         return (ServerKey, (self._key,))
 
+    def fingerprint(self) -> str:
+        """A name for this deployment that reveals nothing of the key (16 hex digits)."""
+        return hashlib.blake2b(b"rayq-deployment", key=self._key, digest_size=8).hexdigest()
+
     def _mac(self, op: str, target: str, timestamp_ms: int, parts: tuple[bytes, ...]) -> bytes:
         head = f"{op}\n{target}\n{timestamp_ms}\n".encode()
         return hashlib.blake2b(head + b"\x00".join(parts), key=self._key, digest_size=32).digest()

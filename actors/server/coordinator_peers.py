@@ -95,6 +95,15 @@ class Discovery(Protocol):
         """Ask every Consumer actor to join its group again: by actor name, the error
         of one that did not (None: asked)."""
 
+    def remember(self, info: BrokerInfo) -> None:
+        """Keep a master's last info where a restarted coordinator finds it."""
+
+    def forget(self, broker_name: str) -> None:
+        """A master shut down on purpose: not to be brought back."""
+
+    async def remembered(self) -> dict[str, BrokerInfo]:
+        """The masters this deployment remembers, running or not, by broker name."""
+
 
 class CoordinatorPeers(MemberCalls, BrokerWatch, Replicas, Discovery, Protocol):
     """Everything the coordinator service asks of other actors and of Ray."""
@@ -105,6 +114,7 @@ class NoPeers:
 
     def __init__(self, namespace: str = "") -> None:
         self.namespace = namespace
+        self.memory: dict[str, BrokerInfo] = {}  # ``remember``: in this process only
 
     async def attach_member(self, group: str, client_id: str, gone: MemberGone) -> None:
         raise InvalidRequestError(
@@ -163,3 +173,12 @@ class NoPeers:
 
     async def rejoin_consumers(self) -> dict[str, BaseException | None]:
         return {}
+
+    def remember(self, info: BrokerInfo) -> None:
+        self.memory[info.broker_name] = info
+
+    def forget(self, broker_name: str) -> None:
+        self.memory.pop(broker_name, None)
+
+    async def remembered(self) -> dict[str, BrokerInfo]:
+        return dict(self.memory)

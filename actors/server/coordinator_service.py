@@ -163,6 +163,7 @@ class CoordinatorService:
                     await self.registered(info)
                 else:  # it registers itself when it is up
                     logger.warning("rebuild: broker actor %s did not answer (%s)", name, info)
+            await self._recover_remembered()
             self.routes_ready.set()
             answers = await self.peers.rejoin_consumers()
             for name, error in answers.items():
@@ -179,6 +180,20 @@ class CoordinatorService:
         finally:
             self.skip_rebuild()
         self.members.rebalance_all()
+
+    async def _recover_remembered(self) -> None:
+        """Masters this deployment remembers (``CoordinatorPeers.remember``) that are not
+        running: lost while no coordinator ran, or lost before this one restarted. Each
+        is recovered as if Ray had just reported its death; without this, a master dead
+        when the coordinator restarts is known to nobody and never comes back."""
+        for name, info in sorted((await self.peers.remembered()).items()):
+            if name in self.table.brokers or name in self.lost or name in self.stopped:
+                continue
+            logger.warning("rebuild: master %s is not running; bringing it back", name)
+            self.lost[name] = info
+            self._read_from_slave(name)
+            self._ensure_placement()
+            self._ensure_recovery(name)
 
     def close(self) -> None:
         """Stop every background task (the in-process fake's end)."""
@@ -216,6 +231,9 @@ class CoordinatorService:
         }
         new = self.table.register(info, self.clock.now_ms())
         self.members.routes_changed(changed)
+        if (old is None or (old.store_dir, old.epoch, old.role, old.node_id)
+                != (info.store_dir, info.epoch, info.role, info.node_id)):  # fmt: skip
+            self.peers.remember(info)  # found again by a restarted coordinator
         self.lost.pop(info.broker_name, None)
         self.refused.pop(info.broker_name, None)
         self.stopped.discard(info.broker_name)
@@ -226,6 +244,7 @@ class CoordinatorService:
     async def unregister_broker(self, broker_name: str, proof: ServerProof | None = None) -> None:
         """A broker leaves the routes (with its proof of the server key)."""
         self.guard.check("unregister_broker", proof, broker_name)
+        self.peers.forget(broker_name)
         self.remove_broker(broker_name, lost=False)
 
     def tick(self, now_ms: int) -> list[str]:
@@ -248,6 +267,7 @@ class CoordinatorService:
         master back (``_recover``) unless it was shut down on purpose."""
         if shut_down:
             self.stopped.add(broker_name)
+            self.peers.forget(broker_name)
         self.remove_broker(broker_name)
         if not shut_down:
             self._ensure_recovery(broker_name)

@@ -11,6 +11,7 @@ heartbeat", not fast from slow.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -25,8 +26,10 @@ import ray
 
 import rayq
 from rayq import ConsumeFromWhere, ConsumeStatus
+from rayq.actors.coordinator_ray import RayPeers
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
+    BrokerInfo,
     MemberRequest,
     broker_actor_name,
     flusher_actor_name,
@@ -335,3 +338,21 @@ def test_a_restarted_broker_recovers_and_serves(admin: rayq.Admin) -> None:
             "the flusher to flush the restarted broker",
         )
         assert flow.traffic.topic in rayq.Admin().topics()
+
+
+def test_the_coordinator_remembers_its_masters_in_rays_key_value_store(
+    cluster: rayq.Cluster,
+) -> None:
+    """What a restarted coordinator reads to bring back a master that is not running:
+    the deployment's masters, under its server key's fingerprint (another deployment
+    in the namespace sees none of them), forgotten when shut down on purpose."""
+    peers = RayPeers(NAMESPACE, cluster._server_key.fingerprint())  # type: ignore[union-attr]
+    remembered = asyncio.run(peers.remembered())
+    assert remembered[BROKER].store_dir and remembered[BROKER].broker_id == 0
+    other = RayPeers(NAMESPACE, "another-deployment")
+    info = BrokerInfo(broker_name="broker-x", node_id="n", store_dir="/s", topics={})
+    other.remember(info)
+    assert asyncio.run(other.remembered()) == {"broker-x": info}
+    assert "broker-x" not in asyncio.run(peers.remembered())
+    other.forget("broker-x")
+    assert asyncio.run(other.remembered()) == {}

@@ -274,3 +274,30 @@ def test_a_broker_shut_down_on_purpose_is_not_brought_back() -> None:
         svc.close()
 
     asyncio.run(run())
+
+
+def test_a_master_lost_before_the_coordinator_restarted_is_brought_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The master dies, then the coordinator restarts before it is back: no actor of it
+    runs, so only what the deployment remembers (Ray's key-value store; here the peers'
+    memory) names it. The new coordinator recovers it; one shut down on purpose it
+    leaves alone."""
+    monkeypatch.setattr(coordinator_service, "RESTART_GRACE_S", 0.0)  # Ray restarted nothing
+
+    async def run() -> None:
+        peers = Nodes({"broker-a": "n1"})
+        old = await deployment(peers, replica("broker-a", "n1", 0))
+        old.close()  # the coordinator is killed; the master dies meanwhile
+        assert set(await peers.remembered()) == {"broker-a"}
+        new = CoordinatorService(peers, FakeClock(), server_key=ServerKey.new())
+        peers.svc = new
+        await new.rebuild()  # no broker actor answers
+        await settle()
+        assert peers.restarted == 1
+        assert new.table.brokers["broker-a"].node_id == "n1"
+        new.broker_died("broker-a", True)  # shut down on purpose: forgotten
+        assert await peers.remembered() == {}
+        new.close()
+
+    asyncio.run(run())

@@ -264,7 +264,7 @@ def test_a_fuzz_of_random_frames_changes_nothing(served: Served) -> None:
     sent = 0
     while sent < 10_000:
         kind = rng.random()
-        if kind < 0.6:  # a call with a random body
+        if kind < 0.95:  # a call with a random body
             body = rng.randbytes(rng.randint(0, 200))
             data = frame(Call(sent, rng.choice(ops), body))
         else:  # random bytes as a frame: closes the connection
@@ -272,7 +272,7 @@ def test_a_fuzz_of_random_frames_changes_nothing(served: Served) -> None:
         with contextlib.suppress(OSError):
             sock.sendall(data)
         sent += 1
-        if kind >= 0.6:
+        if kind >= 0.95:
             sock.close()
             sock = served.raw()
             sink(sock)
