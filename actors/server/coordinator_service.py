@@ -164,6 +164,10 @@ class CoordinatorService:
                 else:  # it registers itself when it is up
                     logger.warning("rebuild: broker actor %s did not answer (%s)", name, info)
             await self._recover_remembered()
+            if self.table.brokers or self.lost:
+                # slaves that died while no coordinator ran are known to nobody: the
+                # placement scan finds their nodes and starts them again
+                self._ensure_placement()
             self.routes_ready.set()
             answers = await self.peers.rejoin_consumers()
             for name, error in answers.items():

@@ -301,3 +301,28 @@ def test_a_master_lost_before_the_coordinator_restarted_is_brought_back(
         new.close()
 
     asyncio.run(run())
+
+
+def test_a_slave_lost_while_the_coordinator_was_down_is_placed_again() -> None:
+    """The coordinator restarts after the slave's node went: only the master answers
+    its rebuild, and no slave registers. The placement scan runs all the same, so the
+    slave is started again when its node is back."""
+
+    class Counting(Nodes):
+        placed = 0
+
+        async def broker_infos(self) -> dict[str, BrokerInfo | BaseException]:
+            return {"rayq-broker-broker-a": replica("broker-a", "n1", 0)}
+
+        async def place_replicas(self, masters, slaves, suspects, restartable=None) -> None:  # type: ignore[no-untyped-def]
+            self.placed += 1
+
+    async def run() -> None:
+        peers = Counting({"broker-a": "n1"})
+        svc = CoordinatorService(peers, FakeClock(), server_key=ServerKey.new())
+        await svc.rebuild()
+        await settle()
+        assert peers.placed > 0
+        svc.close()
+
+    asyncio.run(run())
