@@ -49,6 +49,19 @@ class Listener:
         return rayq.ConsumeStatus.CONSUME_SUCCESS
 
 
+def pull_consumer(prefix: str, topic: str) -> rayq.PullConsumer:
+    """A started pull consumer of ``topic`` over the sockets, from the first offset."""
+    consumer = rayq.PullConsumer(
+        unique(prefix),
+        namespace=NAMESPACE,
+        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+        config=DIRECT,
+    )
+    consumer.subscribe(topic)
+    consumer.start()
+    return consumer
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -76,14 +89,7 @@ def test_send_pull_push_and_admin_over_the_socket(cluster: rayq.Cluster) -> None
         acked = [producer.send(rayq.Message(topic, b"s%d" % i)).msg_id for i in range(20)]
         results = producer.send_batch([rayq.Message(topic, b"b%d" % i) for i in range(80)])
         acked += [r.msg_id for r in results]
-    consumer = rayq.PullConsumer(
-        unique("pull"),
-        namespace=NAMESPACE,
-        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-        config=DIRECT,
-    )
-    consumer.subscribe(topic)
-    consumer.start()
+    consumer = pull_consumer("pull", topic)
     got: set[str] = set()
     deadline = time.monotonic() + 60
     try:
@@ -161,14 +167,7 @@ def test_a_restarted_broker_is_found_again_and_nothing_acknowledged_is_lost(
     after = ray.get(broker.data_endpoint.remote(DataEndpointRequest()))
     assert after.key != before.key  # a new process, a new key: found again through Ray
     assert len(acked) >= seen + 20, "sends did not resume over the socket"
-    consumer = rayq.PullConsumer(
-        unique("check"),
-        namespace=NAMESPACE,
-        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-        config=DIRECT,
-    )
-    consumer.subscribe(topic)
-    consumer.start()
+    consumer = pull_consumer("check", topic)
     got: set[str] = set()
     deadline = time.monotonic() + 60
     try:
