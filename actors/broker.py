@@ -27,7 +27,6 @@ from rayq.actors.handles import deployment_key
 from rayq.actors.malloc import keep_freed_memory
 from rayq.actors.metrics import REPORT_INTERVAL_S, BrokerMetrics
 from rayq.actors.protocol import broker as b
-from rayq.actors.protocol import check
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
@@ -67,15 +66,11 @@ class BrokerActor:
         # An async actor's __init__ runs on its event loop: start serving now.
         self.startup = asyncio.get_running_loop().create_task(self.runtime.start_services())
         self.wire = data_plane(self.endpoint, config, node_id, ray.util.get_node_ip_address())
-        self.wire_started = asyncio.get_running_loop().create_task(
-            self.wire.server.start(self.wire.host)
-        )
+        self.wire.start()
 
     async def data_endpoint(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
         """Where this replica's socket data plane listens, and its key."""
-        check(req, DataEndpointRequest)
-        await self.wire_started
-        return self.wire.endpoint()
+        return await self.wire.answer(req)
 
     # ------------------------------------------------ client and JVM operations
 

@@ -5,15 +5,18 @@ and the key and addresses ``data_endpoint`` hands out."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.actors.protocol.frames import KEY_BYTES, DataEndpoint
+from rayq.actors.protocol.frames import KEY_BYTES, DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.registry import Caller, operations
-from rayq.actors.server.wire_server import WireServer
+from rayq.actors.protocol.wire import check
+from rayq.actors.server.wire_server import MAX_INFLIGHT, WireServer
+from rayq.store.errors import BrokerUnavailableError
 
 MiB = 1 << 20
 # Served by the actor shell over Ray only: where the socket is.
@@ -28,6 +31,19 @@ class DataPlane:
     key: bytes
     host: str
     node_id: str
+    started: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Listen, in the background of the running event loop (an actor's)."""
+        self.started = asyncio.get_running_loop().create_task(self.server.start(self.host))
+
+    async def answer(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
+        """``data_endpoint``: the addresses and key, once it listens."""
+        check(req, DataEndpointRequest)
+        if self.started is None:
+            raise BrokerUnavailableError("this actor's data plane is not started")
+        await self.started
+        return self.endpoint()
 
     def endpoint(self) -> DataEndpoint:
         return DataEndpoint(
@@ -73,6 +89,6 @@ def data_plane(
         methods,
         key,
         max_frame_bytes=max_frame_bytes(config),
-        max_inflight=HOLD_INFLIGHT if service == "hold" else 64,
+        max_inflight=HOLD_INFLIGHT if service == "hold" else MAX_INFLIGHT,
     )
     return DataPlane(server=server, key=key, host=host, node_id=node_id)

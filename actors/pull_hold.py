@@ -10,7 +10,6 @@ the follow-ups are ``HoldService``'s; this shell only adds the Ray calls to its 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -84,16 +83,12 @@ class PullHoldActor:
         node_id = ray.get_runtime_context().get_node_id() if in_ray else ""
         host = ray.util.get_node_ip_address() if in_ray else "127.0.0.1"
         self.wire = data_plane(self, config, node_id, host, service="hold")
-        loop = asyncio.get_running_loop()
-        self.wire_started = (
-            loop.create_task(self.wire.server.start(host)) if in_ray else loop.create_future()
-        )
+        if in_ray:
+            self.wire.start()
 
     async def data_endpoint(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
         """Where this hold service's socket listens (consumers park pulls there)."""
-        check(req, DataEndpointRequest)
-        await self.wire_started
-        return self.wire.endpoint()
+        return await self.wire.answer(req)
 
     async def deliver(
         self,

@@ -196,7 +196,6 @@ class CoordinatorService:
             logger.warning("rebuild: master %s is not running; bringing it back", name)
             self.lost[name] = info
             self._read_from_slave(name)
-            self._ensure_placement()
             self._ensure_recovery(name)
 
     def close(self) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import threading
 
+from rayq.actors.protocol.config import TRANSPORTS
 from rayq.store.errors import ConfigError
 from rayq.transport.base import Transport
 
-DEFAULT = "ray"  # the socket data plane becomes the default once it carries long polling
+DEFAULT = "ray"  # "direct" once replication moves to the sockets and the suite runs over them
 ENV = "RAYQ_TRANSPORT"
 _shared: dict[tuple[str, ...], Transport] = {}
 _lock = threading.Lock()
@@ -19,7 +20,7 @@ _lock = threading.Lock()
 
 def transport_name(configured: str) -> str:
     name = configured or os.environ.get(ENV, "") or DEFAULT
-    if name not in ("direct", "ray"):
+    if name not in TRANSPORTS - {""}:
         raise ConfigError(
             f"{ENV}={name!r} is not a transport: use 'direct' (sockets) or 'ray' (actor calls)",
             value=name,

@@ -133,7 +133,8 @@ class Connection:
         self._reader.start()
 
     def call(self, op: str, body: bytes) -> concurrent.futures.Future[bytes]:
-        data = frame(Call(0, op, body))
+        call_id = next(self._ids)
+        data = frame(Call(call_id, op, body))
         if len(data) - HEADER.size > self.max_frame_bytes:
             raise InvalidRequestError(
                 f"a {op} of {len(data)} bytes is past the broker's frame limit of "
@@ -144,10 +145,9 @@ class Connection:
         with self._lock:
             if self.closed is not None:
                 raise BrokerUnavailableError(f"{self.where}: {self.closed}", address=self.where)
-            call_id = next(self._ids)
             self._pending[call_id] = future
             try:
-                self._sock.sendall(frame(Call(call_id, op, body)))
+                self._sock.sendall(data)
             except OSError as exc:
                 self._pending.pop(call_id, None)
                 self._fail(exc)
