@@ -25,7 +25,9 @@ A round that gets no answer within ``broker_suspend_max_ms`` plus
 call Ray never answers (one in flight when its broker or hold service was killed, or
 to an actor that hangs) must not stop the loop, and with it every queue of the
 broker, for good. A round that cannot even be sent (the broker's actor cannot be
-looked up while it restarts) is tried again after ``pull_time_delay_when_exception_ms``.
+looked up while it restarts) is tried again after ``pull_time_delay_when_exception_ms``,
+and so is one that failed in a way nobody foresaw (logged with its traceback): the loop
+only ends when the consumer owns none of the broker's queues.
 
 An OFFSET_ILLEGAL answer (RocketMQ's ``DefaultMQPushConsumerImpl``): the queue's process
 queue is dropped (what it holds is neither consumed nor committed any more), the
@@ -140,26 +142,44 @@ class PullRounds:
         rnd: _Round | None = None
         try:
             while True:
-                if rnd is None:
-                    freed.clear()
-                    rnd = await self._send_or_pause(broker)
-                if rnd is None:
-                    if not any(
-                        mq.broker_name == broker and pq.pulling for mq, pq in self.queues.items()
-                    ):
-                        return
-                    with contextlib.suppress(TimeoutError):  # flow control: until room frees
-                        await asyncio.wait_for(
-                            freed.wait(), cfg.pull_time_delay_when_flow_control_ms / 1000
-                        )
-                    continue
-                resps = await self._answer(broker, rnd)
-                queues, rnd = rnd.queues, None
-                if resps is not None:
-                    rnd = self._took(broker, queues, resps)
-                    if rnd is _UNSENT:
-                        rnd = None
-                        await self._pause_after_error(broker)
+                try:
+                    if rnd is None:
+                        freed.clear()
+                        rnd = await self._send_or_pause(broker)
+                    if rnd is None:
+                        if not any(
+                            mq.broker_name == broker and pq.pulling
+                            for mq, pq in self.queues.items()
+                        ):
+                            return
+                        with contextlib.suppress(TimeoutError):  # flow control: until room frees
+                            await asyncio.wait_for(
+                                freed.wait(), cfg.pull_time_delay_when_flow_control_ms / 1000
+                            )
+                        continue
+                    resps = await self._answer(broker, rnd)
+                    queues, rnd = rnd.queues, None
+                    if resps is not None:
+                        rnd = self._took(broker, queues, resps)
+                        if rnd is _UNSENT:
+                            rnd = None
+                            await self._pause_after_error(broker)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # RocketMQ's PullMessageService catches everything: an error nobody
+                    # foresaw (a Ray lookup failing its own way while a node goes) must
+                    # not end this loop, and with it every queue of the broker, silently
+                    logger.exception(
+                        "consumer %s: pull loop of %s failed; pulling again in %.1f s",
+                        self.client_id,
+                        broker,
+                        cfg.pull_time_delay_when_exception_ms / 1000,
+                    )
+                    if rnd is not None and rnd is not _UNSENT:
+                        rnd.reply.cancel()
+                    rnd = None
+                    await self._pause_after_error(broker)
         except asyncio.CancelledError:
             if rnd is not None:  # stopped or restarted: its pull in flight is of no use now
                 rnd.reply.cancel()

@@ -108,14 +108,17 @@ def _actor(namespace: str, name: str) -> Any:
 
 
 def _master(namespace: str, topic: str) -> str:
-    """The first broker routed for ``topic`` (else the first broker)."""
+    """The replica serving the first broker routed for ``topic`` (else the first
+    broker): its master, or the slave serving it while the master is lost."""
     from rayq.transport.ray_actors import RayTransport
 
-    coordinator = RayTransport(namespace).coordinator()
+    transport = RayTransport(namespace)
+    coordinator = transport.coordinator()
     try:
         route = coordinator.route(RouteRequest(topic=topic)).result(CALL_TIMEOUT_S).route
         if route is not None and route.queues:
-            return sorted(q.broker_name for q in route.queues)[0]
+            first = sorted(q.broker_name for q in route.queues)[0]
+            return transport.serving_replica(first)
         names = coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names
     except PermissionDeniedError:  # ACL on: no routes without credentials; Ray lists actors
         from rayq.cluster import running_actors

@@ -4,8 +4,10 @@ A hostile action is any callable ``action(ctx: HostileContext) -> object`` that 
 one bad request and should be refused: it must raise a ``rayq.RayqError`` (for a raw
 actor call, Ray's error wrapping one). Returning normally means the request was
 accepted: a violation. An action that leaves its target actor dead (``RayActorError``)
-is a violation unless a fault is under way. The built-in actions below use the public
-API with bad names and wrong types, and raw malformed requests to the broker actor.
+is a violation unless a fault is under way; one whose target cannot be looked up was
+not sent (the closing invariants check that every actor answers). The built-in
+actions below use the public API with bad names and wrong types, and raw malformed
+requests to the broker actor (the replica serving it now).
 
 More actions plug in without changing the soak: pass ``actions=[...]`` to
 :func:`soak.runner.run` or ``--hostile module:attr`` (a list of such callables) on the
@@ -32,9 +34,10 @@ from typing import Any
 import ray
 
 import rayq
-from rayq.actors.protocol import CommitOffsetsRequest, PullRequest
+from rayq.actors.protocol import CommitOffsetsRequest, PullRequest, broker_actor_name
 from rayq.store import EncodedBatch
 from rayq.testing import hostile
+from rayq.transport.ray_actors import RayTransport
 from soak.deployment import BROKER
 from soak.history import BadRequest, History
 
@@ -52,7 +55,10 @@ class HostileContext:
         return ray.get_actor(name, namespace=self.namespace)
 
     def broker(self) -> Any:
-        return self.actor(f"rayq-broker-{BROKER}")
+        """The replica serving the broker now: its master, or after a failover the slave
+        promoted in its place (the coordinator says which)."""
+        replica = RayTransport(self.namespace).serving_replica(BROKER)
+        return self.actor(broker_actor_name(replica))
 
 
 HostileAction = Callable[[HostileContext], object]
@@ -192,7 +198,11 @@ def attempt(action: HostileAction, ctx: HostileContext) -> BadRequest:
     except ValueError as exc:  # ray.get_actor: the target is not there (restarting): not sent
         if "Failed to look up actor" not in str(exc):
             return BadRequest(name, t, False, f"ValueError: {exc}"[:200])
-        return BadRequest(name, t, True, f"target missing: {exc}"[:200], actor_died=True)
+        # Not sent, so it cannot have stopped anything: an outage that outlasts the fault
+        # windows (both replicas gone until the coordinator places them again) is a
+        # matter of the resume times; an actor a bad request stopped for good fails the
+        # closing invariants ("... answers"), and one it crashed fails its own call.
+        return BadRequest(name, t, True, f"target missing, not sent: {exc}"[:200])
     except Exception as exc:
         cause = getattr(exc, "cause", exc)
         refused = isinstance(exc, rayq.RayqError) or isinstance(cause, rayq.RayqError)

@@ -50,6 +50,9 @@ class Deployment:
                 namespace=namespace,
                 log_to_driver=False,
                 logging_level=logging.WARNING,
+                # the actors' warnings with their times (``*.err`` in Ray's session
+                # logs), to line them up with the history
+                logging_config=ray.LoggingConfig(encoding="TEXT", log_level="WARNING"),
             )
             self.head_id = ray.get_runtime_context().get_node_id()
             ray.cloudpickle.register_pickle_by_value(recorder)

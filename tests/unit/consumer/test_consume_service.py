@@ -201,22 +201,28 @@ def test_a_round_that_brought_messages_is_followed_by_one_from_the_broker(
 class LosingTransport(FakeTransport):
     """Its first ``lost`` hold rounds are never answered (a call Ray drops when the hold
     service or its broker is killed with the pull in flight); then, while ``unsendable``
-    is set, no round can be sent at all (the broker's actor cannot be looked up)."""
+    is set, no round can be sent at all (the broker's actor cannot be looked up: with a
+    rayq error, or while ``strange`` is set with that error, one nobody foresaw)."""
 
     def __init__(self, cluster: FakeCluster, lost: int = 1) -> None:
         super().__init__(cluster)
         self.lost = lost
         self.unsendable = False
+        self.strange: Exception | None = None
         self.hold_rounds = 0
 
-    def broker(self, broker_name: str) -> Any:
+    def _lookup(self, broker_name: str) -> None:
+        if self.strange is not None:
+            raise self.strange
         if self.unsendable:
             raise BrokerUnavailableError(f"actor {broker_name} is not running")
+
+    def broker(self, broker_name: str) -> Any:
+        self._lookup(broker_name)
         return super().broker(broker_name)
 
     def hold(self, broker_name: str) -> Any:
-        if self.unsendable:
-            raise BrokerUnavailableError(f"actor {broker_name} is not running")
+        self._lookup(broker_name)
         return _Losing(super().hold(broker_name), self)
 
 
@@ -269,6 +275,31 @@ def test_a_round_that_cannot_be_sent_is_sent_again_after_a_pause(cluster: FakeCl
         await until(lambda: svc.consumed == 5, WAIT_S)
         await asyncio.sleep(0.2)
         transport.unsendable = False
+        fill(cluster, "a", 5)
+        await until(lambda: svc.consumed == 10, WAIT_S)
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(gate.offsets) == list(range(10))
+
+
+def test_a_pull_loop_goes_on_after_an_error_nobody_foresaw(cluster: FakeCluster) -> None:
+    """A round fails with an error that is not a RayqError (a Ray lookup failing its own
+    way while a node is removed): the loop logs it, pauses and pulls again; it does not
+    end silently, leaving every queue of the broker unpulled for good (the 30-minute
+    soak, seed 27: the push group got nothing for its last 2.5 minutes)."""
+    gate = Gate()
+    transport = LosingTransport(cluster, lost=0)
+    svc = service(transport, gate, pull_time_delay_when_exception_ms=50)
+
+    async def run() -> None:
+        await started(svc)
+        await until(lambda: transport.hold_rounds >= 1)
+        transport.strange = RuntimeError("GCS lookup timed out")
+        fill(cluster, "a", 5)  # answers the held round: the next lookup fails
+        await until(lambda: svc.consumed == 5, WAIT_S)
+        await asyncio.sleep(0.2)
+        transport.strange = None
         fill(cluster, "a", 5)
         await until(lambda: svc.consumed == 10, WAIT_S)
         await svc.shutdown()
