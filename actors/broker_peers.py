@@ -1,8 +1,12 @@
-"""The broker's peers over Ray: ``peer_api``'s interfaces implemented with actor handles.
+"""The broker's peers: ``peer_api``'s interfaces implemented with actor handles, and for
+the calls that carry data, the peers' sockets.
 
 Each is found by name (actors/peers.py) on first need and again after a call to it
 failed; a missing actor raises ``PeerMissingError``, a call to one that died
-``PeerLostError``, so the Ray-free services never see a Ray exception.
+``PeerLostError``, so the Ray-free services never see a Ray exception. The answers to
+parked pulls go to the hold service's socket, and a slave fetches from its master's
+(actors/wire_client.py): their endpoints come from the peers' ``data_endpoint``, and
+their server proofs are made here as ``Signed`` makes them for Ray calls.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import asyncio
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from rayq.actors.peers import PEER_LOST_ERRORS, Peer
 from rayq.actors.protocol import (
@@ -28,9 +34,16 @@ from rayq.actors.protocol import (
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.actors.protocol.server_key import ServerKey, Signed
+from rayq.actors.protocol.frames import (
+    DataEndpoint,
+    DataEndpointRequest,
+    decode_reply,
+    encode_reply,
+)
+from rayq.actors.protocol.server_key import Guard, ServerKey, Signed
 from rayq.actors.server.endpoint import BrokerPeers
 from rayq.actors.server.peer_api import PeerLostError, PeerMissingError
+from rayq.actors.wire_client import PeerSocket
 
 T = TypeVar("T")
 
@@ -45,6 +58,22 @@ class RayPeer:
         self.name = name
         self.peer = Peer(name, namespace)
         self.server_key = server_key
+        self.guard = Guard(server_key, self.service, name)
+        self.socket = PeerSocket(name, self._endpoint, _node_id())
+
+    async def _endpoint(self) -> DataEndpoint:
+        return await self.result(self.handle().data_endpoint.remote(DataEndpointRequest()))
+
+    async def call(self, method: str, *args: bytes | str) -> bytes:
+        """``method(*args)`` on the peer's socket, with its server proof; PeerLostError
+        (and a fresh endpoint next time) if the connection fails."""
+        proof = self.guard.prove(method, *args)
+        try:
+            return await self.socket.call(method, *args, proof=proof)
+        except PeerLostError:
+            self.socket.forget()
+            self.peer.forget()
+            raise
 
     def handle(self) -> Any:
         handle = self.peer.get()
@@ -75,8 +104,9 @@ class RayHold(RayPeer):
     service = "hold"
 
     async def deliver(self, token: str, answer: PullResponse | PullManyResponse) -> bool:
-        wire = to_wire(answer) if type(answer) is PullResponse else answer
-        return await self.result(self.handle().deliver.remote(token, wire))
+        """Over the hold service's socket (a Unix socket: it runs on this node)."""
+        body = await self.call("deliver", token, encode_reply(answer))
+        return msgspec.msgpack.decode(body, type=bool)
 
     async def ready(self) -> bool:
         return await self.result(self.handle().ready.remote())
@@ -93,10 +123,14 @@ class RayMaster(RayPeer):
     service = "broker"
 
     def ha_fetch(self, req: HaFetch) -> Awaitable[HaChunk]:
-        return self.result(self.handle().ha_fetch.remote(req))  # the call starts now
+        """Over the master's socket; the call starts now."""
+        return asyncio.ensure_future(self._ha_fetch(req))
+
+    async def _ha_fetch(self, req: HaFetch) -> HaChunk:
+        return decode_reply(await self.call("ha_fetch", to_wire(req)), HaChunk)
 
     async def ha_metadata(self, req: MetadataRequest) -> MetadataReply:
-        return await self.result(self.handle().ha_metadata.remote(req))
+        return decode_reply(await self.call("ha_metadata", to_wire(req)), MetadataReply)
 
 
 class RayPageReaders:
@@ -110,6 +144,12 @@ class RayPageReaders:
 
         readers = spawn_page_readers(*self.args)
         await asyncio.gather(*(r.ready.remote() for r in readers))
+
+
+def _node_id() -> str:
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
 
 
 def ray_peers(

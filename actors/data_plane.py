@@ -1,7 +1,13 @@
 """A replica's socket data plane (actors/server/wire_server.py) as its actor shells start
 it: the broker's client operations of the registry, served by the same endpoint methods
 as its Ray calls, and its hold service's pulls (long polling) on a socket of its own;
-and the key and addresses ``data_endpoint`` hands out."""
+and the key and addresses ``data_endpoint`` hands out.
+
+The calls between the replica's server actors that carry data go over these sockets
+too (``SERVER_OPS``, as ``server:<operation>`` with a ``ServerArgs`` body): the hold
+service's parked pulls to its broker and the broker's answers to them (a Unix socket
+on their node), and a slave's replication fetches from its master. The callee checks
+their arguments and server proofs exactly as over Ray."""
 
 from __future__ import annotations
 
@@ -11,18 +17,30 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.frames import KEY_BYTES, DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.registry import Caller, operations
+from rayq.actors.protocol.server_key import SERVER_OP, ServerArgs
 from rayq.actors.protocol.wire import check
 from rayq.actors.server.wire_server import MAX_INFLIGHT, WireServer
-from rayq.store.errors import BrokerUnavailableError
+from rayq.store.errors import BrokerUnavailableError, InvalidRequestError
 
 MiB = 1 << 20
 # Served by the actor shell over Ray only: where the socket is.
 NOT_ON_THE_SOCKET = frozenset({"data_endpoint"})
 # Parked pulls wait on the hold service's socket: as many as its actor takes at once.
 HOLD_INFLIGHT = 10_000
+# Server operations with data, served on the socket too: the hold service's pulls (with
+# their Park) and a slave's replication on the broker's; the broker's answers to parked
+# pulls on the hold service's.
+# Each with how many arguments it takes (at least, at most), its proof aside.
+SERVER_OPS: dict[str, dict[str, tuple[int, int]]] = {
+    "broker": {"pull": (1, 2), "pull_many": (1, 2), "ha_fetch": (1, 1), "ha_metadata": (1, 1)},
+    "hold": {"deliver": (2, 2)},
+}
+_server_args = msgspec.msgpack.Decoder(ServerArgs)
 
 
 @dataclass
@@ -76,17 +94,33 @@ def data_plane(
 ) -> DataPlane:
     """The data plane of ``service`` on ``host`` (not started), with a fresh key: each
     operation is ``target``'s method of that name, given the request's bytes."""
-    methods: dict[str, Callable[[bytes], Coroutine[Any, Any, Any]]] = {
+    methods: dict[str, Callable[..., Coroutine[Any, Any, Any]]] = {
         op: getattr(target, op) for op in client_operations(service)
     }
+    arity = {SERVER_OP + op: n for op, n in SERVER_OPS.get(service, {}).items()}
+    internal = {op: getattr(target, op[len(SERVER_OP) :]) for op in arity}
 
     async def serve(op: str, body: bytes) -> Any:
-        return await methods[op](body)
+        method = methods.get(op)
+        if method is not None:
+            return await method(body)
+        try:
+            call = _server_args.decode(body)
+        except msgspec.DecodeError as exc:
+            raise InvalidRequestError(f"{op}: its arguments cannot be read: {exc}", op=op) from None
+        least, most = arity[op]
+        if not least <= len(call.args) <= most:
+            raise InvalidRequestError(
+                f"{op} takes {least}..{most} arguments, got {len(call.args)}", op=op
+            )
+        if call.proof is None:
+            return await internal[op](*call.args)
+        return await internal[op](*call.args, proof=call.proof)
 
     key = os.urandom(KEY_BYTES)
     server = WireServer(
         serve,
-        methods,
+        [*methods, *internal],
         key,
         max_frame_bytes=max_frame_bytes(config),
         max_inflight=HOLD_INFLIGHT if service == "hold" else MAX_INFLIGHT,

@@ -1,11 +1,12 @@
 """The PullHold actor: a Ray shell over long polling (actors/server/long_polling.py).
 
 A waiting pull goes to the broker once, with a ``Park`` token; the broker answers it
-through ``deliver`` on the next append to one of its queues (two actor hops after the
-put: broker -> hold -> consumer), else the caller gets "nothing new" when its suspend
-time (capped by ``broker_suspend_max_ms``) runs out. The waiting, the hold table and
-the follow-ups are ``HoldService``'s; this shell only adds the Ray calls to its broker
-(``RayHoldBroker``) and the actor's scheduling.
+through ``deliver`` on the next append to one of its queues (two hops after the put:
+broker -> hold over their node's Unix socket, hold -> consumer over the consumer's
+transport), else the caller gets "nothing new" when its suspend time (capped by
+``broker_suspend_max_ms``) runs out. The waiting, the hold table and
+the follow-ups are ``HoldService``'s; this shell only adds the calls to its broker
+(``RayHoldBroker``: over the broker's socket) and the actor's scheduling.
 """
 
 from __future__ import annotations
@@ -26,50 +27,59 @@ from rayq.actors.protocol import (
     PullResponse,
     broker_actor_name,
     check,
-    from_wire,
     to_wire,
 )
 from rayq.actors.protocol.config import BrokerConfig
-from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
+from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest, decode_reply
 from rayq.actors.protocol.names import hold_actor_name
 from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof
 from rayq.actors.server.long_polling import HoldService
+from rayq.actors.server.peer_api import PeerLostError, PeerMissingError
+from rayq.actors.wire_client import PeerSocket
 from rayq.store.errors import BrokerUnavailableError
 
 logger = logging.getLogger(__name__)
 
 
 class RayHoldBroker:
-    """``HoldBroker`` over the broker actor, found by name on the first pull and again
-    after a call to it failed (a restarted or replaced broker needs no re-wiring).
-    Requests go as ``to_wire`` bytes; a lost broker's error reaches the caller, who
-    retries, as clients do."""
+    """``HoldBroker`` over the broker's socket (a Unix socket: they share a node). Its
+    endpoint comes from the broker actor, found by name on the first pull and again
+    after the connection failed (a restarted or replaced broker needs no re-wiring). A
+    lost broker is a ``BrokerUnavailableError`` to the caller, who retries, as clients
+    do."""
 
     def __init__(self, config: BrokerConfig, namespace: str) -> None:
         self.replica = config.replica_name
         self.peer = Peer(broker_actor_name(config.replica_name), namespace)
+        in_ray = ray.is_initialized()
+        node_id = str(ray.get_runtime_context().get_node_id()) if in_ray else ""
+        self.socket = PeerSocket(f"broker {self.replica}", self._endpoint, node_id)
 
-    def _broker(self) -> Any:
+    async def _endpoint(self) -> DataEndpoint:
         broker = self.peer.get()
         if broker is None:
-            raise BrokerUnavailableError(f"broker {self.replica} is not running (yet); retry")
-        return broker
-
-    async def _answer(self, ref: Any) -> Any:
+            raise PeerMissingError(f"broker {self.replica} is not running (yet)")
         try:
-            reply = await ref
-        except PEER_LOST_ERRORS:
+            endpoint: DataEndpoint = await broker.data_endpoint.remote(DataEndpointRequest())
+        except PEER_LOST_ERRORS as exc:
+            raise PeerLostError(f"broker {self.replica}: {type(exc).__name__}") from None
+        return endpoint
+
+    async def _call(self, method: str, *args: bytes) -> bytes:
+        try:
+            return await self.socket.call(method, *args)
+        except PeerLostError as exc:
+            self.socket.forget()
             self.peer.forget()
-            raise
-        return from_wire(reply, PullResponse) if type(reply) is bytes else reply
+            raise BrokerUnavailableError(f"{exc}; retry", broker=self.replica) from None
 
     async def pull(self, req: PullRequest, park: Park | None = None) -> PullResponse:
         wire = (to_wire(req),) if park is None else (to_wire(req), to_wire(park))
-        return await self._answer(self._broker().pull.remote(*wire))
+        return decode_reply(await self._call("pull", *wire), PullResponse)
 
     async def pull_many(self, req: PullManyRequest, park: Park | None = None) -> PullManyResponse:
         wire = (to_wire(req),) if park is None else (to_wire(req), to_wire(park))
-        return await self._answer(self._broker().pull_many.remote(*wire))
+        return decode_reply(await self._call("pull_many", *wire), PullManyResponse)
 
 
 class PullHoldActor:
@@ -99,8 +109,7 @@ class PullHoldActor:
         """The broker's answer to a parked pull (internal: broker -> hold service, with
         its proof of the server key); True if a caller was waiting for it (the broker
         then parks that caller's next pull)."""
-        got = from_wire(answer, PullResponse) if isinstance(answer, bytes) else answer
-        return self.service.deliver(token, got, proof)
+        return self.service.deliver(token, answer, proof)
 
     async def pull(self, req: PullRequest | bytes) -> PullResponse | bytes:
         """Pull, waiting up to the suspend time (answered in bytes if asked in bytes)."""

@@ -12,7 +12,11 @@ Every frame is a 4-byte big-endian length, then that many bytes of msgpack::
 
 ``op`` names a client operation of the registry; ``body`` is its request as ``to_wire``
 bytes (a put's ``EncodedBatch`` with its records: the bytes they already are), checked
-by the same ``BrokerEndpoint`` as a Ray call. ``ok`` false: ``body`` is an ``ErrorInfo``
+by the same ``BrokerEndpoint`` as a Ray call. Calls between a replica's own server
+actors (a parked pull from its hold service, the broker's answer to it, a slave's
+replication fetches) name ``server:<operation>`` and carry a ``server_key.ServerArgs`` body: the
+operation's arguments and, for a ``Caller.SERVER`` operation, its ``ServerProof``,
+checked by the callee as over Ray. ``ok`` false: ``body`` is an ``ErrorInfo``
 that the client raises as the same ``RayqError`` subclass. The key is the broker's
 data-plane key: random, made when the broker starts, handed out only by the actor call
 ``data_endpoint`` (so only a member of the Ray cluster can connect), and never sent

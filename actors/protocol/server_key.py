@@ -53,6 +53,17 @@ class ServerProof(msgspec.Struct, frozen=True, kw_only=True):
     mac: bytes
 
 
+SERVER_OP: Final[str] = "server:"  # the prefix of a server call's op on the data plane
+
+
+class ServerArgs(msgspec.Struct, frozen=True, array_like=True):
+    """A server call on the socket data plane (actors/protocol/frames.py): its arguments
+    (requests as ``to_wire`` bytes, tokens as text) and its proof, if it needs one."""
+
+    args: list[Any]  # msgpack's bin and str: the callee checks each as it does over Ray
+    proof: ServerProof | None = None
+
+
 def request_bytes(request: Any) -> bytes:
     """A request Struct's bytes as a proof binds them (its msgpack)."""
     return request if type(request) is bytes else _encoder.encode(request)
@@ -199,7 +210,9 @@ class Signed:
 __all__ = [
     "KEY_BYTES",
     "PROOF_WINDOW_MS",
+    "SERVER_OP",
     "Guard",
+    "ServerArgs",
     "ServerKey",
     "ServerProof",
     "Signed",

@@ -45,8 +45,10 @@ from rayq.actors.protocol import (
     follow_up_token,
     nothing_new,
 )
+from rayq.actors.protocol.frames import decode_reply
 from rayq.actors.protocol.server_key import Guard, ServerProof
 from rayq.actors.server.peer_api import Hold, HoldBroker, PeerLostError
+from rayq.store.errors import InvalidRequestError
 
 logger = logging.getLogger(__name__)
 _encode = msgspec.msgpack.Encoder().encode
@@ -187,6 +189,10 @@ class HoldTable:
             # adopted here is always still parked there.
             self._follow_ups[_key(nxt)] = (following, self._clock() + self._hold_s(nxt))
         return True
+
+    def request(self, token: str) -> Any:
+        """The request ``token`` was given for (None once it is forgotten)."""
+        return self._requests.get(token)
 
     def adopt(self, request: Any) -> tuple[str, float] | None:
         """The follow-up token the broker parked for exactly ``request`` and how long it
@@ -355,10 +361,27 @@ class HoldService:
         self.table = HoldTable(lambda request: hold_s(request.suspend_ms))
         self.guard = guard  # ``deliver`` is the broker's only: proof of the server key
 
-    def deliver(self, token: str, answer: Reply, proof: ServerProof | None = None) -> bool:
+    def deliver(self, token: str, answer: Reply | bytes, proof: ServerProof | None = None) -> bool:
         """The broker's answer to a parked pull; True if a caller was waiting for it.
-        Its ``proof`` (of the server key, bound to the token) is checked first."""
+        Its ``proof`` (of the server key, bound to the token) is checked first; then an
+        answer in bytes (``frames.encode_reply``'s) is read as the reply to the request
+        the token was given for."""
         self.guard.check("deliver", proof, token, answer)
+        if type(answer) is bytes:
+            request = self.table.request(token)
+            if request is None:
+                return False  # nobody waits for it any more
+            many = isinstance(request, PullManyRequest)
+            try:
+                if many:
+                    answer = decode_reply(answer, PullManyResponse)
+                else:
+                    answer = decode_reply(answer, PullResponse)
+            except (msgspec.DecodeError, InvalidRequestError) as exc:
+                raise InvalidRequestError(
+                    f"hold.deliver: an answer that is not a "
+                    f"{'PullManyResponse' if many else 'PullResponse'}: {exc}"
+                ) from None
         return self.table.deliver(token, answer)
 
     async def pull(self, req: PullRequest) -> PullResponse:

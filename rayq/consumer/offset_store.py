@@ -111,6 +111,14 @@ class RemoteOffsetStore:
         """``state`` of ``mq`` was committed (inside a pull)."""
         self._committed[mq] = state
 
+    def recommit(self, broker: str) -> None:
+        """A call to ``broker`` failed: it may have restarted or failed over, and lost the
+        offsets committed since it last wrote them down. Its queues' offsets are sent
+        again with the next commit, changed or not (else an idle queue's consumer would
+        start over at the older offset at its next rebalance)."""
+        for mq in [m for m in self._committed if m.broker_name == broker]:
+            del self._committed[mq]
+
     async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
         """Commit the offsets of ``mqs`` (default: all) that changed since the last commit."""
         todo: dict[tuple[str, str], dict[int, State]] = {}
@@ -209,6 +217,9 @@ class LocalOffsetStore:
 
     def committed(self, mq: MessageQueue, state: State) -> None:
         pass
+
+    def recommit(self, broker: str) -> None:
+        pass  # the offsets are in a local file, not on the broker
 
     async def persist(self, mqs: list[MessageQueue] | None, generation: int) -> None:
         self.save()

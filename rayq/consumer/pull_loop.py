@@ -227,8 +227,14 @@ class PullRounds:
         return rnd
 
     async def _pause_after_error(self, broker: str) -> None:
-        self.ctx.forget(self.read_from.pop(broker, "") or broker)
+        self._failed(broker)
         await asyncio.sleep(self.config.pull_time_delay_when_exception_ms / 1000)
+
+    def _failed(self, broker: str) -> None:
+        """A call to ``broker`` failed: look it up again, and commit its queues' offsets
+        again (it may have lost the latest ones: ``recommit``)."""
+        self.ctx.forget(self.read_from.pop(broker, "") or broker)
+        self.offsets.recommit(broker)
 
     def _send_pull(self, broker: str) -> _Round | None:
         """Send one round for the owned queues of ``broker`` that may be pulled now."""
@@ -308,7 +314,7 @@ class PullRounds:
                 stale_s,
             )
             rnd.reply.cancel()
-            self.ctx.forget(self.read_from.pop(broker, "") or broker)
+            self._failed(broker)
             return None
         except Exception as exc:
             logger.warning(
@@ -318,8 +324,7 @@ class PullRounds:
                 exc,
                 cfg.pull_time_delay_when_exception_ms / 1000,
             )
-            self.ctx.forget(self.read_from.pop(broker, "") or broker)
-            await asyncio.sleep(cfg.pull_time_delay_when_exception_ms / 1000)
+            await self._pause_after_error(broker)
             return None
         if reply is None:
             return None

@@ -256,7 +256,16 @@ class ConsumeService(PullRounds, OrderlyConsumption):
                     await asyncio.wait_for(pq.changed.wait(), 0.1)
             self._note(mq, pq)
         if mqs:
-            await self.offsets.persist(mqs, self.generation)
+            try:
+                await self.offsets.persist(mqs, self.generation)
+            except Exception as exc:  # released all the same: never left half-revoked
+                logger.warning(
+                    "consumer %s: committing the offsets of %d revoked queues failed (%s); "
+                    "their next owner starts from the last offsets committed",
+                    self.client_id,
+                    len(mqs),
+                    exc,
+                )
         for mq in mqs:
             pq = self.queues.pop(mq)
             pq.drop()

@@ -165,15 +165,19 @@ class ClientContext:
         return_exceptions: bool = False,
     ) -> dict[K, Any]:
         """``broker_calls`` for async code (the push consumer's service); with
-        ``return_exceptions`` a broker's error is its answer instead of being raised."""
+        ``return_exceptions`` a broker's error is its answer instead of being raised,
+        also when the broker cannot even be looked up (it restarts, its node is gone)."""
         import asyncio
 
         keys = list(calls)
         names = [k if isinstance(k, str) else k[0] for k in keys]  # type: ignore[index]
-        replies = [calls[k](self.broker(n)) for k, n in zip(keys, names, strict=True)]
-        got = await asyncio.wait_for(
-            asyncio.gather(*(r.wait() for r in replies), return_exceptions=True), timeout_s
-        )
+        waits: list[Any] = []
+        for key, name in zip(keys, names, strict=True):
+            try:
+                waits.append(calls[key](self.broker(name)).wait())
+            except BrokerUnavailableError as exc:
+                waits.append(_failed(exc))
+        got = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), timeout_s)
         for name, value in zip(names, got, strict=True):
             if isinstance(value, BrokerUnavailableError):
                 self.forget(name)
@@ -184,6 +188,10 @@ class ClientContext:
                     else value
                 )
         return dict(zip(keys, got, strict=True))
+
+
+async def _failed(exc: BaseException) -> Any:
+    raise exc
 
 
 def new_client_id() -> str:

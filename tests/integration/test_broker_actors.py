@@ -15,6 +15,7 @@ import ray
 
 import rayq.cluster
 from rayq.actors.broker import spawn_broker
+from rayq.actors.data_plane import data_plane
 from rayq.actors.protocol import (
     ClientRequest,
     Park,
@@ -26,6 +27,7 @@ from rayq.actors.protocol import (
     hold_actor_name,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.server_key import Guard, ServerKey, Signed
 from rayq.cluster import Cluster, server_actor
 from rayq.store import (
@@ -103,18 +105,31 @@ def wait_for(fn: Callable[[], T | None], timeout_s: float) -> T:
 
 @ray.remote(num_cpus=0)
 class RecordingHold:
-    """Stands in for a broker's hold service: keeps what the broker delivers (only with
-    the broker's proof of the server key)."""
+    """Stands in for a broker's hold service: keeps what the broker delivers on its
+    socket (only with the broker's proof of the server key)."""
 
-    def __init__(self, key: ServerKey) -> None:
+    def __init__(self, key: ServerKey, config: BrokerConfig) -> None:
         self.guard = Guard(key, "hold", hold_actor_name("broker-z"))
         self.delivered: list[tuple[str, object]] = []
+        node = ray.get_runtime_context().get_node_id()
+        self.wire = data_plane(self, config, node, ray.util.get_node_ip_address(), "hold")
+        self.wire.start()
 
-    def deliver(self, token: str, answer: object, proof: object = None) -> None:
+    async def data_endpoint(self, req: DataEndpointRequest) -> DataEndpoint:
+        return await self.wire.answer(req)
+
+    async def deliver(self, token: str, answer: object, proof: object = None) -> bool:
         self.guard.check("deliver", proof, token, answer)
         self.delivered.append((token, answer))
+        return False  # nobody waits here: the broker parks no follow-up
 
-    def got(self) -> list[tuple[str, object]]:
+    async def pull(self, req: bytes) -> bytes:
+        raise NotImplementedError("only the broker's answers are recorded")
+
+    async def pull_many(self, req: bytes) -> bytes:
+        raise NotImplementedError("only the broker's answers are recorded")
+
+    async def got(self) -> list[tuple[str, object]]:
         return self.delivered
 
 
@@ -122,11 +137,14 @@ def test_the_broker_hands_a_parked_pull_the_records_it_appends(
     ctx: ClientContext, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Two hops: the put's append answers the parked pull by calling the hold service's
-    ``deliver`` with the records (broker -> hold), no re-pull by the hold service."""
+    ``deliver`` with the records on its socket (broker -> hold), no re-pull by the hold
+    service."""
     name = "broker-z"
     key = rayq.cluster._KEYS[NAMESPACE]  # the deployment's (this driver started it)
-    hold = RecordingHold.options(name=hold_actor_name(name), namespace=NAMESPACE).remote(key)
     config = BrokerConfig(broker_name=name, store=StoreConfig.for_tests())
+    hold = RecordingHold.options(name=hold_actor_name(name), namespace=NAMESPACE).remote(
+        key, config
+    )
     node = ray.get_runtime_context().get_node_id()
     broker = Signed(
         spawn_broker(config, str(tmp_path_factory.mktemp("z")), NAMESPACE, node, server_key=key),

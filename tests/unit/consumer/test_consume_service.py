@@ -308,6 +308,60 @@ def test_a_pull_loop_goes_on_after_an_error_nobody_foresaw(cluster: FakeCluster)
     assert sorted(gate.offsets) == list(range(10))
 
 
+def test_a_revoke_whose_commit_fails_still_releases_the_queues(cluster: FakeCluster) -> None:
+    """The coordinator revokes the queues while their broker cannot be looked up (its
+    node is gone): the commit fails, but the queues are released all the same, so when
+    they are assigned again they are consumed again. (They were left half-revoked, not
+    pulled and never taken on again: the 30-minute soak, seed 27.)"""
+    gate = Gate()
+    transport = LosingTransport(cluster, lost=0)
+    svc = service(transport, gate, pull_time_delay_when_exception_ms=50)
+    owned = [*QUEUES.values(), MessageQueue(retry_topic(GROUP), "broker-a", 0)]
+
+    async def run() -> None:
+        await started(svc)
+        fill(cluster, "a", 5)
+        await until(lambda: svc.consumed == 5, WAIT_S)
+        transport.unsendable = True
+        await svc.revoke(svc.generation + 1, owned)
+        assert not svc.queues
+        transport.unsendable = False
+        await svc.assign(svc.generation + 2, owned)
+        fill(cluster, "a", 5)
+        await until(lambda: svc.consumed == 10, WAIT_S)
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(set(gate.offsets)) == list(range(10))
+
+
+def test_offsets_a_broker_lost_are_committed_again_after_its_failure(
+    cluster: FakeCluster,
+) -> None:
+    """A broker killed between two writes of its offsets comes back with older ones.
+    The consumer's pulls to it failed meanwhile, so it commits its queues' offsets again
+    even though they did not change (RocketMQ uploads every offset on a timer), and an
+    idle queue is not consumed again from the older offset at the next rebalance."""
+    gate = Gate()
+    svc = service(FakeTransport(cluster), gate, pull_time_delay_when_exception_ms=50)
+
+    async def run() -> None:
+        await started(svc)
+        fill(cluster, "a", 5)
+        await until(lambda: svc.consumed == 5, WAIT_S)
+        await svc.commit()
+        await until(lambda: committed(cluster, "a") == 5)
+        # what a restart that recovered offsets written before the last commit leaves
+        cluster.server().tables.consumer_offsets.commit_many(GROUP, "a", {0: 2})
+        cluster.fail_next("broker-a", "hold.pull_many", BrokerUnavailableError, times=2)
+        cluster.restart()  # the held round fails: the pull loop pauses and goes on
+        await until(lambda: committed(cluster, "a") == 5, WAIT_S)
+        await svc.shutdown()
+
+    asyncio.run(run())
+    assert sorted(gate.offsets) == list(range(5))
+
+
 # ------------------------------------------------------------- listener hand-off
 def test_a_pulled_batch_is_one_pool_task_acked_in_slices_and_failures_go_back(
     cluster: FakeCluster,
