@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import logging
 import os
 import socket
@@ -78,11 +79,12 @@ class WireServer:
 
     async def start(self, host: str, unix: bool = True) -> None:
         """Listen on ``host`` (an ephemeral TCP port) and, with ``unix``, on a Unix socket
-        in the temporary directory."""
+        in the temporary directory (removing the ones of processes that are gone)."""
         tcp = await asyncio.start_server(self._connection, host, 0, limit=1 << 20)
         self._servers.append(tcp)
         self.port = tcp.sockets[0].getsockname()[1]
         if unix and hasattr(socket, "AF_UNIX"):
+            sweep_stale_sockets(tempfile.gettempdir())
             path = os.path.join(
                 tempfile.gettempdir(), f"rayq-{os.getpid()}-{os.urandom(4).hex()}.s"
             )
@@ -192,6 +194,30 @@ class WireServer:
             slots.release()
 
 
+def sweep_stale_sockets(directory: str) -> int:
+    """Remove the Unix sockets (``rayq-<pid>-<random>.s``) of data planes whose process
+    is gone: a killed broker cannot remove its own. Returns how many were removed."""
+    removed = 0
+    for path in glob.glob(os.path.join(directory, "rayq-*-*.s")):
+        pid = os.path.basename(path).split("-")[1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
     (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
     if size > limit:
@@ -199,4 +225,4 @@ async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
     return await reader.readexactly(size)
 
 
-__all__ = ["WireServer"]
+__all__ = ["WireServer", "sweep_stale_sockets"]

@@ -288,3 +288,20 @@ def test_a_fuzz_of_random_frames_changes_nothing(served: Served) -> None:
     finally:
         consumer.shutdown()
     assert bodies == sorted(b"keep%d" % i for i in range(10))
+
+
+def test_the_sockets_of_processes_that_are_gone_are_removed(tmp_path: Any) -> None:
+    """A killed broker leaves its Unix socket behind; the next data plane on the node
+    removes it, and leaves a live process's socket and other files alone."""
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    stale = tmp_path / f"rayq-{gone.pid}-0badf00d.s"
+    live = tmp_path / f"rayq-{os.getpid()}-600dcafe.s"
+    other = tmp_path / "rayq-notapid-1.s"
+    for path in (stale, live, other):
+        path.write_bytes(b"")
+    assert wire_server.sweep_stale_sockets(str(tmp_path)) == 1
+    assert not stale.exists() and live.exists() and other.exists()
