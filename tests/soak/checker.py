@@ -145,20 +145,21 @@ Position = tuple[str, int, int]  # broker, queue, offset
 
 
 class _Commits:
-    """Broker-observed committed offsets of one group, by (broker, queue), in time order."""
+    """Broker-observed committed offsets of one group, by (topic, broker, queue), in time
+    order (a group's topics have queues of the same ids, at unrelated offsets)."""
 
     def __init__(self, commits: list[Commit]) -> None:
-        self.times: dict[tuple[str, int], list[float]] = defaultdict(list)
-        self.values: dict[tuple[str, int], list[int]] = defaultdict(list)
+        self.times: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+        self.values: dict[tuple[str, str, int], list[int]] = defaultdict(list)
         for c in sorted(commits, key=lambda c: c.t):
-            self.times[(c.broker, c.queue)].append(c.t)
-            self.values[(c.broker, c.queue)].append(c.offset)
+            self.times[(c.topic, c.broker, c.queue)].append(c.t)
+            self.values[(c.topic, c.broker, c.queue)].append(c.offset)
 
-    def at(self, broker: str, queue: int, t: float) -> int:
+    def at(self, topic: str, broker: str, queue: int, t: float) -> int:
         """The last observed committed offset at or before ``t`` (-1: none seen)."""
-        times = self.times.get((broker, queue), [])
+        times = self.times.get((topic, broker, queue), [])
         i = bisect.bisect_right(times, t)
-        return self.values[(broker, queue)][i - 1] if i else -1
+        return self.values[(topic, broker, queue)][i - 1] if i else -1
 
 
 def check(history: History) -> Report:
@@ -283,7 +284,8 @@ def _check_duplicates(
         if any(
             f.t_start <= d.t
             and f.t_end + GRACE_S >= t1
-            and seen.at(d.broker, d.queue, max(t1, f.t_start - _offsets_lost(f))) <= d.offset
+            and seen.at(d.topic, d.broker, d.queue, max(t1, f.t_start - _offsets_lost(f)))
+            <= d.offset
             for f in faults
         ):
             report.redeliveries_allowed += 1
