@@ -49,12 +49,12 @@ class Settings:
     history_out: Path | None = None  # written always if set; on failure to a temp file
 
 
-def retried(fn, what: str, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+def retried(fn, what: str, timeout_s: float = 60.0, also=()):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return fn()
-        except ERRORS:
+        except (*ERRORS, *also):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
@@ -169,7 +169,9 @@ def _final_invariants(
 ) -> None:
     for replica in (BROKER, SLAVE):
         try:
-            retried(lambda r=replica: dep.info(r), replica, timeout_s=60)
+            # a replica whose node just came back is placed again meanwhile: until then
+            # Ray has no actor of its name (ValueError), which is no answer yet
+            retried(lambda r=replica: dep.info(r), replica, timeout_s=60, also=(ValueError,))
             history.add(Invariant(f"{replica} answers", True, t=time.time()))
         except (*ERRORS, ValueError) as exc:
             history.add(Invariant(f"{replica} answers", False, repr(exc)[:200], time.time()))
