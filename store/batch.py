@@ -246,8 +246,8 @@ def check_encoded(
     if ends[-1] != len(batch.records) or min(sizes) <= codec.FIXED_SIZE:
         raise BatchRejected("batch sizes do not add up to its records")
     if batch.index_records:
-        owners = np.frombuffer(batch.index_records, dtype="<i4")
-        if owners.min() < 0 or owners.max() >= n:
+        owners = np.frombuffer(batch.index_records, dtype="<i4").tolist()
+        if min(owners) < 0 or max(owners) >= n:
             raise BatchRejected("batch index columns name records it does not have")
     starts = [e - z for e, z in zip(ends, sizes, strict=True)]
     crcs = _check_records(
@@ -465,6 +465,10 @@ def _tag_code(tags: bytes) -> int | None:
 
 
 _ARANGE = np.arange(1024)
+FEW_RECORDS: Final = 8  # up to this many, a batch's store blocks are filled record by record
+_STORE_BLOCK: Final = struct.Struct(">qqq8s")  # STORE_BLOCK_DTYPE's layout
+_CRC: Final = struct.Struct(">I")
+assert _STORE_BLOCK.size == codec.STORE_BLOCK_SIZE
 
 
 def fill_store_block(
@@ -476,9 +480,19 @@ def fill_store_block(
     store_timestamp: int,
     store_host: bytes,
 ) -> bytearray:
-    """A copy of ``records`` with each store block filled in and each CRC finished."""
+    """A copy of ``records`` with each store block filled in and each CRC finished
+    (a few records one by one with ``struct``, more with numpy)."""
     out = bytearray(records)
     n = len(starts)
+    if n <= FEW_RECORDS:
+        at_offset = first_commitlog_offset
+        for i, (start, crc) in enumerate(zip(starts.tolist(), producer_crcs.tolist(), strict=True)):
+            block = _STORE_BLOCK.pack(
+                first_queue_offset + i, start + at_offset, store_timestamp, store_host
+            )
+            out[start + codec.STORE_BLOCK_OFFSET : start + codec.CRC_START] = block
+            _CRC.pack_into(out, start + codec.CRC_OFFSET, crc32c(block, crc))
+        return out
     block = np.empty(n, dtype=STORE_BLOCK_DTYPE)
     block["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n)
     block["commitlog_offset"] = starts + first_commitlog_offset

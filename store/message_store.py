@@ -411,7 +411,10 @@ class MessageStore:
         while i < b.count:
             seg = self.commitlog.writable_segment(int(sizes[i]))
             room = seg.size - seg.wrote - codec.BLANK_SIZE_MIN
-            k = int(np.searchsorted(ends[i:] - starts[i], room, side="right"))
+            if int(ends[-1]) - int(starts[i]) <= room:  # the rest fits (a small batch)
+                k = b.count - i
+            else:
+                k = int(np.searchsorted(ends[i:] - starts[i], room, side="right"))
             base = int(starts[i])
             chunk = fill_store_block(
                 b.records[base : int(ends[i + k - 1])],

@@ -37,11 +37,21 @@ class Warmer:
         self._wake = threading.Event()
         self._target: tuple[Path, int, int] | None = None  # segment, written, size
         self._stopped = False
+        self._woken: tuple[Path | None, int] = (None, 0)  # where the writer was at the last wake
+        self.wakes = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def wrote(self, path: Path, written: int, size: int) -> None:
-        """The writer is at ``written`` of the segment file ``path`` (``size`` bytes)."""
+        """The writer is at ``written`` of the segment file ``path`` (``size`` bytes).
+        The thread is woken when the writer is in a new segment or has moved an eighth of
+        ``ahead`` since it was last woken, not at each small append (a wake-up per
+        single-message send cost the writer a GIL hand-off each)."""
+        path_woken, written_woken = self._woken
+        if path == path_woken and 0 <= written - written_woken < self.ahead // 8:
+            return
+        self._woken = (path, written)
+        self.wakes += 1
         with self._lock:
             self._target = (path, written, size)
         self._wake.set()

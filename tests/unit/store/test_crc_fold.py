@@ -4,12 +4,13 @@ over the block from that CRC (and so the record CRC ``codec.record_crc`` compute
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rayq.store import codec
-from rayq.store.crc_fold import fold_store_blocks
+from rayq.store.crc_fold import GATHER_MAX, LOOP_MAX, fold_store_blocks
 
 BLOCK = codec.STORE_BLOCK_SIZE
 
@@ -26,6 +27,18 @@ def test_fold_equals_crc32c_from_the_producer_crc(rows: list[tuple[int, bytes]])
     producer = np.array([p for p, _ in rows], dtype=np.uint32)
     blocks = np.frombuffer(b"".join(b for _, b in rows), dtype=np.uint8).reshape(-1, BLOCK)
     assert fold_store_blocks(producer, blocks).tolist() == [crc32c(b, p) for p, b in rows]
+
+
+@pytest.mark.parametrize("n", [1, LOOP_MAX, LOOP_MAX + 1, GATHER_MAX, GATHER_MAX + 1, 5000])
+def test_each_way_of_folding_equals_crc32c(n: int) -> None:
+    """A few records, a gather's worth and a bulk read's are folded three ways."""
+    rng = np.random.default_rng(n)
+    producer = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    blocks = rng.integers(0, 256, (n, BLOCK), dtype=np.uint8)
+    want = [crc32c(blocks[i].tobytes(), int(producer[i])) for i in range(n)]
+    folded = fold_store_blocks(producer, blocks)
+    assert folded.dtype == np.uint32
+    assert folded.tolist() == want
 
 
 def test_a_record_crc_is_the_producer_part_then_its_block() -> None:

@@ -102,6 +102,21 @@ def test_the_warmer_follows_the_writer_into_the_next_segment_and_stops(tmp_path:
     assert "rayq-warmer-test" not in [t.name for t in threading.enumerate()]
 
 
+def test_small_appends_wake_the_warmer_once_per_eighth_of_its_window(tmp_path: Path) -> None:
+    """A single-message send must not hand the GIL to the warmer each time: appends of
+    1 KiB wake it when the writer has moved an eighth of ``ahead``, or changed segment."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    warmer = Warmer(8 * MiB)
+    try:
+        for k in range(4096):  # 4 MiB in 1 KiB appends
+            warmer.wrote(first, k * 1024, 16 * MiB)
+        assert warmer.wakes == 4  # at 0, 1, 2 and 3 MiB
+        warmer.wrote(second, 0, 16 * MiB)
+        assert warmer.wakes == 5
+    finally:
+        warmer.close()
+
+
 def test_a_store_warms_ahead_of_its_appends_and_stops_with_it(tmp_path: Path) -> None:
     config = StoreConfig.for_tests(
         commitlog_segment_size_bytes=16 * MiB, commitlog_warm_ahead_bytes=4 * MiB
