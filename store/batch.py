@@ -487,11 +487,11 @@ def fill_store_block(
     if n <= FEW_RECORDS:
         at_offset = first_commitlog_offset
         for i, (start, crc) in enumerate(zip(starts.tolist(), producer_crcs.tolist(), strict=True)):
-            block = _STORE_BLOCK.pack(
+            packed = _STORE_BLOCK.pack(
                 first_queue_offset + i, start + at_offset, store_timestamp, store_host
             )
-            out[start + codec.STORE_BLOCK_OFFSET : start + codec.CRC_START] = block
-            _CRC.pack_into(out, start + codec.CRC_OFFSET, crc32c(block, crc))
+            out[start + codec.STORE_BLOCK_OFFSET : start + codec.CRC_START] = packed
+            _CRC.pack_into(out, start + codec.CRC_OFFSET, crc32c(packed, crc))
         return out
     block = np.empty(n, dtype=STORE_BLOCK_DTYPE)
     block["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n)
