@@ -30,6 +30,7 @@ _COMMITLOG_OFFSET: Final[struct.Struct] = struct.Struct(">q")
 OFFSET_MSG_ID_SIZE: Final[int] = HOST_SIZE + _COMMITLOG_OFFSET.size  # 16 bytes, 32 hex digits
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_host(host: str) -> bytes:
     """``"10.0.0.1:10911"`` -> 8 bytes (IPv4 + port); non-IPv4 hosts map to 0.0.0.0."""
     ip, _, port = host.rpartition(":")

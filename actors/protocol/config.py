@@ -213,7 +213,7 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # A TransactionProducer asks its brokers for the checks of its group this often
     check_request_poll_ms: Positive = 1_000
     # How broker calls travel: "direct" (the brokers' socket data plane), "ray" (actor
-    # calls), or "" for the environment variable RAYQ_TRANSPORT, else "ray" for now
+    # calls), or "" for the environment variable RAYQ_TRANSPORT, else "direct"
     transport: str = ""
 
     def __post_init__(self) -> None:

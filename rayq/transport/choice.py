@@ -12,7 +12,7 @@ from rayq.actors.protocol.config import TRANSPORTS
 from rayq.store.errors import ConfigError
 from rayq.transport.base import Transport
 
-DEFAULT = "ray"  # "direct" once replication moves to the sockets and the suite runs over them
+DEFAULT = "direct"
 ENV = "RAYQ_TRANSPORT"
 _shared: dict[tuple[str, ...], Transport] = {}
 _lock = threading.Lock()

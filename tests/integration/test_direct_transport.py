@@ -1,8 +1,8 @@
 """The socket data plane through the real actors: clients with
-``ClientConfig(transport="direct")`` (or ``RAYQ_TRANSPORT=direct``) send, pull and
-administer over each broker's socket, a push consumer's actor does too, and a broker
-killed and restarted by Ray is found again (a new endpoint and key) with nothing
-acknowledged lost."""
+``ClientConfig(transport="direct")`` (the default) send, pull and administer over each
+broker's socket, as clients with ``transport="ray"`` do over actor calls, a push
+consumer's actor does too, and a broker killed and restarted by Ray is found again (a
+new endpoint and key) with nothing acknowledged lost."""
 
 from __future__ import annotations
 
@@ -49,13 +49,13 @@ class Listener:
         return rayq.ConsumeStatus.CONSUME_SUCCESS
 
 
-def pull_consumer(prefix: str, topic: str) -> rayq.PullConsumer:
-    """A started pull consumer of ``topic`` over the sockets, from the first offset."""
+def pull_consumer(prefix: str, topic: str, config: rayq.ClientConfig = DIRECT) -> rayq.PullConsumer:
+    """A started pull consumer of ``topic`` (over the sockets), from the first offset."""
     consumer = rayq.PullConsumer(
         unique(prefix),
         namespace=NAMESPACE,
         consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-        config=DIRECT,
+        config=config,
     )
     consumer.subscribe(topic)
     consumer.start()
@@ -69,7 +69,12 @@ def unique(prefix: str) -> str:
 def test_the_transport_is_chosen_by_config_then_environment(
     cluster: rayq.Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("RAYQ_TRANSPORT", raising=False)
+    assert isinstance(ClientContext(None, NAMESPACE).transport, DirectTransport)  # the default
     assert isinstance(ClientContext(DIRECT, NAMESPACE).transport, DirectTransport)
+    monkeypatch.setenv("RAYQ_TRANSPORT", "ray")
+    assert isinstance(ClientContext(None, NAMESPACE).transport, RayTransport)
+    assert isinstance(ClientContext(DIRECT, NAMESPACE).transport, DirectTransport)  # config wins
     monkeypatch.setenv("RAYQ_TRANSPORT", "direct")
     assert isinstance(ClientContext(None, NAMESPACE).transport, DirectTransport)
     ray_config = rayq.ClientConfig(transport="ray")
@@ -81,27 +86,33 @@ def test_the_transport_is_chosen_by_config_then_environment(
         rayq.ClientConfig(transport="udp")
 
 
-def test_send_pull_push_and_admin_over_the_socket(cluster: rayq.Cluster) -> None:
-    topic = unique("direct")
-    admin = rayq.Admin(namespace=NAMESPACE, config=DIRECT)
+@pytest.mark.parametrize("transport", ["direct", "ray"])
+def test_send_pull_push_and_admin_over_each_transport(
+    cluster: rayq.Cluster, transport: str
+) -> None:
+    """The same client calls over the sockets (the default) and over Ray's actor calls."""
+    config = rayq.ClientConfig(transport=transport)
+    topic = unique(transport)
+    admin = rayq.Admin(namespace=NAMESPACE, config=config)
     admin.create_topic(topic, queues=2)
-    with rayq.Producer("pg", namespace=NAMESPACE, config=DIRECT) as producer:
+    with rayq.Producer("pg", namespace=NAMESPACE, config=config) as producer:
         acked = [producer.send(rayq.Message(topic, b"s%d" % i)).msg_id for i in range(20)]
         results = producer.send_batch([rayq.Message(topic, b"b%d" % i) for i in range(80)])
         acked += [r.msg_id for r in results]
-    consumer = pull_consumer("pull", topic)
+    consumer = pull_consumer("pull", topic, config)
     got: set[str] = set()
     deadline = time.monotonic() + 60
     try:
         while len(got) < 100 and time.monotonic() < deadline:
             got |= {m.msg_id for m in consumer.poll(0.5)}
         assert consumer.poll(0.5) == []  # caught up: its pulls park at the hold service
-        assert isinstance(consumer._ctx.transport, DirectTransport)
-        assert consumer._ctx.transport._conns.keys() >= {
-            ("broker", "broker-a"),
-            ("hold", "broker-a"),
-        }
-        with rayq.Producer("pg", namespace=NAMESPACE, config=DIRECT) as producer:
+        used = consumer._ctx.transport
+        if transport == "direct":
+            assert isinstance(used, DirectTransport)
+            assert used._conns.keys() >= {("broker", "broker-a"), ("hold", "broker-a")}
+        else:
+            assert isinstance(used, RayTransport)
+        with rayq.Producer("pg", namespace=NAMESPACE, config=config) as producer:
             late = producer.send(rayq.Message(topic, b"late")).msg_id
         woken: set[str] = set()
         while late not in woken and time.monotonic() < deadline:
@@ -116,7 +127,7 @@ def test_send_pull_push_and_admin_over_the_socket(cluster: rayq.Cluster) -> None
         unique("push"),
         namespace=NAMESPACE,
         consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
-        config=DIRECT,
+        config=config,
     )
     push.subscribe(topic)
     push.register_listener(Listener(box))
