@@ -129,7 +129,8 @@ class MessageExt:
     (``_FIELDS``): equal to a MessageExt whose fields are equal, a repr that lists them
     all, pickling and copying that keep them (and a decoded message's raw parts); it is
     mutable and unhashable, as the msgspec Struct it used to be. Not a Struct any more:
-    msgspec does not encode it (nothing sends one with msgspec; Ray pickles them).
+    Ray pickles it, and the socket data plane carries it as the list of its fields
+    (``message_ext_fields``, through the wire codec's hooks).
     """
 
     __slots__ = (*_PLAIN, *[f"_{name}" for name in _DECODED], "_raw")
@@ -307,6 +308,19 @@ def lazy_message_ext(
     m.broker_name = broker_name
     m._raw = (raw_properties, raw_store_host, raw_born_host, commitlog_offset)
     return m
+
+
+def message_ext_fields(m: MessageExt) -> list[Any]:
+    """``m``'s 21 fields in constructor order: how the socket data plane carries a
+    MessageExt in msgpack (actors/protocol/wire.py)."""
+    return list(_field_values(m))
+
+
+def message_ext_of_fields(values: list[Any]) -> MessageExt:
+    """``message_ext_fields``'s list back as a MessageExt (keys as a list, as built)."""
+    if len(values) != len(_FIELDS):
+        raise ValueError(f"a MessageExt has {len(_FIELDS)} fields, got {len(values)}")
+    return MessageExt(**dict(zip(_FIELDS, values, strict=True)))
 
 
 def _unpickle(

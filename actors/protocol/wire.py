@@ -11,6 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from rayq.store.batch import RequestAuth
+from rayq.store.message import MessageExt, message_ext_fields, message_ext_of_fields
 from rayq.store.errors import InvalidRequestError
 
 QueueId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
@@ -42,12 +43,29 @@ class _Request(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     auth: RequestAuth | None = None  # signed credentials (ACL, actors/server/acl.py)
 
 
-_encoder = msgspec.msgpack.Encoder()
+def _enc_hook(obj: Any) -> Any:
+    """Types msgspec does not know: a ``MessageExt`` (a reply's read-back messages) as
+    the list of its fields."""
+    if type(obj) is MessageExt:
+        return message_ext_fields(obj)
+    raise NotImplementedError(f"{type(obj).__name__} cannot go on the wire")
+
+
+def _dec_hook(cls: type, obj: Any) -> Any:
+    if cls is MessageExt and type(obj) is list:
+        try:
+            return message_ext_of_fields(obj)
+        except (TypeError, ValueError) as exc:
+            raise msgspec.ValidationError(f"not a MessageExt: {exc}") from None
+    raise NotImplementedError(f"{cls.__name__} cannot come off the wire")
+
+
+_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 
 
 @functools.cache
 def _decoder(cls: type) -> msgspec.msgpack.Decoder[Any]:
-    return msgspec.msgpack.Decoder(cls)
+    return msgspec.msgpack.Decoder(cls, dec_hook=_dec_hook)
 
 
 R = TypeVar("R", bound=msgspec.Struct)

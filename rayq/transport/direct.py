@@ -237,18 +237,38 @@ class DirectTransport:
         with self._lock:
             conn = self._conns.get(key)
             if conn is None or conn.closed is not None:
-                req = DataEndpointRequest()
-                if service == "broker":
-                    asked = self._ray.broker(broker_name).data_endpoint(req)
-                else:
-                    asked = self._ray.hold(broker_name).data_endpoint(req)
-                endpoint = asked.result(ENDPOINT_TIMEOUT_S)
-                name = replica if service == "broker" else f"{replica} (hold)"
-                conn = Connection(name, endpoint, self._local_node)
-                client_class = BrokerClient if service == "broker" else HoldClient
-                conn.client = socket_client(conn, client_class)
+                try:
+                    conn = self._connect(service, broker_name, replica)
+                except BrokerUnavailableError:
+                    # The actor handle may be of a replica that is gone for good (its node
+                    # was removed; a failover made a new actor of that name): once more
+                    # with the replica that serves the broker now and a fresh handle. The
+                    # transport is shared by the process's clients, so a handle left stale
+                    # would fail every later client too.
+                    self._ray.forget(broker_name)
+                    replica = self._ray.replica_of(broker_name)
+                    try:
+                        conn = self._connect(service, broker_name, replica)
+                    except BrokerUnavailableError:
+                        self._ray.forget(broker_name)
+                        raise
+                    key = (service, replica)
                 self._conns[key] = conn
             return conn
+
+    def _connect(self, service: str, broker_name: str, replica: str) -> Connection:
+        """A new connection to ``replica``'s ``service``, its endpoint asked through Ray."""
+        req = DataEndpointRequest()
+        if service == "broker":
+            asked = self._ray.broker(broker_name).data_endpoint(req)
+        else:
+            asked = self._ray.hold(broker_name).data_endpoint(req)
+        endpoint = asked.result(ENDPOINT_TIMEOUT_S)
+        name = replica if service == "broker" else f"{replica} (hold)"
+        conn = Connection(name, endpoint, self._local_node)
+        client_class = BrokerClient if service == "broker" else HoldClient
+        conn.client = socket_client(conn, client_class)
+        return conn
 
     def coordinator(self) -> CoordinatorClient:
         return self._ray.coordinator()

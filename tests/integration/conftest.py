@@ -9,6 +9,7 @@ shuts it down.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -72,6 +73,32 @@ def retried() -> Callable[[Callable[[], T]], T]:
         return retrying(fn, rayq.BrokerUnavailableError, timeout_s=60.0, pause_s=0.5)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def restart() -> Callable[[Any], None]:
+    """``restart(actor)``: see ``restart_actor``."""
+    return restart_actor
+
+
+def restart_actor(actor: Any, timeout_s: float = 30.0) -> None:
+    """``ray.kill(actor, no_restart=False)``, back once its old process is gone. Ray
+    sends calls made after that to the restarted actor; until then the old process may
+    still answer on its data-plane socket (Ray's own calls wait for the restart)."""
+    pid = ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
+    ray.kill(actor, no_restart=False)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"the killed actor's process {pid} is still alive"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -246,11 +246,11 @@ def test_bad_requests_raise_rayq_errors_and_the_broker_keeps_serving(ctx: Client
 
 
 def test_a_killed_broker_restarts_recovers_and_serves_again(
-    ctx: ClientContext, retried: Callable[[Callable[[], T]], T]
+    ctx: ClientContext, retried: Callable[[Callable[[], T]], T], restart: Callable[[Any], None]
 ) -> None:
     """SIGKILL-like ray.kill with restart: the store recovers; acknowledged data is there."""
     acked = put(ctx, "survive", 1, 50)
-    ray.kill(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE), no_restart=False)
+    restart(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE))
     resp = retried(lambda: pull(ctx, "survive", 1, 0))
     assert [m.queue_offset for m in decode_records(resp.buffer)] == acked
     assert retried(lambda: put(ctx, "survive", 1, 5)) == list(range(50, 55))

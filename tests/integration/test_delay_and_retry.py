@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import ray
@@ -186,7 +186,10 @@ def test_bad_send_back_raises_and_the_broker_keeps_serving(
 
 
 def test_a_broker_restart_keeps_delay_progress(
-    admin: Admin, producer: rayq.Producer, retried: Callable[[Callable[[], T]], T]
+    admin: Admin,
+    producer: rayq.Producer,
+    retried: Callable[[Callable[[], T]], T],
+    restart: Callable[[Any], None],
 ) -> None:
     topic = new_topic(admin)
     c = consumer(topic)
@@ -198,7 +201,7 @@ def test_a_broker_restart_keeps_delay_progress(
     t0 = now_ms()
     producer.send(Message(topic, b"at", deliver_at_ms=t0 + 3000))
     producer.send(Message(topic, b"level", delay_level=2))
-    ray.kill(ray.get_actor(broker_actor_name(BROKER), namespace=NAMESPACE), no_restart=False)
+    restart(ray.get_actor(broker_actor_name(BROKER), namespace=NAMESPACE))
     # restarted: recovered store and delay progress
     retried(lambda: broker().groups(ListGroupsRequest()).result(30))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -71,11 +71,11 @@ def test_a_resent_batch_is_dropped(ctx: ClientContext) -> None:
 
 
 def test_duplicates_are_dropped_after_a_broker_restart(
-    ctx: ClientContext, retried: Callable[[Callable[[], T]], T]
+    ctx: ClientContext, retried: Callable[[Callable[[], T]], T], restart: Callable[[Any], None]
 ) -> None:
     put(ctx, batch("r1", 0, 3, queue_id=1))
     put(ctx, batch("r1", 3, 3, queue_id=1))
-    ray.kill(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE), no_restart=False)
+    restart(ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE))
     deadline = time.monotonic() + 60
     while True:  # until the restarted broker answers (the old one answers from its cache)
         got = retried(lambda: put(ctx, batch("r1", 3, 3, queue_id=1)))

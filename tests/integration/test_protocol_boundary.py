@@ -139,7 +139,7 @@ def test_malformed_requests_to_the_hold_service_get_a_rayq_error(
 
 
 def test_a_bad_commit_never_erases_offsets_across_a_restart(
-    ctx: ClientContext, retried: Callable[[Callable[[], T]], T]
+    ctx: ClientContext, retried: Callable[[Callable[[], T]], T], restart: Callable[[Any], None]
 ) -> None:
     """The landed bug: a float offset was persisted, and the next start lost every
     group's offsets. Now it is refused at the boundary and the table reloads whole."""
@@ -149,7 +149,7 @@ def test_a_bad_commit_never_erases_offsets_across_a_restart(
         )
     )
     time.sleep(1)  # the offset table is persisted every 100 ms here
-    ray.kill(raw(broker_actor_name(BROKER)), no_restart=False)
+    restart(raw(broker_actor_name(BROKER)))
     req = QueryOffsetsRequest(group="keep", topic="bt")
     got = retried(
         lambda: ClientContext(namespace=NAMESPACE).broker(BROKER).query_offsets(req).result(30)

@@ -36,9 +36,9 @@ def test_async_slave_catches_up_byte_for_byte(dep, replication_kit) -> None:
     assert log_bytes(dep.root / "broker-a#1", upto) == log_bytes(dep.root / "broker-a", upto)
 
 
-def test_a_slave_restarted_by_ray_resumes_from_its_own_end(dep, replication_kit) -> None:
+def test_a_slave_restarted_by_ray_resumes_from_its_own_end(dep, replication_kit, restart) -> None:
     before = dep.info("broker-a#1").written_offset
-    ray.kill(dep.handle("broker-a#1"), no_restart=False)  # Ray restarts it on its node
+    restart(dep.handle("broker-a#1"))  # Ray restarts it on its node
     with rayq.Producer(group="pg", namespace=NAMESPACE) as producer:
         for i in range(20):
             producer.send_batch([rayq.Message("Rep", f"r{i}:{j}".encode()) for j in range(50)])

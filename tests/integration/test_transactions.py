@@ -147,7 +147,9 @@ def test_producer_dies_between_half_and_end(cluster: rayq.Cluster, topic: str) -
         other.shutdown()
 
 
-def test_broker_restart_with_open_halves(cluster: rayq.Cluster, topic: str) -> None:
+def test_broker_restart_with_open_halves(
+    cluster: rayq.Cluster, topic: str, restart: Callable[[Any], None]
+) -> None:
     group = unique("txg")
     listener = Listener(rayq.TransactionStatus.UNKNOWN)  # checks answered UNKNOWN for now
     producer = rayq.TransactionProducer(group, listener, config=POLL)
@@ -156,7 +158,7 @@ def test_broker_restart_with_open_halves(cluster: rayq.Cluster, topic: str) -> N
         sent = [producer.send_in_transaction(rayq.Message(topic, b"m%d" % i)) for i in range(5)]
         wait_for(lambda: len(set(listener.checked)) == 5, "a check of every half")
         broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
-        ray.kill(broker, no_restart=False)
+        restart(broker)
         wait_for(lambda: _alive(), "the broker to restart")
         listener.checked.clear()
         listener.check = rayq.TransactionStatus.COMMIT
