@@ -11,8 +11,8 @@ import msgspec
 from msgspec import Meta
 
 from rayq.store.batch import RequestAuth
-from rayq.store.message import MessageExt, message_ext_fields, message_ext_of_fields
 from rayq.store.errors import InvalidRequestError
+from rayq.store.message import MessageExt, message_ext_fields, message_ext_of_fields
 
 QueueId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 
