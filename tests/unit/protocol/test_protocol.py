@@ -159,3 +159,66 @@ def test_a_good_request_passes_unchanged() -> None:
     assert check(req, CommitOffsetsRequest) == req
     item = SendBackItem(10, -1)
     assert check(SendBackRequest(group="g", items=[item]), SendBackRequest).items == [item]
+
+
+def test_every_reply_of_the_socket_can_be_encoded_and_read_back() -> None:
+    """The socket data plane carries replies as msgpack (``to_wire``): each reply type of
+    the broker's and hold service's client operations must encode, read-back messages
+    (``MessageExt``, not a Struct) included."""
+    from rayq.actors.protocol import MessagesReply, from_wire, to_wire
+    from rayq.store.message import MessageExt
+    from rayq.transport.base import HoldClient
+
+    message = MessageExt(
+        topic="t",
+        body=b"\x00body",
+        tags="a",
+        keys=["k1", "k2"],
+        properties={"KEYS": "k1 k2", "x": "y"},
+        msg_id="ID",
+        offset_msg_id="OFF",
+        queue_id=1,
+        queue_offset=2,
+        commitlog_offset=3,
+        store_size=4,
+        born_timestamp=5,
+        store_timestamp=6,
+        born_host="10.0.0.1:1",
+        store_host="10.0.0.2:2",
+        reconsume_times=7,
+        broker_name="broker-a",
+    )
+    reply = MessagesReply(messages=[message, message])
+    assert from_wire(to_wire(reply), MessagesReply) == reply
+    with pytest.raises(msgspec.ValidationError, match="MessageExt"):
+        from_wire(msgspec.msgpack.encode({"messages": [[1, 2]]}), MessagesReply)
+    for client in (BrokerClient, HoldClient):
+        for op, reply_type in client.reply_types().items():
+            if reply_type in (None, bytes):
+                continue
+            info = msgspec.inspect.multi_type_info([reply_type])
+            custom = [t for t in _custom_types(info[0]) if t is not MessageExt]
+            assert not custom, f"{op} answers {custom}, which msgpack cannot carry"
+
+
+def _custom_types(info: object, seen: set[type] | None = None) -> list[type]:
+    """The types msgspec does not know, anywhere in a reply type."""
+    import msgspec.inspect as mi
+
+    seen = set() if seen is None else seen
+    if isinstance(info, mi.CustomType):
+        return [info.cls]
+    found: list[type] = []
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:
+            return []
+        seen.add(info.cls)
+        for field in info.fields:
+            found += _custom_types(field.type, seen)
+    for attr in ("item_type", "key_type", "value_type"):
+        if hasattr(info, attr):
+            found += _custom_types(getattr(info, attr), seen)
+    for attr in ("types", "item_types"):
+        for sub in getattr(info, attr, ()):
+            found += _custom_types(sub, seen)
+    return found
