@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.config import BrokerConfig, ClientConfig
 from rayq.actors.protocol.frames import KEY_BYTES, DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.registry import Caller, operations
 from rayq.actors.protocol.server_key import SERVER_OP, ServerArgs
@@ -84,9 +84,12 @@ def client_operations(service: str = "broker") -> list[str]:
 
 
 def max_frame_bytes(config: BrokerConfig) -> int:
-    """A frame may carry a batch of up to four of the largest messages (plus room)."""
+    """A frame may carry a batch of up to four of the largest messages, and at least
+    twice a producer's default batch (``ClientConfig.batch_max_bytes``: a broker that
+    takes only small messages still takes a producer's batches of many), plus room."""
     store = config.store
-    return 4 * (store.max_message_size_bytes + store.max_properties_size_bytes) + MiB
+    largest = 4 * (store.max_message_size_bytes + store.max_properties_size_bytes)
+    return max(largest, 2 * ClientConfig().batch_max_bytes) + MiB
 
 
 def data_plane(

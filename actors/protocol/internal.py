@@ -41,6 +41,10 @@ class BrokerInfo(msgspec.Struct, frozen=True, kw_only=True):
     # min_in_sync_replicas slaves have it). A slave: the highest such offset its master
     # told it. -1: none known. A failover promotes no slave whose log ends below it.
     acked_offset: int = -1
+    # This server's life (random at its start): within one life, registrations carry
+    # ever higher data_versions, so one with a lower data_version than the coordinator
+    # has (a heartbeat sent before a topic change, processed after it) has stale topics.
+    instance: str = ""
 
 
 class HaFetch(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ runs concurrency groups on threads of their own, so one writer at a time.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from pathlib import Path
@@ -100,6 +101,7 @@ class BrokerServer(
         self.name = config.broker_name
         self.root = Path(store_dir)
         self.node_id = node_id
+        self.instance = os.urandom(8).hex()  # BrokerInfo.instance
         self.store = MessageStore(
             self.root,
             config.store_config,
@@ -201,6 +203,7 @@ class BrokerServer(
             disk_ratio=self.store.disk.ratio,
             put_tps=self.put_rate.per_second(now),
             acked_offset=self.acked_offset,
+            instance=self.instance,
         )
 
     # ------------------------------------------------------------- groups

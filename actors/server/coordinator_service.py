@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import msgspec
+
 from rayq.actors.protocol import (
     BrokerEntry,
     BrokerInfo,
@@ -227,6 +229,13 @@ class CoordinatorService:
         if self.table.read_only.pop(info.broker_name, None) is not None:
             logger.warning("broker %s: its master is back; reads go to it again", info.broker_name)
         old = self.table.brokers.get(info.broker_name)
+        if (
+            old is not None
+            and info.instance
+            and old.instance == info.instance
+            and info.data_version < old.data_version
+        ):  # its topics are older than those registered: keep those
+            info = msgspec.structs.replace(info, topics=old.topics, data_version=old.data_version)
         changed = {
             t
             for t in set(info.topics) | set(old.topics if old else {})

@@ -140,7 +140,22 @@ class ClientContext:
         """Call several brokers at once: ``calls`` maps a key whose first item (or the key
         itself, a str) is a broker name to what to ask that broker. All calls are in
         flight together; BrokerUnavailableError names the broker that did not answer
-        (its handle is forgotten); a RayqError a broker raised comes back as itself."""
+        (its handle is forgotten); a RayqError a broker raised comes back as itself.
+        A call whose socket connection was lost under it (the broker's process ended, or
+        its node was removed, while the connection looked open) is sent once more, to the
+        replica that serves the broker now, as a Ray call to a restarting actor waits."""
+        try:
+            return self._broker_calls(calls, timeout_s)
+        except BrokerUnavailableError as exc:
+            if not exc.details.get("connection_lost"):
+                raise
+            return self._broker_calls(calls, timeout_s)
+
+    def _broker_calls(
+        self,
+        calls: Mapping[K, Callable[[BrokerClient], Reply[T]]],
+        timeout_s: float,
+    ) -> dict[K, T]:
         replies: dict[K, tuple[str, Reply[T]]] = {}
         for key, ask in calls.items():
             name = key if isinstance(key, str) else key[0]  # type: ignore[index]
@@ -200,7 +215,10 @@ def new_client_id() -> str:
 
 
 def _unavailable(broker: str, err: BaseException) -> BrokerUnavailableError:
-    return BrokerUnavailableError(f"broker {broker!r} is unavailable: {err}", broker=broker)
+    lost = isinstance(err, BrokerUnavailableError) and err.details.get("connection_lost", False)
+    return BrokerUnavailableError(
+        f"broker {broker!r} is unavailable: {err}", broker=broker, connection_lost=lost
+    )
 
 
 __all__ = ["CALL_TIMEOUT_S", "ClientContext", "RayqError"]

@@ -152,7 +152,9 @@ class Connection:
                 self._pending.pop(call_id, None)
                 self._fail(exc)
                 raise BrokerUnavailableError(
-                    f"{self.where}: the connection failed: {exc}", address=self.where
+                    f"{self.where}: the connection failed: {exc}",
+                    address=self.where,
+                    connection_lost=True,
                 ) from None
         return future
 
@@ -186,6 +188,7 @@ class Connection:
         error = BrokerUnavailableError(
             f"{self.where}: the connection failed: {type(exc).__name__}: {exc or 'closed'}",
             address=self.where,
+            connection_lost=True,  # ClientContext.broker_calls sends such calls once more
         )
         for future in pending.values():
             if not future.done():

@@ -24,7 +24,7 @@ BODY = 2048  # 60 messages: ~126 KiB of records, two chunks
 @pytest.fixture(scope="module")
 def ctx(cluster: Cluster) -> ClientContext:
     rayq.Admin(namespace=NAMESPACE).create_topic("split", queues=4)
-    return ClientContext(namespace=NAMESPACE)
+    return ClientContext(rayq.ClientConfig(transport="ray"), namespace=NAMESPACE)  # Ray's chunks
 
 
 def batch(queue_id: int, first: int, n: int, pid: str = ""):  # type: ignore[no-untyped-def]

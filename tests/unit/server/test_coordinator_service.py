@@ -131,6 +131,30 @@ def test_a_heartbeat_after_expiry_brings_the_broker_back() -> None:
     asyncio.run(run())
 
 
+def test_a_heartbeat_older_than_a_topic_change_does_not_undo_it() -> None:
+    """A broker's heartbeat (its topics before a create) processed after the
+    registration the create sent: the route stays. A new life of the broker (another
+    ``instance``) is taken as it comes, whatever its data_version."""
+
+    async def run() -> None:
+        svc = service(FakeClock())
+        before = msgspec.structs.replace(info("broker-a"), data_version=3, instance="life-1")
+        created = msgspec.structs.replace(
+            before,
+            data_version=4,
+            topics={**before.topics, "fresh": before.topics[TOPIC]},
+        )
+        await svc.registered(created)
+        await svc.registered(before)  # the heartbeat sent before the create, late
+        assert (await svc.route(RouteRequest(topic="fresh"))).route is not None
+        restarted = msgspec.structs.replace(before, data_version=1, instance="life-2")
+        await svc.registered(restarted)
+        assert (await svc.route(RouteRequest(topic="fresh"))).route is None
+        svc.close()
+
+    asyncio.run(run())
+
+
 BAD_SHARES = {
     "no client_id": GroupShareRequest(group="lg", topic=TOPIC, expiry_ms=30_000),
     "client_id too long": GroupShareRequest(
