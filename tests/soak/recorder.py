@@ -69,12 +69,14 @@ class RecordingListener:
             self.counter = itertools.count()
             self.recorder = ray.get_actor(RECORDER, namespace=self.namespace)
         now = time.time()
-        self.recorder.record.remote(
-            [
-                delivery_row(self.group, self.contract, self.instance, m, now, next(self.counter))
-                for m in msgs
-            ]
-        )
+        rows = [
+            delivery_row(self.group, self.contract, self.instance, m, now, next(self.counter))
+            for m in msgs
+        ]
+        # Recorded before the listener succeeds: the consumer commits right after (over
+        # the socket, sooner than a Ray call lands), so a process killed in between must
+        # not leave a committed delivery out of the history.
+        ray.get(self.recorder.record.remote(rows), timeout=60)
         if self.orderly:
             return rayq.ConsumeOrderlyStatus.SUCCESS
         return rayq.ConsumeStatus.CONSUME_SUCCESS
