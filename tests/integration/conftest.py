@@ -77,16 +77,22 @@ def retried() -> Callable[[Callable[[], T]], T]:
 
 @pytest.fixture(scope="session")
 def restart() -> Callable[[Any], None]:
-    """``restart(actor)``: see ``restart_actor``."""
-    return restart_actor
+    """``restart(actor)``: ``kill_actor`` with Ray restarting it."""
+    return kill_actor
 
 
-def restart_actor(actor: Any, timeout_s: float = 30.0) -> None:
-    """``ray.kill(actor, no_restart=False)``, back once its old process is gone. Ray
+@pytest.fixture(scope="session")
+def kill_for_good() -> Callable[[Any], None]:
+    """``kill_for_good(actor)``: ``kill_actor`` with no restart."""
+    return lambda actor: kill_actor(actor, no_restart=True)
+
+
+def kill_actor(actor: Any, *, no_restart: bool = False, timeout_s: float = 30.0) -> None:
+    """``ray.kill(actor, no_restart=...)``, back once its old process is gone. Ray
     sends calls made after that to the restarted actor; until then the old process may
     still answer on its data-plane socket (Ray's own calls wait for the restart)."""
     pid = ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
-    ray.kill(actor, no_restart=False)
+    ray.kill(actor, no_restart=no_restart)
     deadline = time.monotonic() + timeout_s
     while _alive(pid):
         assert time.monotonic() < deadline, f"the killed actor's process {pid} is still alive"

@@ -554,24 +554,8 @@ def test_unknown_topic_without_auto_create_is_not_found_until_created(
     p.shutdown()
 
 
-def _kill(namespace: str, broker_name: str) -> None:
-    """Kill the broker for good, back once its process is gone (until then it may still
-    answer on its data-plane socket)."""
-    handle = ray.get_actor(broker_actor_name(broker_name), namespace=namespace)
-    pid = ray.get(handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=30)
-    ray.kill(handle, no_restart=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"broker {broker_name} did not die")
-
-
 def test_killed_brokers_are_avoided_then_sends_fail_with_broker_unavailable(
-    deployment: Callable[..., Any],
+    deployment: Callable[..., Any], kill_for_good: Callable[[Any], None]
 ) -> None:
     dead = deployment("dead", brokers=2, config=small_config())
     topic = unique("dying")
@@ -579,12 +563,13 @@ def test_killed_brokers_are_avoided_then_sends_fail_with_broker_unavailable(
     warm = [p.send(Message(topic, b"warm")) for _ in range(8)]
     assert {r.queue.broker_name for r in warm} == {"broker-a-0", "broker-a-1"}
 
-    _kill(dead.namespace, "broker-a-0")  # the other broker takes over, even mid-retry
+    kill_for_good(ray.get_actor(broker_actor_name("broker-a-0"), namespace=dead.namespace))
+    # the other broker takes over, even mid-retry
     moved = [p.send(Message(topic, b"moved")) for _ in range(8)]
     moved += [f.result(timeout=30) for f in [p.send_async(Message(topic, b"a")) for _ in range(50)]]
     assert {r.queue.broker_name for r in moved} == {"broker-a-1"}
 
-    _kill(dead.namespace, "broker-a-1")
+    kill_for_good(ray.get_actor(broker_actor_name("broker-a-1"), namespace=dead.namespace))
     with pytest.raises(BrokerUnavailableError, match=f"{topic}.*3 attempt"):
         p.send(Message(topic, b"lost"))
     failed = p.send_async(Message(topic, b"lost")).exception(timeout=60)
