@@ -43,7 +43,7 @@ from crc32c import crc32c
 from . import batch_encode as E
 from . import codec
 from . import properties as P
-from .crc_fold import fold_store_blocks
+from .crc_fold import LOOP_MAX, fold_store_blocks
 from .errors import InvalidMessageError, MessageTooLargeError
 from .filters import tags_code
 from .message import TRANSACTION_TYPE_MASK, InnerMessage
@@ -465,7 +465,6 @@ def _tag_code(tags: bytes) -> int | None:
 
 
 _ARANGE = np.arange(1024)
-FEW_RECORDS: Final = 8  # up to this many, a batch's store blocks are filled record by record
 _STORE_BLOCK: Final = struct.Struct(">qqq8s")  # STORE_BLOCK_DTYPE's layout
 _CRC: Final = struct.Struct(">I")
 assert _STORE_BLOCK.size == codec.STORE_BLOCK_SIZE
@@ -481,10 +480,11 @@ def fill_store_block(
     store_host: bytes,
 ) -> bytearray:
     """A copy of ``records`` with each store block filled in and each CRC finished
-    (a few records one by one with ``struct``, more with numpy)."""
+    (up to ``LOOP_MAX`` records one by one with ``struct`` and ``crc32c``, as
+    crc_fold.py folds that few; more with numpy)."""
     out = bytearray(records)
     n = len(starts)
-    if n <= FEW_RECORDS:
+    if n <= LOOP_MAX:
         at_offset = first_commitlog_offset
         for i, (start, crc) in enumerate(zip(starts.tolist(), producer_crcs.tolist(), strict=True)):
             packed = _STORE_BLOCK.pack(

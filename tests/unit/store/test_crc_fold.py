@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rayq.store import codec
+from rayq.store.batch import fill_store_block
 from rayq.store.crc_fold import GATHER_MAX, LOOP_MAX, fold_store_blocks
 
 BLOCK = codec.STORE_BLOCK_SIZE
@@ -47,3 +48,19 @@ def test_a_record_crc_is_the_producer_part_then_its_block() -> None:
     block = np.frombuffer(bytes(buf[codec.STORE_BLOCK_OFFSET : codec.CRC_START]), np.uint8)
     folded = fold_store_blocks(np.array([producer], np.uint32), block.reshape(1, BLOCK))
     assert int(folded[0]) == codec.record_crc(buf, 0, len(buf))
+
+
+def test_a_few_records_get_the_store_blocks_numpy_would_give() -> None:
+    """``fill_store_block`` fills up to ``LOOP_MAX`` records with ``struct`` and
+    ``crc32c``: the same bytes as its numpy way, which the first records of a longer
+    batch get."""
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(codec.HEADER_SIZE, 400, LOOP_MAX + 1)
+    records = rng.integers(0, 256, int(sizes.sum()), dtype=np.uint8).tobytes()
+    starts = (np.cumsum(sizes) - sizes).astype(np.int64)
+    crcs = rng.integers(0, 2**32, LOOP_MAX + 1, dtype=np.uint64).astype(np.uint32)
+    args = (7, 1 << 40, 1_700_000_000_000, b"\x0a\x00\x00\x01\x00\x00\x27\x10")
+    many = fill_store_block(records, starts, crcs, *args)  # numpy
+    end = int(starts[LOOP_MAX])
+    few = fill_store_block(records[:end], starts[:LOOP_MAX], crcs[:LOOP_MAX], *args)
+    assert few == many[:end]
