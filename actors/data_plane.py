@@ -12,6 +12,7 @@ their arguments and server proofs exactly as over Ray."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -49,18 +50,24 @@ class DataPlane:
     key: bytes
     host: str
     node_id: str
-    started: asyncio.Task[None] | None = None
+    # Done once it listens. A thread-safe future: Ray may run ``data_endpoint`` on another
+    # event loop than the one ``__init__`` started the listening on (a task of another
+    # loop cannot be awaited while it is pending).
+    started: concurrent.futures.Future[None] | None = None
 
     def start(self) -> None:
         """Listen, in the background of the running event loop (an actor's)."""
-        self.started = asyncio.get_running_loop().create_task(self.server.start(self.host))
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        task = asyncio.get_running_loop().create_task(self.server.start(self.host))
+        task.add_done_callback(lambda done: _settle(done, started))
+        self.started = started
 
     async def answer(self, req: DataEndpointRequest | bytes) -> DataEndpoint:
         """``data_endpoint``: the addresses and key, once it listens."""
         check(req, DataEndpointRequest)
         if self.started is None:
             raise BrokerUnavailableError("this actor's data plane is not started")
-        await self.started
+        await asyncio.wrap_future(self.started)
         return self.endpoint()
 
     def endpoint(self) -> DataEndpoint:
@@ -72,6 +79,16 @@ class DataPlane:
             key=self.key,
             max_frame_bytes=self.server.max_frame_bytes,
         )
+
+
+def _settle(done: asyncio.Task[None], started: concurrent.futures.Future[None]) -> None:
+    """What the listening task came to, on the thread-safe future."""
+    if done.cancelled():
+        started.cancel()
+    elif (exc := done.exception()) is not None:
+        started.set_exception(exc)
+    else:
+        started.set_result(None)
 
 
 def client_operations(service: str = "broker") -> list[str]:
