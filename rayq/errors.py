@@ -18,6 +18,7 @@ engine can raise them without importing anything above it) and re-exported here:
     │   └── ConfigError
     ├── BrokerError                 the server side could not serve
     │   ├── BrokerUnavailableError
+    │   │   └── NotMasterError      a write reached a slave; retried at the master
     │   ├── BrokerBusyError
     │   ├── DiskFullError
     │   └── ReplicationError        a slave and its master disagree
@@ -46,6 +47,7 @@ from rayq.store.errors import (
     InvalidRequestError,
     InvalidTopicError,
     MessageTooLargeError,
+    NotMasterError,
     PermissionDeniedError,
     RayqError,
     ReplicationError,
@@ -73,6 +75,7 @@ __all__ = [
     "InvalidRequestError",
     "InvalidTopicError",
     "MessageTooLargeError",
+    "NotMasterError",
     "PermissionDeniedError",
     "RayqError",
     "ReplicationError",

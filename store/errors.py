@@ -95,6 +95,12 @@ class BrokerUnavailableError(BrokerError):
     retriable = True
 
 
+class NotMasterError(BrokerUnavailableError):
+    """The replica asked is a slave: sends, send-backs and transaction ends go to its
+    master. A client that asked it had a stale view of which replica serves the broker
+    (a master just came back, or a failover is under way); it asks again and retries."""
+
+
 class BrokerBusyError(BrokerError):
     """The broker is overloaded; retry later."""
 

@@ -25,7 +25,7 @@ from rayq.actors.server.table_files import split_offset_key
 from rayq.store import SYSTEM_CLOCK
 from rayq.store.errors import (
     InvalidRequestError,
-    PermissionDeniedError,
+    NotMasterError,
     ReplicationError,
 )
 
@@ -36,7 +36,7 @@ class ReplicationProcessor(ProcessorBase):
     # ------------------------------------------------------- replication
     def _check_master(self, what: str) -> None:
         if self.slave is not None:
-            raise PermissionDeniedError(
+            raise NotMasterError(
                 f"broker {self.config.replica_name} is a SLAVE: it {what}; they go to its "
                 f"master {self.name}",
                 broker=self.config.replica_name,

@@ -23,6 +23,7 @@ from rayq.store.errors import (
     BrokerUnavailableError,
     InvalidOffsetError,
     MessageTooLargeError,
+    NotMasterError,
     RayqError,
     TopicNotFoundError,
 )
@@ -118,6 +119,17 @@ def test_an_ordered_or_idempotent_batch_is_retried_on_its_own_queue() -> None:
     put = Put(QUEUES[1], msgs(), fixed="ordered messages never move to another queue")
     sender.send(put)
     assert brokers.puts == [("a", 1, 0)] * 3 and put.queue == QUEUES[1]
+
+
+def test_a_send_a_slave_refused_goes_again_once_the_serving_replica_is_asked_anew() -> None:
+    """A master came back while the client still wrote to the slave that served reads:
+    the slave's NotMasterError makes the client forget which replica serves the broker
+    (the transport asks the coordinator again) and send again on the same queue."""
+    refused = NotMasterError("broker a#1 is a SLAVE: it takes no sends; they go to its master a")
+    sender, brokers = make({"a": [refused]})
+    put = Put(QUEUES[1], msgs(), fixed="ordered messages never move to another queue")
+    sender.send(put)
+    assert brokers.puts == [("a", 1, 0)] * 2 and brokers.forgotten == ["a"]
 
 
 def test_spent_attempts_raise_broker_unavailable_naming_topic_and_count() -> None:

@@ -21,7 +21,7 @@ from rayq.actors.protocol.config import BrokerConfig, BrokerRole
 from rayq.actors.server.broker_server import BrokerServer
 from rayq.store import SYSTEM_CLOCK, InnerMessage, StoreConfig
 from rayq.store.batch import encode_batch
-from rayq.store.errors import PermissionDeniedError, ReplicationError
+from rayq.store.errors import NotMasterError, ReplicationError
 
 STORE = StoreConfig.for_tests()
 MASTER = BrokerConfig(store=STORE)
@@ -86,7 +86,7 @@ def test_slave_catches_up_byte_for_byte_and_serves_the_same_queues(pair) -> None
     assert len(master.store.commitlog.file.segments) >= 3
     for q in range(2):
         assert slave.store.max_offset("Rep", q) == master.store.max_offset("Rep", q)
-    with pytest.raises(PermissionDeniedError, match="SLAVE"):
+    with pytest.raises(NotMasterError, match="SLAVE"):
         send(slave, rng, 1)
 
 

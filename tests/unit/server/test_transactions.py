@@ -384,5 +384,5 @@ def test_send_in_transaction_to_a_slave_is_refused(tmp_path: Path) -> None:
     with FakeCluster(tmp_path, config=slave_cfg) as c:
         inner = InnerMessage(topic=TOPIC, queue_id=0, body=b"x")
         batch = encode_batch([inner], max_body_bytes=1 << 20, max_properties_bytes=32767)
-        with pytest.raises(PermissionDeniedError, match="SLAVE"):
+        with pytest.raises(rayq.NotMasterError, match="SLAVE"):
             c.server().put_half(HalfSendRequest(group=GROUP, batch=batch))
