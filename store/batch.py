@@ -364,26 +364,27 @@ def _check_broker_properties(records: bytes, props_at: list[int], ends: list[int
 def _check_msg_ids(ids: list[str], records: bytes, props_at: list[int], ends: list[int]) -> None:
     """InvalidMessageError unless each record has exactly one UNIQ_KEY property and it is
     its msg id: the reply's ids are the batch's, so they must name the records stored.
-    C-level maps."""
+    C-level maps over the properties only; the entries looked for are made with one join
+    and one split (ids hold no NUL; one that does takes the per-record way)."""
     n = len(ids)
-    if records.count(_UNIQ) == n:  # no more UNIQ_KEY names than records: the fast path
-        parts = "\x00".join(ids).encode().split(b"\x00")
-        if len(parts) == n:  # the encoder's layout: after TAGS or KEYS, each record's one
-            later = map(bytes.__add__, map(_UNIQ_LATER.__add__, parts), repeat(b"\x02"))
-            if min(map(records.find, later, props_at, ends)) >= 0:
-                return
-    want = [_UNIQ + i.encode() + b"\x02" for i in ids]
     firsts = list(map(records.startswith, repeat(_UNIQ), props_at))
     counts = list(map(records.count, repeat(_UNIQ_LATER), props_at, ends))
     if all(map((1).__eq__, map(int.__add__, counts, firsts))):
-        if not any(firsts):  # the encoder's layout: TAGS or KEYS come first
-            found = list(map(records.find, map(b"\x02".__add__, want), props_at, ends))
-        else:
-            found = [
-                records.startswith(w, p) - 1 if f else records.find(b"\x02" + w, p, e)
-                for w, f, p, e in zip(want, firsts, props_at, ends, strict=True)
-            ]
-        if min(found) >= 0:
+        anywhere = any(firsts)
+        head = _UNIQ.decode() if anywhere else _UNIQ_LATER.decode()
+        wants = (head + ("\x02\x00" + head).join(ids) + "\x02").encode().split(b"\x00")
+        if len(wants) != n:
+            wants = [(head + i + "\x02").encode() for i in ids]
+        if not anywhere:  # the encoder's layout: TAGS or KEYS come first, or UNIQ_KEY is
+            if min(map(records.find, wants, props_at, ends)) >= 0:  # first in no record
+                return
+        elif all(firsts):  # UNIQ_KEY first in every record (no TAGS or KEYS)
+            if all(map(records.startswith, wants, props_at)):
+                return
+        elif all(
+            records.startswith(w, p) if f else records.find(b"\x02" + w, p, e) >= 0
+            for w, f, p, e in zip(wants, firsts, props_at, ends, strict=True)
+        ):
             return
     raise InvalidMessageError(
         "the batch's msg_ids are not its records' UNIQ_KEY properties (one per record, in "
