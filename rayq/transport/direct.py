@@ -5,7 +5,8 @@ A broker's endpoint (addresses and key) comes from one Ray call, ``data_endpoint
 the replica ``RayTransport`` resolves (the master, or the slave serving reads while the
 master is lost). The connection is a Unix socket when the client is on the broker's
 node, else TCP; it proves the key, then carries many calls at once, each answered by
-correlation id on a reader thread. Connections are kept per replica and shared by
+correlation id: read by the caller that waits for it while nobody else reads the
+socket, else by the connection's reader thread. Connections are kept per replica and shared by
 every client of the process. A connection that fails fails its calls with
 ``BrokerUnavailableError`` naming the address and the reason, and the next call asks
 Ray for the endpoint again, so a restarted broker is found anew; after ``forget``
@@ -23,8 +24,10 @@ import contextlib
 import itertools
 import logging
 import os
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -55,16 +58,18 @@ T = TypeVar("T")
 
 
 class SocketReply(Reply[T]):
-    """The answer to one call on a connection: a future of its body, decoded on use."""
+    """The answer to one call on a connection: a future of its body, decoded on use.
+    ``result`` reads the answer off the socket itself when nobody else is reading;
+    every other way of waiting asks the connection's reader thread to."""
 
-    __slots__ = ("future", "reply_type", "where")
+    __slots__ = ("conn", "future", "reply_type")
 
     def __init__(
-        self, future: concurrent.futures.Future[bytes], reply_type: type | None, where: str
+        self, conn: Connection, future: concurrent.futures.Future[bytes], reply_type: type | None
     ) -> None:
+        self.conn = conn
         self.future = future
         self.reply_type = reply_type
-        self.where = where
 
     def _decoded(self, body: bytes) -> T:
         if self.reply_type is None or self.reply_type is bytes:
@@ -74,22 +79,26 @@ class SocketReply(Reply[T]):
 
     def result(self, timeout_s: float | None = None) -> T:
         try:
-            return self._decoded(self.future.result(timeout_s))
+            return self._decoded(self.conn.wait_for(self.future, timeout_s))
         except concurrent.futures.TimeoutError:
             raise BrokerUnavailableError(
-                f"{self.where} did not answer in {timeout_s} s", address=self.where
+                f"{self.conn.where} did not answer in {timeout_s} s", address=self.conn.where
             ) from None
 
     async def wait(self) -> T:
+        self.conn.want_reader()
         return self._decoded(await asyncio.wrap_future(self.future))
 
     def done(self) -> bool:
+        self.conn.want_reader()
         return self.future.done()
 
     def cancel(self) -> None:
-        self.future.cancel()  # the answer, when it comes, is dropped
+        self.future.cancel()  # the answer, when it comes, is read and dropped
+        self.conn.want_reader()
 
     def add_done_callback(self, callback: Callable[[Reply[T]], None]) -> None:
+        self.conn.want_reader()
         self.future.add_done_callback(lambda _: callback(self))
 
 
@@ -124,15 +133,27 @@ class Connection:
                 address=self.where,
             ) from None
         self._sock = sock
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
         self._ids = itertools.count(1)
         self._pending: dict[int, concurrent.futures.Future[bytes]] = {}
         self._lock = threading.Lock()
+        self._decoder = msgspec.msgpack.Decoder(Answer)
+        # Whoever holds ``_reading`` reads answers off the socket and settles their futures:
+        # a caller waiting in ``wait_for`` with nobody else reading (no thread hand-off),
+        # else the reader thread, woken through ``_wanted`` by anyone who releases the
+        # socket while answers are owed, or who waits in another way (callbacks, asyncio,
+        # ``DirectTransport.wait``).
+        self._reading = threading.Lock()
+        self._wanted = threading.Event()
         self.closed: BaseException | None = None
         self.client: _Client | None = None  # the typed client over it (DirectTransport)
         self._reader = threading.Thread(target=self._read, name=f"rayq-{name}", daemon=True)
         self._reader.start()
 
-    def call(self, op: str, body: bytes) -> concurrent.futures.Future[bytes]:
+    def call(self, op: str, body: bytes, *, own: bool = False) -> concurrent.futures.Future[bytes]:
+        """Send one call. Its answer settles the future: read by the reader thread, or,
+        with ``own``, by the caller's ``wait_for`` (which asks the thread if it cannot)."""
         call_id = next(self._ids)
         data = frame(Call(call_id, op, body))
         if len(data) - HEADER.size > self.max_frame_bytes:
@@ -142,6 +163,7 @@ class Connection:
                 limit=self.max_frame_bytes,
             )
         future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        failed: OSError | None = None
         with self._lock:
             if self.closed is not None:
                 raise BrokerUnavailableError(f"{self.where}: {self.closed}", address=self.where)
@@ -150,32 +172,72 @@ class Connection:
                 self._sock.sendall(data)
             except OSError as exc:
                 self._pending.pop(call_id, None)
-                self._fail(exc)
-                raise BrokerUnavailableError(
-                    f"{self.where}: the connection failed: {exc}",
-                    address=self.where,
-                    connection_lost=True,
-                ) from None
+                failed = exc
+        if failed is not None:  # _fail takes the lock: not while it is held
+            self._fail(failed)
+            raise BrokerUnavailableError(
+                f"{self.where}: the connection failed: {failed}",
+                address=self.where,
+                connection_lost=True,
+            )
+        if not own:
+            self._wanted.set()
         return future
+
+    def want_reader(self) -> None:
+        """The reader thread reads while answers are owed (cheap when it already does)."""
+        self._wanted.set()
+
+    def wait_for(self, future: concurrent.futures.Future[bytes], timeout_s: float | None) -> bytes:
+        """``future``'s body: read off the socket by this caller while nobody else reads
+        (answers to other calls settle theirs on the way), else by whoever does."""
+        if not future.done() and self._reading.acquire(blocking=False):
+            deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            try:
+                while not future.done() and self.closed is None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    if not self._poll.poll(None if left is None else max(1, int(left * 1000))):
+                        continue
+                    self._settle(self._decoder.decode(_read_frame(self._sock, 1 << 62)))
+            except (OSError, ValueError, msgspec.DecodeError) as exc:
+                self._fail(exc)
+            finally:
+                self._reading.release()
+                if self._pending:
+                    self._wanted.set()  # answers still owed to others: the thread reads on
+            return future.result(0)  # settled, or TimeoutError
+        if not future.done():
+            self._wanted.set()
+        return future.result(timeout_s)
 
     def close(self) -> None:
         self._fail(ConnectionAbortedError("closed by the client"))
 
     def _read(self) -> None:
-        decoder = msgspec.msgpack.Decoder(Answer)
+        """The reader thread: while asked to, reads answers for as long as any is owed."""
         try:
-            while True:
-                answer = decoder.decode(_read_frame(self._sock, 1 << 62))
-                with self._lock:
-                    future = self._pending.pop(answer.id, None)
-                if future is None or future.cancelled():
-                    continue
-                if answer.ok:
-                    future.set_result(answer.body)
-                else:
-                    future.set_exception(decode_error(answer.body))
+            while self.closed is None:
+                self._wanted.wait()
+                self._wanted.clear()
+                with self._reading:
+                    while self._pending and self.closed is None:
+                        self._settle(self._decoder.decode(_read_frame(self._sock, 1 << 62)))
+                if self._pending:
+                    self._wanted.set()  # a call came as the socket was let go: read on
         except (OSError, ValueError, msgspec.DecodeError) as exc:
             self._fail(exc)
+
+    def _settle(self, answer: Answer) -> None:
+        with self._lock:
+            future = self._pending.pop(answer.id, None)
+        if future is None or future.cancelled():
+            return
+        if answer.ok:
+            future.set_result(answer.body)
+        else:
+            future.set_exception(decode_error(answer.body))
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:
@@ -185,6 +247,7 @@ class Connection:
                     self._sock.shutdown(socket.SHUT_RDWR)
                 self._sock.close()
             pending, self._pending = self._pending, {}
+        self._wanted.set()  # the reader thread ends
         error = BrokerUnavailableError(
             f"{self.where}: the connection failed: {type(exc).__name__}: {exc or 'closed'}",
             address=self.where,
@@ -313,14 +376,15 @@ def socket_client(conn: Connection, client: type[C] = BrokerClient) -> C:  # typ
             got = ", ".join(type(a).__name__ for a in args)
             want = getattr(requests.get(method), "__name__", "?")
             raise InvalidRequestError(f"{method} takes one {want}, got ({got})", op=method)
-        future = conn.call(method, to_wire(args[0]))
-        return SocketReply(future, replies.get(method), conn.where)
+        future = conn.call(method, to_wire(args[0]), own=True)
+        return SocketReply(conn, future, replies.get(method))
 
     return client(invoke)
 
 
 def _future_of(reply: Reply[Any]) -> concurrent.futures.Future[Any]:
     if isinstance(reply, SocketReply):
+        reply.conn.want_reader()
         return reply.future
     assert isinstance(reply, RayReply), type(reply)
     return reply.future()

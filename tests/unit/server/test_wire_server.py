@@ -160,6 +160,107 @@ def test_clients_send_and_read_over_the_socket_tcp_and_unix(served: Served) -> N
         conn.close()
 
 
+def test_a_waiting_caller_reads_its_own_answer_and_the_thread_reads_the_rest(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``result`` reads the answer on the caller's thread (no hand-off) while nobody else
+    reads; answers waited for otherwise (a callback) are read by the reader thread."""
+    settled_by: dict[int, str] = {}
+    settle = Connection._settle
+
+    def recording(self: Connection, answer: Any) -> None:
+        settled_by[answer.id] = threading.current_thread().name
+        settle(self, answer)
+
+    monkeypatch.setattr(Connection, "_settle", recording)
+    conn = served.connect()
+    client = socket_client(conn)
+    req = MaxOffsetRequest(topic=TOPIC, queue_id=0)
+    try:
+        assert [client.max_offset(req).result(10).offset for _ in range(5)] == [0] * 5
+        assert set(settled_by.values()) == {threading.current_thread().name}
+        settled_by.clear()
+        called = threading.Event()
+        client.max_offset(req).add_done_callback(lambda _: called.set())
+        assert called.wait(10)
+        assert list(settled_by.values()) == [f"rayq-{conn.name}"]  # the reader thread
+    finally:
+        conn.close()
+
+
+def test_callers_on_many_threads_each_get_their_own_answers(served: Served) -> None:
+    """Threads that wait with ``result``, callbacks and ``DirectTransport.wait``-style
+    futures share one connection: each call gets its own answer, none is lost."""
+    conn = served.connect()
+    client = socket_client(conn)
+    errors: list[BaseException] = []
+    called = threading.Semaphore(0)
+
+    def run(i: int) -> None:
+        try:
+            for n in range(150):
+                if n % 10 == 0:
+                    client.max_offset(
+                        MaxOffsetRequest(topic=TOPIC, queue_id=i % 2)
+                    ).add_done_callback(lambda _: called.release())
+                bad = MaxOffsetRequest(topic=f"no-such-topic-{i}", queue_id=0)
+                if n % 7 == 0:
+                    with pytest.raises(rayq.TopicNotFoundError, match=f"no-such-topic-{i}"):
+                        client.max_offset(bad).result(30)
+                else:
+                    assert (
+                        client.max_offset(MaxOffsetRequest(topic=TOPIC, queue_id=1))
+                        .result(30)
+                        .offset
+                        == 0
+                    )
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert errors == []
+        assert all(called.acquire(timeout=30) for _ in range(8 * 15))  # every callback ran
+    finally:
+        conn.close()
+
+
+def test_calls_on_a_connection_the_broker_closed_fail_and_never_hang(served: Served) -> None:
+    """The broker ends the connection (its process died, say) while the client's reader
+    thread sleeps: the next calls fail with a connection_lost BrokerUnavailableError,
+    whether the send or the read finds out, and none hangs."""
+    conn = served.connect()  # the Unix socket: a send to a closed peer fails at once
+    client = socket_client(conn)
+    req = MaxOffsetRequest(topic=TOPIC, queue_id=0)
+    assert client.max_offset(req).result(10).offset == 0
+
+    async def close_connections() -> None:
+        for writer in list(served.plane.server._writers):
+            writer.close()
+
+    served.loop.run(close_connections())
+    time.sleep(0.2)
+    outcomes: list[BaseException] = []
+
+    def calls() -> None:
+        for _ in range(3):
+            try:
+                client.max_offset(req).result(10)
+            except BrokerUnavailableError as exc:
+                outcomes.append(exc)
+
+    thread = threading.Thread(target=calls, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "a call on a closed connection hung"
+    assert len(outcomes) == 3 and all(e.details.get("connection_lost") for e in outcomes[:1])
+    assert ends(served) == [0, 0]  # a new connection is served
+
+
 def test_errors_come_back_as_the_same_rayq_errors(served: Served) -> None:
     first = served.connect()
     client = socket_client(first)
