@@ -375,8 +375,8 @@ def _check_msg_ids(ids: list[str], records: bytes, props_at: list[int], ends: li
         wants = (head + ("\x02\x00" + head).join(ids) + "\x02").encode().split(b"\x00")
         if len(wants) != n:
             wants = [(head + i + "\x02").encode() for i in ids]
-        if not anywhere:  # the encoder's layout: TAGS or KEYS come first, or UNIQ_KEY is
-            if min(map(records.find, wants, props_at, ends)) >= 0:  # first in no record
+        if not anywhere:  # UNIQ_KEY after TAGS or KEYS in every record (the encoder's)
+            if min(map(records.find, wants, props_at, ends)) >= 0:
                 return
         elif all(firsts):  # UNIQ_KEY first in every record (no TAGS or KEYS)
             if all(map(records.startswith, wants, props_at)):

@@ -6,8 +6,8 @@ the replica ``RayTransport`` resolves (the master, or the slave serving reads wh
 master is lost). The connection is a Unix socket when the client is on the broker's
 node, else TCP; it proves the key, then carries many calls at once, each answered by
 correlation id: read by the caller that waits for it while nobody else reads the
-socket, else by the connection's reader thread. Connections are kept per replica and shared by
-every client of the process. A connection that fails fails its calls with
+socket, else by the connection's reader thread. Connections are kept per replica and
+shared by every client of the process. A connection that fails fails its calls with
 ``BrokerUnavailableError`` naming the address and the reason, and the next call asks
 Ray for the endpoint again, so a restarted broker is found anew; after ``forget``
 (which the clients call on that error) Ray is also asked again which replica serves
