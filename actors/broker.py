@@ -1,7 +1,7 @@
 """The Broker actor: a Ray shell over ``BrokerEndpoint`` (actors/server/endpoint.py).
 
-``spawn_broker`` makes it a named, restartable async Ray actor pinned to a node. Its
-methods are exactly the broker's operations in the registry
+``spawn_broker`` (actors/broker_spawn.py) makes it a named, restartable async Ray
+actor pinned to a node. Its methods are exactly the broker's operations in the registry
 (actors/protocol/registry.py), each a one-liner into the endpoint (or, for its
 lifecycle, the runtime), run in the concurrency group the registry names: sends in
 ``send``, pulls in ``pull``, admin calls in ``admin``, replication in ``ha``, the
@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from typing import Any
 
 import ray
 
 from rayq.actors.broker_peers import ray_peers
 from rayq.actors.data_plane import data_plane
-from rayq.actors.handles import deployment_key
 from rayq.actors.malloc import keep_freed_memory
 from rayq.actors.metrics import REPORT_INTERVAL_S, BrokerMetrics
 from rayq.actors.protocol import broker as b
@@ -31,17 +28,13 @@ from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
-from rayq.actors.protocol.registry import concurrency_groups, operations
+from rayq.actors.protocol.registry import operations
 from rayq.actors.protocol.server_key import ServerKey, ServerProof
 from rayq.actors.server.broker_runtime import BrokerRuntime, open_server
 from rayq.actors.server.endpoint import BrokerEndpoint
 from rayq.store import EncodedBatch
 
 logger = logging.getLogger(__name__)
-
-# Threads per concurrency group. "watch": the coordinator's never-returning park calls
-# (one per coordinator life), so they cannot use up the admin slots.
-GROUP_SIZES = {"send": 64, "pull": 256, "admin": 16, "watch": 1024, "ha": 16}
 
 
 class BrokerActor:
@@ -240,34 +233,3 @@ def _schedule(cls: type) -> None:
 
 
 _schedule(BrokerActor)
-
-
-def spawn_broker(
-    config: BrokerConfig,
-    store_dir: str,
-    namespace: str,
-    node_id: str,
-    epoch: int = 0,
-    *,
-    server_key: ServerKey | None = None,
-) -> Any:
-    """Start (or get) the named broker actor pinned to ``node_id`` (named after its
-    replica: the master under the broker name, a slave under ``<name>#<id>``), holding
-    ``server_key`` (default: this process's, ``deployment_key()``: the coordinator's)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from rayq.actors.protocol import broker_actor_name
-
-    os.makedirs(store_dir, exist_ok=True)
-    groups = {g: GROUP_SIZES[g] for g in concurrency_groups("broker")}
-    cls = ray.remote(concurrency_groups=groups)(BrokerActor)  # type: ignore[call-overload]
-    return cls.options(
-        name=broker_actor_name(config.replica_name),
-        namespace=namespace,
-        get_if_exists=True,
-        lifetime="detached",
-        max_restarts=-1,
-        max_task_retries=0,
-        num_cpus=0,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config, store_dir, namespace, epoch, server_key=server_key or deployment_key())

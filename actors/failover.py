@@ -55,7 +55,7 @@ import msgspec
 import ray
 from ray.actor import ActorHandle
 
-from rayq.actors.broker import spawn_broker
+from rayq.actors.broker_spawn import spawn_broker
 from rayq.actors.flusher import spawn_flusher
 from rayq.actors.handles import BrokerHandle, as_broker, within
 from rayq.actors.protocol import BrokerInfo, broker_actor_name, replica_actor_names

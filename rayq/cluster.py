@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from rayq.actors.broker import spawn_broker
+from rayq.actors.broker_spawn import spawn_broker
 from rayq.actors.coordinator import spawn_coordinator
 from rayq.actors.failover import BROKER_RESOURCE_PREFIX, replica_nodes
 from rayq.actors.flusher import spawn_flusher

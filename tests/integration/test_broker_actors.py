@@ -14,7 +14,7 @@ import pytest
 import ray
 
 import rayq.cluster
-from rayq.actors.broker import spawn_broker
+from rayq.actors.broker_spawn import spawn_broker
 from rayq.actors.data_plane import data_plane
 from rayq.actors.protocol import (
     ClientRequest,

@@ -93,7 +93,7 @@ def test_lag_is_reported_and_bounds_what_a_lost_master_loses(dep, replication_ki
 
 
 def test_a_slave_whose_master_is_missing_says_so_and_keeps_trying(dep) -> None:
-    from rayq.actors.broker import spawn_broker
+    from rayq.actors.broker_spawn import spawn_broker
     from rayq.actors.protocol import ReplicationRequest
 
     config = rayq.BrokerConfig(

@@ -9,9 +9,11 @@ append, read or run anything). The actors' work lives in Ray-free services
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 
+from rayq import actors
 from rayq.actors.broker import BrokerActor
 from rayq.actors.data_plane import DataPlane
 from rayq.actors.flusher import FlusherActor
@@ -66,3 +68,28 @@ def test_the_broker_endpoint_serves_every_other_broker_operation() -> None:
     for name in LIFECYCLE - {"shutdown"}:
         assert inspect.iscoroutinefunction(getattr(BrokerRuntime, name, None)), name
     assert callable(BrokerRuntime.close)
+
+
+# Every module that defines a Ray actor class: a shell of scheduling, timers and Ray calls.
+SHELLS = ["broker", "pull_hold", "flusher", "page_reader", "coordinator", "consumer"]
+MAX_SHELL_LINES = 250
+
+
+@pytest.mark.parametrize("module", SHELLS)
+def test_an_actor_shell_stays_thin(module: str) -> None:
+    """The work lives in the Ray-free services; a shell that grows past the bound is
+    taking on logic the fake and the socket server would then not share."""
+    path = Path(actors.__file__).parent / f"{module}.py"
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_SHELL_LINES, f"actors/{module}.py has {lines} lines"
+
+
+def test_the_shell_list_names_every_actor_class() -> None:
+    """A new actor module is checked too: each module whose class is a Ray actor shell
+    (``...Actor`` with an ``__init__``) is in SHELLS."""
+    found = set()
+    for path in Path(actors.__file__).parent.glob("*.py"):
+        text = path.read_text()
+        if any(line.startswith("class ") and "Actor:" in line for line in text.splitlines()):
+            found.add(path.stem)
+    assert found == set(SHELLS)
