@@ -23,7 +23,7 @@ import os
 import socket
 import tempfile
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -73,14 +73,15 @@ class WireServer:
         self._max_inflight = max_inflight
         self._max_connections = max_connections
         self._servers: list[asyncio.AbstractServer] = []
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[_Connection] = set()
         self.port = 0
         self.unix_path = ""
 
     async def start(self, host: str, unix: bool = True) -> None:
         """Listen on ``host`` (an ephemeral TCP port) and, with ``unix``, on a Unix socket
         in the temporary directory (removing the ones of processes that are gone)."""
-        tcp = await asyncio.start_server(self._connection, host, 0, limit=1 << 20)
+        loop = asyncio.get_running_loop()
+        tcp = await loop.create_server(self._protocol, host, 0)
         self._servers.append(tcp)
         self.port = tcp.sockets[0].getsockname()[1]
         if unix and hasattr(socket, "AF_UNIX"):
@@ -88,17 +89,15 @@ class WireServer:
             path = os.path.join(
                 tempfile.gettempdir(), f"rayq-{os.getpid()}-{os.urandom(4).hex()}.s"
             )
-            self._servers.append(
-                await asyncio.start_unix_server(self._connection, path, limit=1 << 20)
-            )
+            self._servers.append(await loop.create_unix_server(self._protocol, path))
             self.unix_path = path
         logger.info("data plane on %s:%d and %s", host, self.port, self.unix_path or "-")
 
     async def close(self) -> None:
         for server in self._servers:
             server.close()
-        for writer in list(self._writers):
-            writer.close()
+        for conn in list(self._connections):
+            conn.close()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
@@ -107,77 +106,175 @@ class WireServer:
             with contextlib.suppress(OSError):
                 os.unlink(self.unix_path)
 
-    # ------------------------------------------------------------ connections
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._writers) >= self._max_connections:
-            logger.warning("data plane: %d connections open; refusing one", len(self._writers))
-            writer.close()
-            return
-        self._writers.add(writer)
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            if await self._handshake(reader, writer):
-                await self._calls(reader, writer, tasks)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
-        except Exception:
-            logger.exception("data plane: a connection failed")
-        finally:
-            self._writers.discard(writer)
-            for task in tasks:
-                task.cancel()
-            writer.close()
+    def _protocol(self) -> _Connection:
+        return _Connection(self)
 
-    async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        nonce = os.urandom(NONCE_BYTES)
-        writer.write(frame(Challenge(VERSION, nonce)))
-        try:
-            body = await asyncio.wait_for(
-                _read_frame(reader, HANDSHAKE_MAX_BYTES), HANDSHAKE_TIMEOUT_S
+    def unknown(self, op: str) -> InvalidRequestError:
+        return InvalidRequestError(
+            f"unknown operation {op[:64]!r}: the data plane serves {sorted(self._ops)}",
+            op=op[:64],
+        )
+
+
+class _Connection(asyncio.Protocol):
+    """One client's connection: frames are cut from what arrives (``data_received``), the
+    handshake first, then each call is served by a task of its own and answered by id.
+
+    Back-pressure: with ``max_inflight`` calls unanswered the transport stops reading
+    (the kernel's buffers fill and TCP pushes back on the client), and a call whose
+    answer finds the transport's write buffer full waits until it drains."""
+
+    def __init__(self, server: WireServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._nonce = b""
+        self._proven = False
+        self._closed = False
+        self._limit = HANDSHAKE_MAX_BYTES  # of the next frame
+        self._decoder = msgspec.msgpack.Decoder(Call)
+        self._inflight = 0
+        self._paused_reading = False
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -------------------------------------------------------------- the transport's side
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have its methods
+        self._transport = transport = cast(asyncio.Transport, transport)
+        server = self._server
+        if len(server._connections) >= server._max_connections:
+            logger.warning(
+                "data plane: %d connections open; refusing one", len(server._connections)
             )
-            proof = msgspec.msgpack.decode(body, type=Proof)
-        except (TimeoutError, ValueError, msgspec.DecodeError):
-            proof = None
-        if proof is None or not proven(self._key, nonce, proof.mac):
-            logger.warning("data plane: a client without the key was refused")
-            return False
-        writer.write(frame(Welcome(self.max_frame_bytes)))
-        return True
+            self._closed = True
+            transport.close()
+            return
+        server._connections.add(self)
+        self._nonce = os.urandom(NONCE_BYTES)
+        transport.write(frame(Challenge(VERSION, self._nonce)))
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timed_out)
 
-    async def _calls(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        tasks: set[asyncio.Task[None]],
-    ) -> None:
-        slots = asyncio.Semaphore(self._max_inflight)
-        decoder = msgspec.msgpack.Decoder(Call)
-        while True:
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        buffer = self._buffer
+        if not buffer:  # the common case: whole frames in one read, cut without a copy
+            with memoryview(data) as view:
+                at = self._cut(view)
+                if at < len(view):
+                    buffer += view[at:]
+            return
+        buffer += data
+        if len(buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(buffer)
+            if size <= self._limit and len(buffer) < HEADER.size + size:
+                return  # the frame is not whole yet
+        with memoryview(buffer) as view:
+            at = self._cut(view)
+        del buffer[:at]
+
+    def _cut(self, view: memoryview) -> int:
+        """Serve the whole frames at the start of ``view``; how many bytes they took."""
+        at, end = 0, len(view)
+        while end - at >= HEADER.size and not self._closed:
+            (size,) = HEADER.unpack_from(view, at)
+            if size > self._limit:
+                self._refuse(f"a frame of {size} bytes is past the limit of {self._limit}")
+                return end
+            if end - at - HEADER.size < size:
+                break
+            body = view[at + HEADER.size : at + HEADER.size + size]
+            at += HEADER.size + size
             try:
-                body = await _read_frame(reader, self.max_frame_bytes)
-                call = decoder.decode(body)
-            except ValueError as exc:  # too long
-                logger.warning("data plane: closing a connection: %s", exc)
-                return
-            except msgspec.DecodeError as exc:
-                logger.warning("data plane: closing a connection that sent a bad frame: %s", exc)
-                return
-            await slots.acquire()  # at most max_inflight answers owed: back-pressure
-            task = asyncio.create_task(self._answer(call, writer, slots))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+                self._frame(body)
+            finally:
+                body.release()  # the buffer may be cut only once no view of it is left
+        return at
 
-    async def _answer(
-        self, call: Call, writer: asyncio.StreamWriter, slots: asyncio.Semaphore
-    ) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._server._connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    # -------------------------------------------------------------------- frames
+    def _frame(self, body: memoryview) -> None:
+        if not self._proven:
+            self._handshake(body)
+            return
         try:
-            if call.op not in self._ops:
-                raise InvalidRequestError(
-                    f"unknown operation {call.op[:64]!r}: the data plane serves "
-                    f"{sorted(self._ops)}",
-                    op=call.op[:64],
-                )
-            result = await self._serve(call.op, call.body)
+            call = self._decoder.decode(body)
+        except msgspec.DecodeError as exc:
+            self._refuse(f"a bad frame: {exc}")
+            return
+        self._inflight += 1
+        if self._inflight >= self._server._max_inflight and not self._paused_reading:
+            self._paused_reading = True  # at most max_inflight answers owed
+            assert self._transport is not None
+            self._transport.pause_reading()
+        task = asyncio.get_running_loop().create_task(self._answer(call))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _handshake(self, body: memoryview) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        try:
+            proof = msgspec.msgpack.decode(body, type=Proof)
+        except msgspec.DecodeError:
+            proof = None
+        if proof is None or not proven(self._server._key, self._nonce, proof.mac):
+            logger.warning("data plane: a client without the key was refused")
+            self.close()
+            return
+        self._proven = True
+        self._limit = self._server.max_frame_bytes
+        assert self._transport is not None
+        self._transport.write(frame(Welcome(self._server.max_frame_bytes)))
+
+    def _handshake_timed_out(self) -> None:
+        if not self._proven:
+            logger.warning("data plane: a client without the key was refused")
+            self.close()
+
+    def _refuse(self, why: str) -> None:
+        logger.warning("data plane: closing a connection: %s", why)
+        self.close()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._inflight -= 1
+        if self._paused_reading and self._inflight < self._server._max_inflight:
+            self._paused_reading = False
+            if not self._closed and self._transport is not None:
+                self._transport.resume_reading()
+
+    async def _answer(self, call: Call) -> None:
+        server = self._server
+        try:
+            if call.op not in server._ops:
+                raise server.unknown(call.op)
+            result = await server._serve(call.op, call.body)
             answer = Answer(call.id, True, encode_reply(result))
         except RayqError as exc:
             answer = Answer(call.id, False, encode_error(exc))
@@ -185,13 +282,10 @@ class WireServer:
             logger.exception("data plane: %s failed", call.op)
             error = BrokerError(f"{call.op} failed in the broker: {type(exc).__name__}: {exc}")
             answer = Answer(call.id, False, encode_error(error))
-        try:
-            writer.write(frame(answer))
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            slots.release()
+        if self._writable is not None and not self._writable.done():
+            await self._writable  # the client reads its answers slower than they come
+        if not self._closed and self._transport is not None:
+            self._transport.write(frame(answer))
 
 
 def sweep_stale_sockets(directory: str) -> int:
@@ -216,13 +310,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True  # another user's process
     return True
-
-
-async def _read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
-    (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-    if size > limit:
-        raise ValueError(f"a frame of {size} bytes is past the limit of {limit}")
-    return await reader.readexactly(size)
 
 
 __all__ = ["WireServer", "sweep_stale_sockets"]

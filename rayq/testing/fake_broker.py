@@ -14,7 +14,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from rayq.actors.protocol import (
@@ -43,8 +43,10 @@ T = TypeVar("T")
 class LoopThread:
     """An asyncio event loop on a daemon thread, for the fake's brokers."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(
+        self, new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    ) -> None:
+        self.loop = new_loop()  # uvloop.new_event_loop: the loop Ray gives actors
         self.thread = threading.Thread(target=self.loop.run_forever, name="rayq-fake", daemon=True)
         self.thread.start()
 

@@ -139,6 +139,7 @@ class Connection:
         self._pending: dict[int, concurrent.futures.Future[bytes]] = {}
         self._lock = threading.Lock()
         self._decoder = msgspec.msgpack.Decoder(Answer)
+        self._inbox = bytearray()  # what was read off the socket past the last whole answer
         # Whoever holds ``_reading`` reads answers off the socket and settles their futures:
         # a caller waiting in ``wait_for`` with nobody else reading (no thread hand-off),
         # else the reader thread, woken through ``_wanted`` by anyone who releases the
@@ -195,12 +196,14 @@ class Connection:
             deadline = None if timeout_s is None else time.monotonic() + timeout_s
             try:
                 while not future.done() and self.closed is None:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        break
-                    if not self._poll.poll(None if left is None else max(1, int(left * 1000))):
-                        continue
-                    self._settle(self._decoder.decode(_read_frame(self._sock, 1 << 62)))
+                    if not self._whole():
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            break
+                        ms = None if left is None else max(1, int(left * 1000))
+                        if not self._poll.poll(ms):
+                            continue
+                    self._settle_next()
             except (OSError, ValueError, msgspec.DecodeError) as exc:
                 self._fail(exc)
             finally:
@@ -223,11 +226,46 @@ class Connection:
                 self._wanted.clear()
                 with self._reading:
                     while self._pending and self.closed is None:
-                        self._settle(self._decoder.decode(_read_frame(self._sock, 1 << 62)))
+                        self._settle_next()
                 if self._pending:
                     self._wanted.set()  # a call came as the socket was let go: read on
         except (OSError, ValueError, msgspec.DecodeError) as exc:
             self._fail(exc)
+
+    def _whole(self) -> bool:
+        """Whether the inbox holds a whole answer (read by an earlier ``recv``)."""
+        have = len(self._inbox)
+        return have >= HEADER.size and have >= HEADER.size + HEADER.unpack_from(self._inbox)[0]
+
+    def _settle_next(self) -> None:
+        """Read the next answer (blocking until it is whole) and settle its future. One
+        ``recv`` takes whatever has come, so a small answer costs one system call and
+        answers that came together are settled from the inbox without another."""
+        inbox = self._inbox
+        while True:
+            have = len(inbox)
+            if have >= HEADER.size:
+                end = HEADER.size + HEADER.unpack_from(inbox)[0]
+                if have >= end:
+                    with memoryview(inbox) as view, view[HEADER.size : end] as body:
+                        answer = self._decoder.decode(body)
+                    del inbox[:end]
+                    self._settle(answer)
+                    return
+                want = end - have
+            else:
+                want = HEADER.size - have
+            chunk = self._sock.recv(max(want, RECV_BYTES))
+            if not chunk:
+                raise ConnectionResetError("the broker closed the connection")
+            if not inbox and len(chunk) >= HEADER.size:  # an answer alone in one read
+                end = HEADER.size + HEADER.unpack_from(chunk)[0]
+                if len(chunk) == end:
+                    with memoryview(chunk) as view, view[HEADER.size :] as body:
+                        answer = self._decoder.decode(body)
+                    self._settle(answer)
+                    return
+            inbox += chunk
 
     def _settle(self, answer: Answer) -> None:
         with self._lock:
@@ -256,6 +294,9 @@ class Connection:
         for future in pending.values():
             if not future.done():
                 future.set_exception(error)
+
+
+RECV_BYTES = 1 << 16  # what one recv asks for at least
 
 
 def _read_frame(sock: socket.socket, limit: int) -> bytes:

@@ -7,17 +7,19 @@ and the broker and its store stay intact."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
 import pytest
+import uvloop
 
 import rayq
 from rayq.actors import data_plane as dp
@@ -50,9 +52,9 @@ def cluster_options() -> dict[str, Any]:
 class Served:
     """The fake cluster's broker behind a started data plane, on a loop of its own."""
 
-    def __init__(self, cluster: FakeCluster) -> None:
+    def __init__(self, cluster: FakeCluster, loop: str = "asyncio") -> None:
         self.cluster = cluster
-        self.loop = LoopThread()
+        self.loop = LoopThread(LOOPS[loop])
         endpoint = cluster.brokers["broker-a"].endpoint
         self.plane = dp.data_plane(endpoint, endpoint.server.config, "node-1", "127.0.0.1")
         self.loop.run(self.plane.server.start("127.0.0.1"))
@@ -80,9 +82,17 @@ class Served:
         self.loop.close()
 
 
-@pytest.fixture
-def served(cluster: FakeCluster) -> Iterator[Served]:
-    s = Served(cluster)
+# Ray runs async actors on uvloop when it is installed (rayq depends on it); its
+# transports are not asyncio's classes, so the server is tried on both loops.
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+
+
+@pytest.fixture(params=sorted(LOOPS))
+def served(cluster: FakeCluster, request: pytest.FixtureRequest) -> Iterator[Served]:
+    s = Served(cluster, request.param)
     yield s
     s.close()
 
@@ -239,8 +249,8 @@ def test_calls_on_a_connection_the_broker_closed_fail_and_never_hang(served: Ser
     assert client.max_offset(req).result(10).offset == 0
 
     async def close_connections() -> None:
-        for writer in list(served.plane.server._writers):
-            writer.close()
+        for conn in list(served.plane.server._connections):
+            conn.close()
 
     served.loop.run(close_connections())
     time.sleep(0.2)
