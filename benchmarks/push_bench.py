@@ -14,7 +14,8 @@ local Ray). Prints:
   it the bare-actor floor: the same paced sends as one synchronous call each to a
   plain async Ray actor holding a list, and a consumer actor that long-polls it
   (asyncio.Event, as ``anchors/adapters/ray_actor_list.py``) and calls the same
-  listener; the ratio of the p50s against its target (<= 2). Also rayq with
+  listener; the ratio of the p50s against its target (<= 0.5 since the socket data
+  plane, issue 28; it was <= 2 over Ray calls). Also rayq with
   ``send_oneway`` (the accumulator's ``linger_ms``), for reference.
 - the hand-over time: from a consumer's death (`ray.kill` of its actor) to its queues
   being consumed again by the survivor, over several kills (p50, max; `--part failover`).
@@ -395,7 +396,7 @@ def main() -> None:
                 targets.append(f"push drain / pull drain {verdict(ratio, 0.8, at_most=False)}")
             if args.part in ("all", "e2e"):
                 ratio = latency_figures(2000 if args.quick else 5000, args.rate)
-                targets.append(f"push p50 / floor p50 {verdict(ratio, 2.0, at_most=True)}")
+                targets.append(f"push p50 / floor p50 {verdict(ratio, 0.5, at_most=True)}")
             if args.part in ("all", "failover"):
                 handover_figures(3 if args.quick else 7)
             if targets:
