@@ -12,6 +12,7 @@ import ray
 
 from rayq.actors.broker import BrokerActor
 from rayq.actors.handles import deployment_key
+from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.registry import concurrency_groups
 from rayq.actors.protocol.server_key import ServerKey
@@ -33,20 +34,12 @@ def spawn_broker(
     """Start (or get) the named broker actor pinned to ``node_id`` (named after its
     replica: the master under the broker name, a slave under ``<name>#<id>``), holding
     ``server_key`` (default: this process's, ``deployment_key()``: the coordinator's)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     from rayq.actors.protocol import broker_actor_name
 
     os.makedirs(store_dir, exist_ok=True)
     groups = {g: GROUP_SIZES[g] for g in concurrency_groups("broker")}
     cls = ray.remote(concurrency_groups=groups)(BrokerActor)  # type: ignore[call-overload]
-    return cls.options(
-        name=broker_actor_name(config.replica_name),
-        namespace=namespace,
-        get_if_exists=True,
-        lifetime="detached",
-        max_restarts=-1,
-        max_task_retries=0,
-        num_cpus=0,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-    ).remote(config, store_dir, namespace, epoch, server_key=server_key or deployment_key())
+    name = broker_actor_name(config.replica_name)
+    return cls.options(**server_actor_options(name, namespace, node_id, max_task_retries=0)).remote(
+        config, store_dir, namespace, epoch, server_key=server_key or deployment_key()
+    )

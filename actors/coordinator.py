@@ -22,6 +22,7 @@ import ray
 
 from rayq.actors.coordinator_ray import RayPeers
 from rayq.actors.handles import use_deployment_key
+from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol import (
     BrokerInfo,
     BrokerTableReply,
@@ -142,22 +143,11 @@ def spawn_coordinator(
     """Start (or get) the coordinator, holding ``server_key``; pinned to ``node_id`` (the
     head) when given. ``config``: the brokers' (its ACL settings: ``coordinator_acl``),
     ``store_dir``: the one given to ``rayq.start``."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     from rayq.actors.protocol import COORDINATOR_NAME
 
-    where = NodeAffinitySchedulingStrategy(node_id, soft=False) if node_id else "DEFAULT"
+    options = server_actor_options(COORDINATOR_NAME, namespace, node_id or "", max_concurrency=1000)
     return (
         ray.remote(CoordinatorActor)
-        .options(
-            name=COORDINATOR_NAME,
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime="detached",
-            max_restarts=-1,
-            num_cpus=0,
-            max_concurrency=1000,
-            scheduling_strategy=where,
-        )
+        .options(**options)
         .remote(namespace, server_key=server_key, config=config, store_dir=store_dir)
     )

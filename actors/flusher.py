@@ -24,6 +24,7 @@ import ray
 from rayq.actors.handles import deployment_key
 from rayq.actors.metrics import metric, record_tally
 from rayq.actors.peers import PEER_LOST_ERRORS, Peer
+from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol import FlushTargets, broker_actor_name, flusher_actor_name
 from rayq.actors.protocol.server_key import Guard, ServerKey, ServerProof, Signed
 from rayq.store import DiskFlusher, StoreConfig
@@ -183,19 +184,10 @@ def spawn_flusher(
 ) -> Any:
     """Start (or get) a replica's flusher, holding ``server_key`` (default: this
     process's, ``deployment_key()``: the coordinator's)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    options = server_actor_options(flusher_actor_name(broker_name), namespace, node_id)
     return (
         ray.remote(FlusherActor)
-        .options(
-            name=flusher_actor_name(broker_name),
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime="detached",
-            max_restarts=-1,
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        )
+        .options(**options)
         .remote(
             store_dir, config, broker_name, namespace, server_key=server_key or deployment_key()
         )

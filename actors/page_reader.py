@@ -36,6 +36,7 @@ import pyarrow as pa
 import ray
 
 from rayq.actors.malloc import keep_freed_memory
+from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol import (
     PAGE_READERS,
     ReadArrowRequest,
@@ -150,18 +151,8 @@ def spawn_page_readers(
     config: BrokerConfig, store_dir: str, namespace: str, node_id: str
 ) -> list[Any]:
     """Start (or get) a replica's page readers on ``node_id``."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     cls = ray.remote(PageReaderActor)
     return [
-        cls.options(
-            name=name,
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime="detached",
-            max_restarts=-1,
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        ).remote(config, store_dir)
+        cls.options(**server_actor_options(name, namespace, node_id)).remote(config, store_dir)
         for name in (page_reader_actor_name(config.replica_name, i) for i in range(PAGE_READERS))
     ]

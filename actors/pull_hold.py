@@ -19,6 +19,7 @@ import ray
 from rayq.actors.data_plane import data_plane
 from rayq.actors.handles import deployment_key
 from rayq.actors.peers import PEER_LOST_ERRORS, Peer
+from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol import (
     Park,
     PullManyRequest,
@@ -129,19 +130,10 @@ def spawn_hold(
 ) -> Any:
     """Start (or get) a replica's hold service, holding ``server_key`` (default: this
     process's, ``deployment_key()``: the coordinator's)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    name = hold_actor_name(config.replica_name)
+    options = server_actor_options(name, namespace, node_id, max_concurrency=10_000)
     return (
         ray.remote(PullHoldActor)
-        .options(
-            name=hold_actor_name(config.replica_name),
-            namespace=namespace,
-            get_if_exists=True,
-            lifetime="detached",
-            max_restarts=-1,
-            num_cpus=0,
-            max_concurrency=10_000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-        )
+        .options(**options)
         .remote(config, namespace, server_key=server_key or deployment_key())
     )
