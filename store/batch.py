@@ -488,11 +488,8 @@ def fill_store_block(
     if n <= LOOP_MAX:
         at_offset = first_commitlog_offset
         for i, (start, crc) in enumerate(zip(starts.tolist(), producer_crcs.tolist(), strict=True)):
-            packed = _STORE_BLOCK.pack(
-                first_queue_offset + i, start + at_offset, store_timestamp, store_host
-            )
-            out[start + codec.STORE_BLOCK_OFFSET : start + codec.CRC_START] = packed
-            _CRC.pack_into(out, start + codec.CRC_OFFSET, crc32c(packed, crc))
+            queue_offset, commitlog_offset = first_queue_offset + i, start + at_offset
+            _fill_one(out, start, crc, queue_offset, commitlog_offset, store_timestamp, store_host)
         return out
     block = np.empty(n, dtype=STORE_BLOCK_DTYPE)
     block["queue_offset"] = np.arange(first_queue_offset, first_queue_offset + n)
@@ -507,6 +504,35 @@ def fill_store_block(
     view[(starts + codec.CRC_OFFSET)[:, None] + _ARANGE[:4]] = crcs.view(np.uint8).reshape(n, 4)
     del view
     return out
+
+
+def fill_one_store_block(
+    record: bytes,
+    producer_crc: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> bytearray:
+    """``fill_store_block`` of a batch of one record, without numpy."""
+    out = bytearray(record)
+    _fill_one(out, 0, producer_crc, queue_offset, commitlog_offset, store_timestamp, store_host)
+    return out
+
+
+def _fill_one(
+    out: bytearray,
+    start: int,
+    crc: int,
+    queue_offset: int,
+    commitlog_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """Fill the store block of the record at ``start`` of ``out`` and finish its CRC."""
+    packed = _STORE_BLOCK.pack(queue_offset, commitlog_offset, store_timestamp, store_host)
+    out[start + codec.STORE_BLOCK_OFFSET : start + codec.CRC_START] = packed
+    _CRC.pack_into(out, start + codec.CRC_OFFSET, crc32c(packed, crc))
 
 
 def split_by_queue(msgs: Sequence[InnerMessage]) -> tuple[list[list[InnerMessage]], list[int]]:
