@@ -160,26 +160,33 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        buffer = self._buffer
-        if not buffer:  # the common case: whole frames in one read, cut without a copy
+        if not self._buffer:  # the common case: whole frames in one read, cut without a copy
             with memoryview(data) as view:
                 at = self._cut(view)
                 if at < len(view):
-                    buffer += view[at:]
+                    self._buffer += view[at:]
             return
-        buffer += data
+        self._buffer += data
+        self._cut_buffer()
+
+    def _cut_buffer(self) -> None:
+        """Serve the whole frames the buffer holds (none while the first is not whole)."""
+        buffer = self._buffer
         if len(buffer) >= HEADER.size:
             (size,) = HEADER.unpack_from(buffer)
             if size <= self._limit and len(buffer) < HEADER.size + size:
-                return  # the frame is not whole yet
+                return
         with memoryview(buffer) as view:
             at = self._cut(view)
         del buffer[:at]
 
     def _cut(self, view: memoryview) -> int:
-        """Serve the whole frames at the start of ``view``; how many bytes they took."""
+        """Serve the whole frames at the start of ``view``, while fewer than
+        ``max_inflight`` calls are unanswered; how many bytes they took (the rest is
+        kept for later)."""
         at, end = 0, len(view)
-        while end - at >= HEADER.size and not self._closed:
+        most = self._server._max_inflight
+        while end - at >= HEADER.size and not self._closed and self._inflight < most:
             (size,) = HEADER.unpack_from(view, at)
             if size > self._limit:
                 self._refuse(f"a frame of {size} bytes is past the limit of {self._limit}")
@@ -264,10 +271,14 @@ class _Connection(asyncio.Protocol):
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._inflight -= 1
-        if self._paused_reading and self._inflight < self._server._max_inflight:
+        if self._closed or not self._paused_reading:
+            return
+        if self._buffer:  # calls that came while max_inflight were unanswered
+            self._cut_buffer()
+        if self._inflight < self._server._max_inflight and not self._closed:
             self._paused_reading = False
-            if not self._closed and self._transport is not None:
-                self._transport.resume_reading()
+            assert self._transport is not None
+            self._transport.resume_reading()
 
     async def _answer(self, call: Call) -> None:
         server = self._server

@@ -32,7 +32,7 @@ from rayq.actors.protocol import (
     TopicRequest,
     to_wire,
 )
-from rayq.actors.protocol.frames import HEADER, Call, Challenge, Proof, frame, prove
+from rayq.actors.protocol.frames import HEADER, Answer, Call, Challenge, Proof, frame, prove
 from rayq.actors.server import wire_server
 from rayq.consumer.pull import PullConsumer
 from rayq.store.errors import BrokerUnavailableError, InvalidRequestError
@@ -416,3 +416,42 @@ def test_the_sockets_of_processes_that_are_gone_are_removed(tmp_path: Any) -> No
         path.write_bytes(b"")
     assert wire_server.sweep_stale_sockets(str(tmp_path)) == 1
     assert not stale.exists() and live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_calls_sent_at_once_run_at_most_max_inflight_at_a_time(loop: str) -> None:
+    """A client that writes many calls in one go gets them all answered, but the server
+    runs at most ``max_inflight`` of them at once: the rest wait, unread, in its buffer."""
+    running, most = 0, 0
+    gate = asyncio.Event()  # set on the server's loop
+
+    async def slow(op: str, body: bytes) -> bytes:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await gate.wait()
+        running -= 1
+        return body
+
+    key = os.urandom(32)
+    server = wire_server.WireServer(slow, ["echo"], key, max_frame_bytes=1 << 20, max_inflight=4)
+    thread = LoopThread(LOOPS[loop])
+    thread.run(server.start("127.0.0.1", unix=False))
+    try:
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        challenge = msgspec.msgpack.decode(read_frame(sock), type=Challenge)
+        sock.sendall(frame(Proof(prove(key, challenge.nonce))))
+        read_frame(sock)  # Welcome
+        sock.sendall(b"".join(frame(Call(i, "echo", b"%d" % i)) for i in range(50)))
+        time.sleep(0.5)
+        assert most == 4
+        thread.loop.call_soon_threadsafe(gate.set)
+        answers = [msgspec.msgpack.decode(read_frame(sock), type=Answer) for _ in range(50)]
+        assert sorted(a.id for a in answers) == list(range(50))
+        assert all(a.ok and a.body == b"%d" % a.id for a in answers)
+        assert most == 4
+        sock.close()
+    finally:
+        thread.loop.call_soon_threadsafe(gate.set)
+        thread.run(server.close())
+        thread.close()
