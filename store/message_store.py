@@ -406,7 +406,7 @@ class MessageStore:
         if qoff is None:
             qoff = self._new_queue(key)
         if b.count == 1:  # a single send: the same, without numpy's per-call costs
-            self._write_one(b, int(crcs[0]), now, out, qoff, queued)
+            self._write_one(b, int(crcs[0]), now, out, key if queued else None, qoff)
             return
         sizes = np.frombuffer(b.sizes, dtype="<i4").astype(np.int64)
         ends = starts + sizes
@@ -447,19 +447,20 @@ class MessageStore:
         out.store_sizes.extend(sizes.tolist())
 
     def _write_one(
-        self, b: EncodedBatch, crc: int, now: int, out: PutResult, qoff: int, queued: bool
+        self, b: EncodedBatch, crc: int, now: int, out: PutResult, key: QueueKey | None, qoff: int
     ) -> None:
-        """``_write_batch`` of a checked batch of one record."""
+        """``_write_batch`` of a checked batch of one record (``key``: its queue, None for
+        records of NO_QUEUE_TOPICS)."""
         size = len(b.records)
         seg = self.commitlog.writable_segment(size)
         at = seg.start + seg.wrote
         record = fill_one_store_block(b.records, crc, qoff, at, now, self._store_host)
         seg.write(seg.wrote, record)
         seg.wrote += size
-        if queued:
-            self._queue_offsets[(b.topic, b.queue_id)] = qoff + 1
+        if key is not None:
+            self._queue_offsets[key] = qoff + 1
             (code,) = _TAGS_CODE.unpack(b.tags_codes)
-            self.queues[(b.topic, b.queue_id)].put(qoff, ENTRY.pack(at, size, code))
+            self.queues[key].put(qoff, ENTRY.pack(at, size, code))
         if self.config.message_index_enable and b.index_hashes:
             hashes = np.frombuffer(b.index_hashes, dtype="<i8")
             places = np.full(len(hashes), at, dtype=np.int64)
