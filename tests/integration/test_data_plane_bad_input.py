@@ -42,7 +42,7 @@ from rayq.actors.protocol.frames import (
     frame,
     prove,
 )
-from rayq.testing import hostile
+from rayq.testing import hostile, poll_until
 from rayq.transport.direct import Connection, socket_client
 from rayq.transport.ray_actors import RayTransport
 
@@ -125,14 +125,10 @@ def read_back() -> list[bytes]:
     )
     consumer.subscribe(TOPIC)
     consumer.start()
-    got: list[bytes] = []
     try:
-        deadline = time.monotonic() + 60
-        while len(got) < len(KEPT) and time.monotonic() < deadline:
-            got += [m.body for m in consumer.poll(timeout=1.0)]
+        return sorted(m.body for m in poll_until(consumer, len(KEPT), timeout_s=60))
     finally:
         consumer.shutdown()
-    return sorted(got)
 
 
 @pytest.fixture(scope="module")
