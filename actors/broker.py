@@ -26,6 +26,7 @@ from rayq.actors.metrics import REPORT_INTERVAL_S, BrokerMetrics
 from rayq.actors.protocol import broker as b
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
+from rayq.actors.protocol import pop as p
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
 from rayq.actors.protocol.registry import operations
@@ -82,6 +83,17 @@ class BrokerActor:
         self, req: h.PullManyRequest | bytes, park: h.Park | bytes | None = None
     ) -> h.PullManyResponse:
         return await self.endpoint.pull_many(req, park)
+
+    async def pop(self, req: p.PopRequest | bytes) -> p.PopResponse:
+        return await self.endpoint.pop(req)
+
+    async def ack(self, req: p.AckRequest | bytes) -> b.Done:
+        return await self.endpoint.ack(req)
+
+    async def change_invisibility(
+        self, req: p.ChangeInvisibilityRequest | bytes
+    ) -> p.ChangeInvisibilityReply:
+        return await self.endpoint.change_invisibility(req)
 
     async def put_half(self, req: b.HalfSendRequest | bytes) -> b.BatchSendResult:
         return await self.endpoint.put_half(req)

@@ -3,7 +3,7 @@
 General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.store``):
 
 * ``rayq/`` the user's side, in packages that name its parts: ``producer/``
-  (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer and
+  (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer, SimpleConsumer and
   their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
   Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
   ``cli/``, ``testing/`` (an in-process cluster over the real server objects).
@@ -35,6 +35,7 @@ from rayq.errors import (
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
+    InvalidReceiptHandleError,
     InvalidRequestError,
     InvalidTopicError,
     MessageTooLargeError,
@@ -81,6 +82,8 @@ _LAZY = {
     "MessageQueue": "rayq.actors.protocol.enums",
     "Producer": "rayq.producer",
     "PullConsumer": "rayq.consumer.pull",
+    "ReceivedMessage": "rayq.consumer.simple",
+    "SimpleConsumer": "rayq.consumer.simple",
     "PullStatus": "rayq.actors.protocol.enums",
     "QueueProgress": "rayq.actors.protocol.broker",
     "QueueStats": "rayq.actors.protocol.broker",
@@ -138,6 +141,7 @@ __all__ = [
     "InvalidGroupError",
     "InvalidMessageError",
     "InvalidOffsetError",
+    "InvalidReceiptHandleError",
     "InvalidRequestError",
     "InvalidTopicError",
     "Message",
@@ -158,10 +162,12 @@ __all__ = [
     "QueueProgress",
     "QueueStats",
     "RayqError",
+    "ReceivedMessage",
     "ReplicationError",
     "SendResult",
     "SendStatus",
     "ServiceState",
+    "SimpleConsumer",
     "StoreConfig",
     "StoreError",
     "StoreLockedError",

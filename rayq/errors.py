@@ -11,6 +11,7 @@ engine can raise them without importing anything above it) and re-exported here:
     │   │   └── MessageTooLargeError
     │   ├── InvalidRequestError         a malformed request reached an actor
     │   ├── InvalidFilterError          a malformed SQL92 filter, or one a broker cannot apply
+    │   ├── InvalidReceiptHandleError   a POP receipt handle not in flight (acked, lease ended)
     │   ├── InvalidOffsetError
     │   ├── TopicNotFoundError
     │   ├── GroupNotFoundError
@@ -44,6 +45,7 @@ from rayq.store.errors import (
     InvalidGroupError,
     InvalidMessageError,
     InvalidOffsetError,
+    InvalidReceiptHandleError,
     InvalidRequestError,
     InvalidTopicError,
     MessageTooLargeError,
@@ -72,6 +74,7 @@ __all__ = [
     "InvalidGroupError",
     "InvalidMessageError",
     "InvalidOffsetError",
+    "InvalidReceiptHandleError",
     "InvalidRequestError",
     "InvalidTopicError",
     "MessageTooLargeError",

@@ -61,6 +61,11 @@ class InvalidRequestError(ClientError):
     numbers); nothing was done."""
 
 
+class InvalidReceiptHandleError(ClientError):
+    """A POP receipt handle is malformed, forged, of another group or broker, or names a
+    message that is no longer in flight (acknowledged, or its lease ended)."""
+
+
 class InvalidFilterError(ClientError):
     """A subscription's filter expression is malformed, or the broker cannot apply it."""
 

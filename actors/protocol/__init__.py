@@ -6,13 +6,13 @@ producer), pulled messages as raw commit-log records (``buffer``) that the consu
 decodes with ``rayq.store.decode_records``. Imports only ``rayq.store``.
 
 Modules: ``names`` (actor names), ``wire`` (field types, the request base, codecs),
-``enums``, ``routes``, ``hold`` (pulls and long polling), ``broker`` and
-``coordinator`` (their client protocols), ``internal`` (operations between server
-actors only), ``records`` (topic and group configs, permissions, acked ranges),
-``registry`` (every operation once: request, reply, concurrency group, ACL need),
-``config`` (``BrokerConfig``, ``ClientConfig``), ``auth`` (request signing),
-``delay_levels``, ``rows`` (Spark's shared-memory puts). This package re-exports the
-wire types of the first seven.
+``enums``, ``routes``, ``hold`` (pulls and long polling), ``broker`` and ``coordinator``
+(their client protocols), ``pop`` (POP receives, acks and leases), ``internal``
+(operations between server actors only), ``records`` (topic and group configs,
+permissions, acked ranges), ``registry`` (every operation once: request, reply,
+concurrency group, ACL need), ``config`` (``BrokerConfig``, ``ClientConfig``), ``auth``
+(request signing), ``delay_levels``, ``rows`` (Spark's shared-memory puts). This package
+re-exports the wire types of the first eight.
 """
 
 from rayq.actors.protocol.broker import (
@@ -139,6 +139,14 @@ from rayq.actors.protocol.names import (
     page_reader_actor_name,
     replica_actor_names,
 )
+from rayq.actors.protocol.pop import (
+    AckRequest,
+    ChangeInvisibilityReply,
+    ChangeInvisibilityRequest,
+    PopRequest,
+    PopResponse,
+    ReceiptHandle,
+)
 from rayq.actors.protocol.records import (
     AckedRanges,
     SubscriptionGroupConfig,
@@ -170,6 +178,7 @@ __all__ = [
     "HOLD_REPLY_BYTES",
     "PAGE_READERS",
     "PAGE_READER_ACTOR_PREFIX",
+    "AckRequest",
     "AckedRanges",
     "AllocateStrategy",
     "ArrowPage",
@@ -180,6 +189,8 @@ __all__ = [
     "BrokerStatus",
     "BrokerStatusRequest",
     "BrokerTableReply",
+    "ChangeInvisibilityReply",
+    "ChangeInvisibilityRequest",
     "ClientRequest",
     "ColumnName",
     "CommitOffsetsReply",
@@ -227,6 +238,8 @@ __all__ = [
     "PageReadersRequest",
     "Park",
     "Perm",
+    "PopRequest",
+    "PopResponse",
     "PullItem",
     "PullManyRequest",
     "PullManyResponse",
@@ -247,6 +260,7 @@ __all__ = [
     "ReadArrowRequest",
     "ReadReplicaReply",
     "ReadReplicaRequest",
+    "ReceiptHandle",
     "RecordStreamPlanRequest",
     "ReplicaStatus",
     "ReplicationRequest",

@@ -30,6 +30,7 @@ from rayq.actors.protocol import coordinator as c
 from rayq.actors.protocol import frames as f
 from rayq.actors.protocol import hold as h
 from rayq.actors.protocol import internal as i
+from rayq.actors.protocol import pop as p
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.store.batch import EncodedBatch
 
@@ -101,6 +102,17 @@ _BROKER_CLIENT: Final = (
     ),
     _op("broker", "pull", h.PullRequest, h.PullResponse, "pull", A.SUB),
     _op("broker", "pull_many", h.PullManyRequest, h.PullManyResponse, "pull", A.SUB),
+    # POP consumption (pop.py): receive with a lease, settle, move or end a lease
+    _op("broker", "pop", p.PopRequest, p.PopResponse, "pull", A.SUB),
+    _op("broker", "ack", p.AckRequest, b.Done, "pull", A.SUB),
+    _op(
+        "broker",
+        "change_invisibility",
+        p.ChangeInvisibilityRequest,
+        p.ChangeInvisibilityReply,
+        "pull",
+        A.SUB,
+    ),
     _op("broker", "create_topic", b.CreateTopicRequest, b.Done, "admin", A.ADMIN),
     _op("broker", "delete_topic", b.TopicRequest, b.Done, "admin", A.ADMIN),
     _op("broker", "topic_stats", b.TopicRequest, b.TopicStatsReply, "admin", A.SUB),

@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 RETRY_S = 1.0  # a slave whose master is missing or unreachable tries again this often
 REFUSED_RETRY_S = 5.0  # ... and this often when the master refused it
+POP_REVIVE_INTERVAL_MS = 1000  # how often ended POP leases are redelivered (RocketMQ: 1 s)
 LINGER_BELOW = 1 << 20  # a slave of an ASYNC master waits ha_fetch_linger_ms after chunks
 # smaller than this before it fetches again
 
@@ -118,7 +119,8 @@ class BrokerRuntime:
             self._every(int(SHARED_IDLE_S * 250), self.endpoint.shared_rows.drop_idle),
         ]
         if self.server.slave is None:
-            return [*loops, self._schedule_loop(), self._transaction_loop()]
+            revive = self._every(POP_REVIVE_INTERVAL_MS, self._pop_revive)
+            return [*loops, self._schedule_loop(), self._transaction_loop(), revive]
         return [*loops, self._replicate_loop(), self._metadata_loop()]
 
     async def park(self) -> None:
@@ -183,6 +185,10 @@ class BrokerRuntime:
             except Exception:  # logged; the next tick tries again
                 logger.exception("broker %s: delayed delivery tick failed", self.server.name)
             await asyncio.sleep(wait_ms / 1000)
+
+    def _pop_revive(self) -> None:
+        """POP leases that ended: their messages to the retry topic (pop_processor.py)."""
+        self.endpoint.wake(self.server.pop_revive_tick())
 
     async def _transaction_loop(self) -> None:
         """The transaction check service: every ``transaction_check_interval`` ms."""

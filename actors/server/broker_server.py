@@ -33,6 +33,8 @@ from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server.acl import ACL_FILE_NAME, AclService
 from rayq.actors.server.dedupe import open_sequences
 from rayq.actors.server.offset_processor import OffsetProcessor
+from rayq.actors.server.pop_processor import PopProcessor
+from rayq.actors.server.pop_state import PopState
 from rayq.actors.server.processor_base import check_not_system
 from rayq.actors.server.pull_processor import PullProcessor
 from rayq.actors.server.put_rate import PutRate
@@ -88,6 +90,7 @@ def local_host(port: int = 10911) -> str:
 class BrokerServer(
     SendProcessor,
     PullProcessor,
+    PopProcessor,
     OffsetProcessor,
     QueryProcessor,
     TransactionProcessor,
@@ -146,6 +149,10 @@ class BrokerServer(
         self.acl = acl_service(config, self.root)
         self.replication_error = ""  # a slave: why it is not replicating now
         self.put_rate = PutRate()
+        self.pop_state = PopState()  # POP leases (pop_state.py), rebuilt from its log
+        self._pop_turns: dict[str, int] = {}
+        if self.master is not None:
+            self.replay_pop_log()
         logger.info(
             "broker %s serving store %s (recovery: %s)", self.name, self.root, self.store.recovery
         )

@@ -42,6 +42,7 @@ from rayq.actors.server.peer_api import (
     PeerMissingError,
     Registrar,
 )
+from rayq.actors.server.pop_endpoint import PopEndpoint, PopWaits
 from rayq.actors.server.replication_wait import earlier_batches, wait_safe
 from rayq.actors.server.shared_rows import SharedRows
 from rayq.store import EncodedBatch
@@ -77,8 +78,9 @@ class BrokerPeers:
     master: Master
 
 
-class BrokerEndpoint:
-    """Check, authorize and serve every broker operation (one async method each)."""
+class BrokerEndpoint(PopEndpoint):
+    """Check, authorize and serve every broker operation (one async method each; the
+    POP ones in pop_endpoint.py)."""
 
     def __init__(
         self, server: BrokerServer, peers: BrokerPeers, tallies: Tallies, server_key: ServerKey
@@ -91,6 +93,7 @@ class BrokerEndpoint:
         self.shared_rows = SharedRows()  # put_arrow's rows in slots of this node's executors
         # the slaves' fetches waiting for an append: (their event loop, their event)
         self.fetching: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self.pop_waits = PopWaits()  # POP receives waiting for an append
         self.stopped: asyncio.Future[None] | None = None  # set by the shell's runtime
         self.polling = BrokerLongPolling(
             server,
@@ -137,9 +140,11 @@ class BrokerEndpoint:
         self.polling.wake(keys)
 
     def notify_append(self) -> None:
-        """Wake the slaves' parked fetches (each waits on its own group's event loop)."""
+        """Wake the slaves' parked fetches (each waits on its own group's event loop)
+        and the POP receives waiting for news."""
         for loop, event in list(self.fetching):
             loop.call_soon_threadsafe(event.set)
+        self.pop_waits.notify()
 
     def count_pull(self, req: Pull, reply: Reply) -> None:
         """Tally the messages and bytes a pull answered, per topic."""

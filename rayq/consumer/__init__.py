@@ -1,5 +1,6 @@
 """Consumers: ``PushConsumer`` (a Consumer actor per instance; the coordinator assigns
-queues) and ``PullConsumer`` (the caller polls; shares computed by the coordinator).
+queues) ``PullConsumer`` (the caller polls; shares computed by the coordinator) and
+``SimpleConsumer`` (POP: messages leased one by one, acknowledged each; ``simple``).
 
 Modules: ``push`` and ``pull`` (the public classes); ``service`` (the push consumer's
 engine: pull loops, flow control, commits); ``pull_loop`` (one queue's pulls through
@@ -11,5 +12,6 @@ and ``orderly`` (concurrent and orderly listeners, queue locks); ``offset_store`
 
 from rayq.consumer.pull import PullConsumer
 from rayq.consumer.push import PushConsumer
+from rayq.consumer.simple import ReceivedMessage, SimpleConsumer
 
-__all__ = ["PullConsumer", "PushConsumer"]
+__all__ = ["PullConsumer", "PushConsumer", "ReceivedMessage", "SimpleConsumer"]

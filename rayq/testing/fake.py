@@ -25,7 +25,8 @@ call with ``BrokerUnavailableError``; by default the coordinator drops it from t
 routes at once, ``keep_route=True`` keeps routing to it, as before the coordinator
 notices), ``fail_next(name, method, exc, times)`` and the call log ``calls``.
 
-Not covered: delayed delivery runs only when a test calls ``schedule_tick(name)``;
+Not covered: delayed delivery runs only when a test calls ``schedule_tick(name)``, and
+POP leases that ended are redelivered only at ``pop_revive_tick(name)``;
 SYNC_FLUSH (the fake's flusher reports every offset durable: never
 ``FLUSH_DISK_TIMEOUT``); replication (no slaves); push-consumer groups (no Consumer
 actors: ``join_group`` fails as the coordinator's does without one); nothing is
@@ -244,6 +245,11 @@ class FakeCluster:
         """One round of the transaction check service (the broker actor's timer, by hand)."""
         broker = self.brokers[broker_name or next(iter(self.servers))]
         self._loop.run(_tick(broker, broker.server.transaction_tick))
+
+    def pop_revive_tick(self, broker_name: str = "") -> None:
+        """Redeliver the messages whose POP leases ended (the broker actor's timer)."""
+        broker = self.brokers[broker_name or next(iter(self.servers))]
+        self._loop.run(_tick(broker, broker.server.pop_revive_tick))
 
     def restart(self, broker_name: str = "") -> BrokerServer:
         """Close a broker's server and open its store again (a broker restart: recovery

@@ -97,6 +97,13 @@ from rayq.actors.protocol import (
     UpdateGroupRequest,
     ViewMessageRequest,
 )
+from rayq.actors.protocol.pop import (
+    AckRequest,
+    ChangeInvisibilityReply,
+    ChangeInvisibilityRequest,
+    PopRequest,
+    PopResponse,
+)
 from rayq.store import EncodedBatch
 
 T = TypeVar("T")
@@ -247,6 +254,15 @@ class BrokerClient(_Client):
 
     def send_back(self, req: SendBackRequest) -> Reply[SendBackResult]:
         return self._invoke("send_back", req)
+
+    def pop(self, req: PopRequest) -> Reply[PopResponse]:
+        return self._invoke("pop", req)
+
+    def ack(self, req: AckRequest) -> Reply[Done]:
+        return self._invoke("ack", req)
+
+    def change_invisibility(self, req: ChangeInvisibilityRequest) -> Reply[ChangeInvisibilityReply]:
+        return self._invoke("change_invisibility", req)
 
     def put_half(self, req: HalfSendRequest) -> Reply[BatchSendResult]:
         return self._invoke("put_half", req)
