@@ -31,7 +31,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from typing import Any
+from collections.abc import Generator
+from typing import Any, TypeVar
 
 from rayq.actors.protocol import ConsumeFromWhere
 from rayq.actors.protocol.config import ClientConfig
@@ -65,35 +66,62 @@ from rayq.transport.context import CALL_TIMEOUT_S, ClientContext
 logger = logging.getLogger(__name__)
 
 
-class ReceivedMessage(MessageExt):
-    """A message a ``SimpleConsumer`` received: a ``MessageExt`` with its lease's
+class Received(MessageExt):
+    """A message a POP consumer received: a ``MessageExt`` with its lease's
     ``receipt_handle`` (what ``ack`` and ``change_invisible_duration`` name; a new one
     after each change) and its ``delivery_count`` (1 the first time)."""
 
-    __slots__ = ("delivery_count", "receipt_handle")
+    __slots__ = ("_consumer", "delivery_count", "receipt_handle")
 
     receipt_handle: str
     delivery_count: int
+    _consumer: Any  # the consumer that received it (None in a copy from another process)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a copy for another process (a Ray task that settles it) keeps handle and count
         rebuild, args = super().__reduce__()[:2]
         return _rebuild_received, (rebuild, args, self.receipt_handle, self.delivery_count)
 
+    def _settler(self) -> Any:
+        if self._consumer is None:
+            raise ClientError(
+                "this message was copied from another process: settle it with a consumer of "
+                "its group, consumer.ack(msg) or consumer.ack_handle(msg.receipt_handle, topic)"
+            )
+        return self._consumer
+
+
+class ReceivedMessage(Received):
+    """What ``SimpleConsumer.receive`` returns; ``msg.ack()`` is ``consumer.ack(msg)``."""
+
+    __slots__ = ()
+
+    def ack(self) -> None:
+        self._settler().ack(self)
+
+    def nack(self, delay: float = 0.0) -> None:
+        self._settler().nack(self, delay)
+
+    def change_invisible_duration(self, duration: float) -> None:
+        self._settler().change_invisible_duration(self, duration)
+
 
 def _rebuild_received(
     rebuild: Any, args: tuple[Any, ...], receipt_handle: str, delivery_count: int
-) -> ReceivedMessage:
-    msg: ReceivedMessage = rebuild(*args)
-    msg.receipt_handle, msg.delivery_count = receipt_handle, delivery_count
+) -> Received:
+    msg: Received = rebuild(*args)
+    msg.receipt_handle, msg.delivery_count, msg._consumer = receipt_handle, delivery_count, None
     return msg
 
 
 _SLOTS = tuple(MessageExt.__slots__)
+R = TypeVar("R", bound=Received)
 
 
-def _received(msg: MessageExt, handle: str) -> ReceivedMessage:
-    out = ReceivedMessage.__new__(ReceivedMessage)
+def received_as(cls: type[R], msg: MessageExt, handle: str, consumer: object) -> R:
+    """``msg`` as a ``cls`` leased under ``handle`` (the retry topic shown as the topic
+    the message was sent to)."""
+    out = cls.__new__(cls)
     for name in _SLOTS:
         try:
             value = object.__getattribute__(msg, name)
@@ -102,13 +130,14 @@ def _received(msg: MessageExt, handle: str) -> ReceivedMessage:
         object.__setattr__(out, name, value)
     out.receipt_handle = handle
     out.delivery_count = msg.reconsume_times + 1
+    out._consumer = consumer
     origin = out.properties.get(P.RETRY_TOPIC)
     if origin:  # a redelivery, read from %RETRY%<group>: shown as the topic it was sent to
         out.topic = origin
     return out
 
 
-def _ms(seconds: object, what: str, least: int) -> int:
+def duration_ms(seconds: object, what: str, least: int) -> int:
     """``seconds`` in ms, checked to be a number in ``least``..``INVISIBLE_MAX_MS`` ms."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or math.isnan(seconds):
         raise InvalidRequestError(f"{what} must be a number of seconds, got {seconds!r}")
@@ -124,8 +153,18 @@ def _ms(seconds: object, what: str, least: int) -> int:
     return ms
 
 
-class SimpleConsumer:
-    """A POP consumer: ``receive`` leases messages, ``ack`` settles each (module doc)."""
+# A call a receive makes: (topic, broker, request); answered with the broker's reply.
+PopCall = tuple[str, str, PopRequest]
+ReceivePlan = Generator[PopCall, PopResponse, list[Received]]
+
+
+class PopConsumerCore:
+    """What the sync and asyncio POP consumers share: options, subscriptions, checks, the
+    receive plan (which calls to make, in order, and what their answers give) and the
+    requests to settle. The shells only make the calls (``SimpleConsumer`` waiting on
+    them, ``rayq.aio.SimpleConsumer`` awaiting them)."""
+
+    received_class: type[Received] = Received
 
     def __init__(
         self,
@@ -138,7 +177,7 @@ class SimpleConsumer:
         transport: Transport | None = None,
     ) -> None:
         validate_group(group)
-        wait = _ms(await_duration, "await_duration", 0) if await_duration else 0
+        wait = duration_ms(await_duration, "await_duration", 0) if await_duration else 0
         if wait > POP_WAIT_MAX_MS:
             raise InvalidRequestError(
                 f"await_duration must be at most {POP_WAIT_MAX_MS // 1000} s, got {await_duration}"
@@ -158,6 +197,9 @@ class SimpleConsumer:
         self._subscriptions: dict[str, TagFilter | SqlFilter] = {}
         self._turns = itertools.count()
         self._service_state = ServiceState.CREATE_JUST
+        # messages of the last receive whose tags only collide with ours: (topic,
+        # broker, handles), acked by the shell once the receive is over
+        self._strays: list[tuple[str, str, list[str]]] = []
 
     # -------------------------------------------------------- subscription
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -183,8 +225,7 @@ class SimpleConsumer:
     def service_state(self) -> ServiceState:
         return self._service_state
 
-    def start(self) -> None:
-        """Start receiving; once only (ClientError after that)."""
+    def _start(self) -> None:
         self._check_open()
         if self._service_state is not ServiceState.CREATE_JUST:
             raise ClientError(
@@ -193,25 +234,15 @@ class SimpleConsumer:
             )
         self._service_state = ServiceState.RUNNING
 
-    def shutdown(self) -> None:
-        """Stop; messages received and not settled come again when their leases end."""
+    def _shutdown(self) -> None:
         self._service_state = ServiceState.SHUTDOWN_ALREADY
 
-    def __enter__(self) -> SimpleConsumer:
-        if self._service_state is ServiceState.CREATE_JUST:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    # -------------------------------------------------------------- receive
-    def receive(
-        self, max_messages: int = 32, invisible_duration: float = 30.0
-    ) -> list[ReceivedMessage]:
-        """Up to ``max_messages`` messages, each invisible to the group's other receivers
-        for ``invisible_duration`` seconds; waits up to ``await_duration`` for the first
-        (an empty list if none came)."""
+    # ------------------------------------------------------- receive plan
+    def _receive_plan(self, max_messages: int, invisible_duration: float) -> ReceivePlan:
+        """The calls of one receive: each broker of each subscribed topic without
+        waiting, in turn from another one each time, until ``max_messages`` came; if
+        none had any, a wait of up to ``await_duration`` on the first. A call that
+        failed is thrown in as its BrokerUnavailableError (logged, the next is asked)."""
         self._check_running()
         if (
             isinstance(max_messages, bool)
@@ -223,7 +254,8 @@ class SimpleConsumer:
                 value=repr(max_messages),
                 limit=POP_MAX_MESSAGES,
             )
-        invisible_ms = _ms(invisible_duration, "invisible_duration", 1)
+        invisible_ms = duration_ms(invisible_duration, "invisible_duration", 1)
+        self._strays = []
         if not self._subscriptions:
             raise ClientError("subscribe to a topic before receive()")
         targets = self._targets()
@@ -231,14 +263,20 @@ class SimpleConsumer:
             return []
         turn = next(self._turns)
         order = [targets[(turn + i) % len(targets)] for i in range(len(targets))]
-        out: list[ReceivedMessage] = []
+        out: list[Received] = []
         failed: BrokerUnavailableError | None = None
         for topic, broker in order:
             try:
-                out += self._pop(topic, broker, max_messages - len(out), invisible_ms, 0)
+                resp = yield (
+                    topic,
+                    broker,
+                    self._request(topic, max_messages - len(out), invisible_ms, 0),
+                )
             except BrokerUnavailableError as exc:
                 failed = exc
                 logger.warning("receive from broker %s failed: %s", broker, exc)
+                continue
+            out += self._taken(topic, broker, resp)
             if len(out) >= max_messages:
                 return out
         if out or not self._wait_ms:
@@ -246,7 +284,8 @@ class SimpleConsumer:
                 raise failed
             return out
         topic, broker = order[0]
-        return self._pop(topic, broker, max_messages, invisible_ms, self._wait_ms)
+        resp = yield topic, broker, self._request(topic, max_messages, invisible_ms, self._wait_ms)
+        return self._taken(topic, broker, resp)
 
     def _targets(self) -> list[tuple[str, str]]:
         """(topic, broker) for each subscribed topic and broker holding queues of it."""
@@ -256,11 +295,9 @@ class SimpleConsumer:
             out += [(topic, b) for b in brokers]
         return out
 
-    def _pop(
-        self, topic: str, broker: str, most: int, invisible_ms: int, wait_ms: int
-    ) -> list[ReceivedMessage]:
+    def _request(self, topic: str, most: int, invisible_ms: int, wait_ms: int) -> PopRequest:
         f = self._subscriptions[topic]
-        req = PopRequest(
+        return PopRequest(
             client_id=self.client_id,
             group=self.group,
             topic=topic,
@@ -271,55 +308,34 @@ class SimpleConsumer:
             wait_ms=wait_ms,
             consume_from=self._consume_from,
         )
-        got: dict[str, PopResponse] = self._ctx.broker_calls(
-            {broker: lambda c: c.pop(req)}, CALL_TIMEOUT_S + wait_ms / 1000
-        )
-        resp = got[broker]
+
+    def _taken(self, topic: str, broker: str, resp: PopResponse) -> list[Received]:
+        """The messages of a pop's answer. A message whose tag only collides with the
+        subscription's (the broker filters by tag hash) is not ours: kept in ``_strays``
+        for the shell to ack once the receive is over."""
         if not resp.count:
             return []
         msgs = decode_records(resp.buffer, broker_name=broker)
-        received = [_received(m, h) for m, h in zip(msgs, resp.handles, strict=True)]
+        cls = self.received_class
+        got = [received_as(cls, m, h, self) for m, h in zip(msgs, resp.handles, strict=True)]
+        f = self._subscriptions[topic]
         if f.tags is None:
-            return received
-        # the broker filtered by tag hash; a message whose tag only collides is not ours
-        kept = [m for m in received if f.matches_tags(m.tags)]
-        stray = [m.receipt_handle for m in received if not f.matches_tags(m.tags)]
+            return got
+        stray = [m.receipt_handle for m in got if not f.matches_tags(m.tags)]
         if stray:
-            self._settle(topic, broker, stray)
-        return kept
+            self._strays.append((topic, broker, stray))
+        return [m for m in got if f.matches_tags(m.tags)]
 
-    # --------------------------------------------------------------- settle
-    def ack(self, msg: ReceivedMessage) -> None:
-        """Settle ``msg``: it is not delivered again. InvalidReceiptHandleError if it is
-        not in flight any more (acknowledged already, or its lease ended)."""
-        self._check_open()
-        self.ack_handle(_handle_of(msg), msg.topic)
-
-    def ack_handle(self, receipt_handle: str, topic: str) -> None:
-        """``ack`` by receipt handle (a str that may travel to another process)."""
-        self._check_open()
-        broker = decode_handle(receipt_handle).broker
-        self._settle(topic, broker, [receipt_handle])
-
-    def _settle(self, topic: str, broker: str, handles: list[str]) -> None:
+    # ------------------------------------------------------------- settle
+    def _ack_request(self, topic: str, handles: list[str]) -> tuple[str, AckRequest]:
+        broker = decode_handle(handles[0]).broker
         req = AckRequest(client_id=self.client_id, group=self.group, topic=topic, handles=handles)
-        self._ctx.broker_calls({broker: lambda c: c.ack(req)})
+        return broker, req
 
-    def change_invisible_duration(self, msg: ReceivedMessage, duration: float) -> None:
-        """Make ``msg`` invisible for ``duration`` seconds from now (its lease ends then,
-        not before); ``msg.receipt_handle`` is replaced by the lease's new handle."""
-        self._check_open()
-        msg.receipt_handle = self._change(msg, _ms(duration, "invisible duration", 1), False)
-
-    def nack(self, msg: ReceivedMessage, delay: float = 0.0) -> None:
-        """Give ``msg`` up: it is delivered again after ``delay`` seconds (at once with 0),
-        counting one more delivery."""
-        self._check_open()
-        msg.receipt_handle = self._change(msg, _ms(delay, "nack delay", 0), True)
-
-    def _change(self, msg: ReceivedMessage, invisible_ms: int, release: bool) -> str:
-        handle = _handle_of(msg)
-        broker = decode_handle(handle).broker
+    def _change_request(
+        self, msg: Received, invisible_ms: int, release: bool
+    ) -> tuple[str, ChangeInvisibilityRequest]:
+        handle = handle_of(msg)
         req = ChangeInvisibilityRequest(
             client_id=self.client_id,
             group=self.group,
@@ -328,10 +344,9 @@ class SimpleConsumer:
             invisible_ms=invisible_ms,
             release=release,
         )
-        got = self._ctx.broker_calls({broker: lambda c: c.change_invisibility(req)})
-        return got[broker].handles[0]
+        return decode_handle(handle).broker, req
 
-    # ---------------------------------------------------------------- checks
+    # ------------------------------------------------------------- checks
     def _check_open(self) -> None:
         if self._service_state is ServiceState.SHUTDOWN_ALREADY:
             raise ClosedError(f"the simple consumer of group {self.group!r} is shut down")
@@ -342,7 +357,87 @@ class SimpleConsumer:
             raise ClientError("start() the simple consumer before receive()")
 
 
-def _handle_of(msg: Any) -> str:
+class SimpleConsumer(PopConsumerCore):
+    """A POP consumer: ``receive`` leases messages, ``ack`` settles each (module doc)."""
+
+    received_class = ReceivedMessage
+
+    def start(self) -> None:
+        """Start receiving; once only (ClientError after that)."""
+        self._start()
+
+    def shutdown(self) -> None:
+        """Stop; messages received and not settled come again when their leases end."""
+        self._shutdown()
+
+    def __enter__(self) -> SimpleConsumer:
+        if self._service_state is ServiceState.CREATE_JUST:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def receive(
+        self, max_messages: int = 32, invisible_duration: float = 30.0
+    ) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` messages, each invisible to the group's other receivers
+        for ``invisible_duration`` seconds; waits up to ``await_duration`` for the first
+        (an empty list if none came)."""
+        plan = self._receive_plan(max_messages, invisible_duration)
+        try:
+            topic, broker, req = next(plan)
+            while True:
+                try:
+                    got = self._ctx.broker_calls(
+                        {broker: lambda c, r=req: c.pop(r)},  # type: ignore[misc]
+                        CALL_TIMEOUT_S + req.wait_ms / 1000,
+                    )
+                except BrokerUnavailableError as exc:
+                    topic, broker, req = plan.throw(exc)
+                    continue
+                topic, broker, req = plan.send(got[broker])
+        except StopIteration as done:
+            received: list[ReceivedMessage] = done.value
+        for topic, _, handles in self._strays:
+            self.ack_handles(handles, topic)
+        return received
+
+    def ack(self, msg: Received) -> None:
+        """Settle ``msg``: it is not delivered again. InvalidReceiptHandleError if it is
+        not in flight any more (acknowledged already, or its lease ended)."""
+        self._check_open()
+        self.ack_handles([handle_of(msg)], msg.topic)
+
+    def ack_handle(self, receipt_handle: str, topic: str) -> None:
+        """``ack`` by receipt handle (a str that may travel to another process)."""
+        self.ack_handles([receipt_handle], topic)
+
+    def ack_handles(self, receipt_handles: list[str], topic: str) -> None:
+        """Settle several messages of one broker at once: all, or none with the reason."""
+        self._check_open()
+        broker, req = self._ack_request(topic, receipt_handles)
+        self._ctx.broker_calls({broker: lambda c: c.ack(req)})
+
+    def change_invisible_duration(self, msg: Received, duration: float) -> None:
+        """Make ``msg`` invisible for ``duration`` seconds from now (its lease ends then,
+        not before); ``msg.receipt_handle`` is replaced by the lease's new handle."""
+        self._check_open()
+        self._change(msg, duration_ms(duration, "invisible duration", 1), False)
+
+    def nack(self, msg: Received, delay: float = 0.0) -> None:
+        """Give ``msg`` up: it is delivered again after ``delay`` seconds (at once with 0),
+        counting one more delivery."""
+        self._check_open()
+        self._change(msg, duration_ms(delay, "nack delay", 0), True)
+
+    def _change(self, msg: Received, invisible_ms: int, release: bool) -> None:
+        broker, req = self._change_request(msg, invisible_ms, release)
+        got = self._ctx.broker_calls({broker: lambda c: c.change_invisibility(req)})
+        msg.receipt_handle = got[broker].handles[0]
+
+
+def handle_of(msg: object) -> str:
     handle = getattr(msg, "receipt_handle", None)
     if not isinstance(handle, str):
         raise ClientError(
@@ -352,4 +447,12 @@ def _handle_of(msg: Any) -> str:
     return handle
 
 
-__all__ = ["ReceivedMessage", "SimpleConsumer"]
+__all__ = [
+    "PopConsumerCore",
+    "Received",
+    "ReceivedMessage",
+    "SimpleConsumer",
+    "duration_ms",
+    "handle_of",
+    "received_as",
+]

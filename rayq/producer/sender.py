@@ -1,6 +1,7 @@
 """Sends batches (``Put``s) to brokers: the one retry policy and the one broker call.
 
-Every produce path ends here: ``send`` (sync, idempotent, ordered), ``pipeline``
+Every produce path ends here: ``send`` (sync, idempotent, ordered), ``send_awaited``
+(rayq.aio's producer), ``pipeline``
 (Arrow writes: several puts in flight to one queue) and the ``send_async`` thread
 (produce_async.py), which calls ``launch`` and ``after_failure`` itself.
 
@@ -23,6 +24,7 @@ for the async thread. It goes through the client transport (rayq/transport/base.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -89,6 +91,14 @@ class PutCall:
         """``fn()`` once the answer is in (on another thread)."""
         self._reply.add_done_callback(lambda _: fn())
 
+    async def wait(self, timeout_s: float) -> BatchSendResult:
+        """``result`` for asyncio: awaits the transport's reply (no thread waits)."""
+        try:
+            return await asyncio.wait_for(self._reply.wait(), timeout_s)
+        except TimeoutError:
+            self._reply.cancel()
+            raise BrokerUnavailableError(f"a put got no answer in {timeout_s} s") from None
+
 
 class _FailedCall:
     """A put that could not start (no handle, bad batch): fails when waited on."""
@@ -99,6 +109,9 @@ class _FailedCall:
         self._error = error
 
     def result(self, timeout_s: float | None) -> BatchSendResult:
+        raise self._error
+
+    async def wait(self, timeout_s: float) -> BatchSendResult:
         raise self._error
 
     def add_done_callback(self, fn: Callable[[], None]) -> None:
@@ -229,6 +242,22 @@ class Sender:
         for _, res in self.pipeline((put,), 1):
             return res
         raise AssertionError("unreachable")
+
+    async def send_awaited(self, put: Put) -> BatchSendResult:
+        """``send`` for asyncio (rayq.aio): the same attempts, retry policy and broker
+        call, with the answers and the backoffs awaited."""
+        while True:
+            self.launch(put)
+            try:
+                res = await put.call.wait(self.policy.timeout_s)
+            except RayqError as exc:
+                final = self.after_failure(put, exc)
+                if final is not None:
+                    raise final from None
+                await asyncio.sleep(max(0.0, put.not_before - time.monotonic()))
+                continue
+            self.succeeded(put)
+            return res
 
     def pipeline(self, puts: Iterable[Put], depth: int) -> Iterator[tuple[Put, BatchSendResult]]:
         """Send ``puts`` in order with up to ``depth`` in flight; yields each with its

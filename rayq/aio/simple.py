@@ -1,0 +1,126 @@
+"""``rayq.aio.SimpleConsumer``: POP consumption from asyncio code, over the sync
+consumer's receive plan and requests (rayq/consumer/simple.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from rayq.consumer.simple import (
+    PopConsumerCore,
+    Received,
+    duration_ms,
+    handle_of,
+)
+from rayq.service_state import ServiceState
+from rayq.store.errors import BrokerUnavailableError
+from rayq.transport.context import CALL_TIMEOUT_S
+
+
+class ReceivedMessage(Received):
+    """What ``rayq.aio.SimpleConsumer`` receives: ``await msg.ack()``, ``await
+    msg.nack()``, ``await msg.change_invisible_duration(seconds)``."""
+
+    __slots__ = ()
+
+    async def ack(self) -> None:
+        await self._settler().ack(self)
+
+    async def nack(self, delay: float = 0.0) -> None:
+        await self._settler().nack(self, delay)
+
+    async def change_invisible_duration(self, duration: float) -> None:
+        await self._settler().change_invisible_duration(self, duration)
+
+
+class SimpleConsumer(PopConsumerCore):
+    """A POP consumer for asyncio (``rayq.SimpleConsumer``'s options and semantics)::
+
+        consumer = rayq.aio.SimpleConsumer(group="workers")
+        consumer.subscribe("jobs")
+        await consumer.start()
+        async for msg in consumer:          # receive(32, invisible_duration) in a loop
+            await handle(msg)
+            await msg.ack()
+
+    ``subscribe`` looks the topic up (a control-plane call) before the loop starts.
+    """
+
+    received_class = ReceivedMessage
+
+    def __init__(self, group: str, *, invisible_duration: float = 30.0, **options: object) -> None:
+        super().__init__(group, **options)  # type: ignore[arg-type]
+        duration_ms(invisible_duration, "invisible_duration", 1)
+        self.invisible_duration = invisible_duration
+
+    async def start(self) -> None:
+        self._start()
+
+    async def shutdown(self) -> None:
+        """Stop; an ``async for`` over the consumer ends. Messages not settled come
+        again when their leases end."""
+        self._shutdown()
+
+    async def __aenter__(self) -> SimpleConsumer:
+        if self._service_state is ServiceState.CREATE_JUST:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    async def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
+        while self._service_state is ServiceState.RUNNING:
+            for msg in await self.receive(32, self.invisible_duration):
+                yield msg
+
+    async def receive(
+        self, max_messages: int = 32, invisible_duration: float = 30.0
+    ) -> list[ReceivedMessage]:
+        """``rayq.SimpleConsumer.receive``, awaited: the same calls in the same order."""
+        plan = self._receive_plan(max_messages, invisible_duration)
+        try:
+            topic, broker, req = next(plan)
+            while True:
+                try:
+                    got = await self._ctx.broker_calls_async(
+                        {broker: lambda c, r=req: c.pop(r)},  # type: ignore[misc]
+                        CALL_TIMEOUT_S + req.wait_ms / 1000,
+                    )
+                except BrokerUnavailableError as exc:
+                    topic, broker, req = plan.throw(exc)
+                    continue
+                topic, broker, req = plan.send(got[broker])
+        except StopIteration as done:
+            received: list[ReceivedMessage] = done.value
+        for topic, _, handles in self._strays:
+            await self.ack_handles(handles, topic)
+        return received
+
+    async def ack(self, msg: Received) -> None:
+        """Settle ``msg`` (InvalidReceiptHandleError if it is not in flight any more)."""
+        self._check_open()
+        await self.ack_handles([handle_of(msg)], msg.topic)
+
+    async def ack_handles(self, receipt_handles: list[str], topic: str) -> None:
+        """Settle several messages of one broker at once: all, or none with the reason."""
+        self._check_open()
+        broker, req = self._ack_request(topic, receipt_handles)
+        await self._ctx.broker_calls_async({broker: lambda c: c.ack(req)})
+
+    async def change_invisible_duration(self, msg: Received, duration: float) -> None:
+        """Make ``msg`` invisible for ``duration`` seconds from now, under a new handle."""
+        self._check_open()
+        await self._change(msg, duration_ms(duration, "invisible duration", 1), False)
+
+    async def nack(self, msg: Received, delay: float = 0.0) -> None:
+        """Give ``msg`` up: delivered again after ``delay`` seconds (at once with 0)."""
+        self._check_open()
+        await self._change(msg, duration_ms(delay, "nack delay", 0), True)
+
+    async def _change(self, msg: Received, invisible_ms: int, release: bool) -> None:
+        broker, req = self._change_request(msg, invisible_ms, release)
+        got = await self._ctx.broker_calls_async({broker: lambda c: c.change_invisibility(req)})
+        msg.receipt_handle = got[broker].handles[0]
+
+
+__all__ = ["ReceivedMessage", "SimpleConsumer"]

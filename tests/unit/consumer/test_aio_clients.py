@@ -1,0 +1,141 @@
+"""``rayq.aio``: the asyncio Producer and SimpleConsumer against the fake cluster (no
+Ray): sends awaited, ``async for`` with ``await msg.ack()``, the same checks and
+retries as the sync clients, and no thread waiting per call."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import rayq
+import rayq.aio
+from rayq.store.errors import (
+    BrokerUnavailableError,
+    ClientError,
+    ClosedError,
+    InvalidMessageError,
+    InvalidReceiptHandleError,
+)
+from rayq.testing import FakeCluster, FakeTransport
+
+TOPIC = "jobs"
+
+
+@pytest.fixture
+def cluster_options() -> dict[str, Any]:
+    return {"under": "brokers", "topics": {TOPIC: 2}}
+
+
+def test_sends_are_awaited_and_land_like_the_sync_producers(cluster: FakeCluster) -> None:
+    async def main() -> list[rayq.SendResult]:
+        async with rayq.aio.Producer("pg", transport=FakeTransport(cluster)) as producer:
+            one = await producer.send(rayq.Message(TOPIC, b"a", tags="T", keys=["k"]))
+            many = await producer.send_batch([rayq.Message(TOPIC, b"b"), rayq.Message(TOPIC, b"c")])
+            gathered = await asyncio.gather(
+                *(producer.send(rayq.Message(TOPIC, f"g{i}".encode())) for i in range(20))
+            )
+            return [one, *many, *gathered]
+
+    results = asyncio.run(main())
+    assert len(results) == 23 and {r.status for r in results} == {rayq.SendStatus.SEND_OK}
+    assert len({r.msg_id for r in results}) == 23
+    c = rayq.SimpleConsumer("check", transport=FakeTransport(cluster), await_duration=0)
+    c.subscribe(TOPIC)
+    c.start()
+    bodies: list[bytes] = []
+    while got := c.receive():
+        bodies += [m.body for m in got]
+    assert sorted(bodies) == sorted([b"a", b"b", b"c", *(f"g{i}".encode() for i in range(20))])
+
+
+def test_bad_messages_and_closed_producers_raise_as_in_the_sync_api(cluster: FakeCluster) -> None:
+    async def main() -> None:
+        producer = rayq.aio.Producer("pg", transport=FakeTransport(cluster))
+        with pytest.raises(InvalidMessageError):
+            await producer.send(rayq.Message(TOPIC, b""))
+        await producer.shutdown()
+        with pytest.raises(ClosedError):
+            await producer.send(rayq.Message(TOPIC, b"x"))
+
+    asyncio.run(main())
+
+
+def test_a_failed_attempt_is_retried_by_the_shared_policy(cluster: FakeCluster) -> None:
+    cluster.fail_next("broker-a", "put", BrokerUnavailableError, times=1)
+
+    async def main() -> rayq.SendResult:
+        async with rayq.aio.Producer("pg", transport=FakeTransport(cluster)) as producer:
+            return await producer.send(rayq.Message(TOPIC, b"x"))
+
+    assert asyncio.run(main()).status is rayq.SendStatus.SEND_OK
+    assert cluster.calls_of("put").count("broker-a") == 2
+
+
+def test_async_for_with_await_ack_consumes_each_message_once(cluster: FakeCluster) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
+        for i in range(10):
+            producer.send(rayq.Message(TOPIC, f"m{i}".encode()))
+    threads = threading.active_count()
+
+    async def main() -> list[bytes]:
+        consumer = rayq.aio.SimpleConsumer(
+            "workers", transport=FakeTransport(cluster), await_duration=0.2
+        )
+        consumer.subscribe(TOPIC)
+        await consumer.start()
+        seen: list[bytes] = []
+        async for msg in consumer:
+            assert isinstance(msg, rayq.aio.ReceivedMessage) and msg.delivery_count == 1
+            seen.append(msg.body)
+            await msg.ack()
+            if len(seen) == 10:
+                await consumer.shutdown()
+        return seen
+
+    assert sorted(asyncio.run(main())) == sorted(f"m{i}".encode() for i in range(10))
+    assert threading.active_count() <= threads + 1  # no thread per call
+
+
+def test_async_nack_and_lease_change_and_stale_acks(cluster: FakeCluster) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
+        producer.send(rayq.Message(TOPIC, b"x"))
+
+    async def main() -> None:
+        async with rayq.aio.SimpleConsumer(
+            "workers", transport=FakeTransport(cluster), await_duration=0
+        ) as consumer:
+            with pytest.raises(ClientError, match="subscribe"):
+                await consumer.receive()
+            consumer.subscribe(TOPIC)
+            (m,) = await consumer.receive(invisible_duration=5)
+            old = m.receipt_handle
+            await m.change_invisible_duration(10)
+            assert m.receipt_handle != old
+            await m.nack()
+            with pytest.raises(InvalidReceiptHandleError):
+                await m.ack()  # released: not in flight any more
+            cluster.pop_revive_tick()
+            (again,) = await consumer.receive()
+            assert again.body == b"x" and again.delivery_count == 2
+            await again.ack()
+
+    asyncio.run(main())
+
+
+def test_a_sync_received_message_settles_itself(cluster: FakeCluster) -> None:
+    import pickle
+
+    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
+        producer.send(rayq.Message(TOPIC, b"x"))
+    c = rayq.SimpleConsumer("workers", transport=FakeTransport(cluster), await_duration=0)
+    c.subscribe(TOPIC)
+    c.start()
+    (m,) = c.receive()
+    copy = pickle.loads(pickle.dumps(m))
+    with pytest.raises(ClientError, match="copied from another process"):
+        copy.ack()
+    m.ack()
+    assert c.receive() == []
