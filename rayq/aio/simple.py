@@ -3,16 +3,19 @@ consumer's receive plan and requests (rayq/consumer/simple.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
 
 from rayq.consumer.simple import (
     PopConsumerCore,
     Received,
+    check_max_messages,
     duration_ms,
     handle_of,
 )
 from rayq.service_state import ServiceState
-from rayq.store.errors import BrokerUnavailableError
+from rayq.store.errors import BrokerUnavailableError, RayqError
 from rayq.transport.context import CALL_TIMEOUT_S
 
 
@@ -51,13 +54,20 @@ class SimpleConsumer(PopConsumerCore):
         super().__init__(group, **options)  # type: ignore[arg-type]
         duration_ms(invisible_duration, "invisible_duration", 1)
         self.invisible_duration = invisible_duration
+        self._buffer: deque[ReceivedMessage] = deque()  # received for ``async for``
 
     async def start(self) -> None:
         self._start()
 
     async def shutdown(self) -> None:
-        """Stop; an ``async for`` over the consumer ends. Messages not settled come
-        again when their leases end."""
+        """Stop; an ``async for`` over the consumer ends. Messages it received and did
+        not hand out yet are released (delivered again at once, to any consumer);
+        those handed out and not settled come again when their leases end."""
+        if self._service_state is ServiceState.RUNNING:
+            left, self._buffer = list(self._buffer), deque()
+            for msg in left:
+                with contextlib.suppress(RayqError):
+                    await self.nack(msg)
         self._shutdown()
 
     async def __aenter__(self) -> SimpleConsumer:
@@ -68,15 +78,32 @@ class SimpleConsumer(PopConsumerCore):
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    async def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
-        while self._service_state is ServiceState.RUNNING:
-            for msg in await self.receive(32, self.invisible_duration):
-                yield msg
+    def __aiter__(self) -> AsyncIterator[ReceivedMessage]:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        """The next message: from the last receive of 32 (leased for the consumer's
+        ``invisible_duration``), else a new receive; ends once the consumer is shut down.
+        Leaving the loop keeps the rest for the next ``async for`` or ``receive``."""
+        while not self._buffer:
+            if self._service_state is not ServiceState.RUNNING:
+                raise StopAsyncIteration
+            self._buffer.extend(await self._receive(32, self.invisible_duration))
+        return self._buffer.popleft()
 
     async def receive(
         self, max_messages: int = 32, invisible_duration: float = 30.0
     ) -> list[ReceivedMessage]:
-        """``rayq.SimpleConsumer.receive``, awaited: the same calls in the same order."""
+        """``rayq.SimpleConsumer.receive``, awaited: the same calls in the same order.
+        Messages an ``async for`` left received and not handed out come first (their
+        leases as they were taken)."""
+        if self._buffer:
+            self._check_running()
+            check_max_messages(max_messages)
+            return [self._buffer.popleft() for _ in range(min(max_messages, len(self._buffer)))]
+        return await self._receive(max_messages, invisible_duration)
+
+    async def _receive(self, max_messages: int, invisible_duration: float) -> list[ReceivedMessage]:
         plan = self._receive_plan(max_messages, invisible_duration)
         try:
             topic, broker, req = next(plan)
@@ -106,6 +133,14 @@ class SimpleConsumer(PopConsumerCore):
         self._check_open()
         broker, req = self._ack_request(topic, receipt_handles)
         await self._ctx.broker_calls_async({broker: lambda c: c.ack(req)})
+
+    async def ack_many(self, msgs: Iterable[Received]) -> None:
+        """Settle many messages with one call per broker (per broker: all or none)."""
+        self._check_open()
+        requests = self._ack_many_requests(msgs)
+        if requests:
+            calls = {k: lambda c, r=r: c.ack(r) for k, r in requests.items()}
+            await self._ctx.broker_calls_async(calls)
 
     async def change_invisible_duration(self, msg: Received, duration: float) -> None:
         """Make ``msg`` invisible for ``duration`` seconds from now, under a new handle."""

@@ -31,12 +31,13 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Any, TypeVar
 
 from rayq.actors.protocol import ConsumeFromWhere
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.protocol.pop import (
+    ACK_MAX_HANDLES,
     INVISIBLE_MAX_MS,
     POP_MAX_MESSAGES,
     POP_WAIT_MAX_MS,
@@ -135,6 +136,20 @@ def received_as(cls: type[R], msg: MessageExt, handle: str, consumer: object) ->
     if origin:  # a redelivery, read from %RETRY%<group>: shown as the topic it was sent to
         out.topic = origin
     return out
+
+
+def check_max_messages(max_messages: object) -> None:
+    """InvalidRequestError unless ``max_messages`` is an int in 1..POP_MAX_MESSAGES."""
+    if (
+        isinstance(max_messages, bool)
+        or not isinstance(max_messages, int)
+        or not 1 <= max_messages <= POP_MAX_MESSAGES
+    ):
+        raise InvalidRequestError(
+            f"max_messages must be an int in 1..{POP_MAX_MESSAGES}, got {max_messages!r}",
+            value=repr(max_messages),
+            limit=POP_MAX_MESSAGES,
+        )
 
 
 def duration_ms(seconds: object, what: str, least: int) -> int:
@@ -244,16 +259,7 @@ class PopConsumerCore:
         none had any, a wait of up to ``await_duration`` on the first. A call that
         failed is thrown in as its BrokerUnavailableError (logged, the next is asked)."""
         self._check_running()
-        if (
-            isinstance(max_messages, bool)
-            or not isinstance(max_messages, int)
-            or not 1 <= max_messages <= POP_MAX_MESSAGES
-        ):
-            raise InvalidRequestError(
-                f"max_messages must be an int in 1..{POP_MAX_MESSAGES}, got {max_messages!r}",
-                value=repr(max_messages),
-                limit=POP_MAX_MESSAGES,
-            )
+        check_max_messages(max_messages)
         invisible_ms = duration_ms(invisible_duration, "invisible_duration", 1)
         self._strays = []
         if not self._subscriptions:
@@ -331,6 +337,20 @@ class PopConsumerCore:
         broker = decode_handle(handles[0]).broker
         req = AckRequest(client_id=self.client_id, group=self.group, topic=topic, handles=handles)
         return broker, req
+
+    def _ack_many_requests(self, msgs: Iterable[Received]) -> dict[tuple[str, str], AckRequest]:
+        """One ack request per (broker, topic) for ``msgs``, in chunks of at most
+        ``ACK_MAX_HANDLES``; keyed by (broker, chunk's first handle)."""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for m in msgs:
+            handle = handle_of(m)
+            groups.setdefault((decode_handle(handle).broker, m.topic), []).append(handle)
+        out = {}
+        for (broker, topic), handles in groups.items():
+            for at in range(0, len(handles), ACK_MAX_HANDLES):
+                chunk = handles[at : at + ACK_MAX_HANDLES]
+                out[(broker, chunk[0])] = self._ack_request(topic, chunk)[1]
+        return out
 
     def _change_request(
         self, msg: Received, invisible_ms: int, release: bool
@@ -419,6 +439,14 @@ class SimpleConsumer(PopConsumerCore):
         broker, req = self._ack_request(topic, receipt_handles)
         self._ctx.broker_calls({broker: lambda c: c.ack(req)})
 
+    def ack_many(self, msgs: Iterable[Received]) -> None:
+        """Settle many messages with one call per broker (each still acked on its own:
+        per broker, all or none with the reason)."""
+        self._check_open()
+        requests = self._ack_many_requests(msgs)
+        if requests:
+            self._ctx.broker_calls({k: lambda c, r=r: c.ack(r) for k, r in requests.items()})  # type: ignore[misc]
+
     def change_invisible_duration(self, msg: Received, duration: float) -> None:
         """Make ``msg`` invisible for ``duration`` seconds from now (its lease ends then,
         not before); ``msg.receipt_handle`` is replaced by the lease's new handle."""
@@ -452,6 +480,7 @@ __all__ = [
     "Received",
     "ReceivedMessage",
     "SimpleConsumer",
+    "check_max_messages",
     "duration_ms",
     "handle_of",
     "received_as",

@@ -91,9 +91,12 @@ def test_async_for_with_await_ack_consumes_each_message_once(cluster: FakeCluste
             assert isinstance(msg, rayq.aio.ReceivedMessage) and msg.delivery_count == 1
             seen.append(msg.body)
             await msg.ack()
-            if len(seen) == 10:
-                await consumer.shutdown()
-        return seen
+            if len(seen) == 6:
+                break
+        rest = await consumer.receive(max_messages=10)
+        await consumer.ack_many(rest)
+        await consumer.shutdown()
+        return seen + [m.body for m in rest]
 
     assert sorted(asyncio.run(main())) == sorted(f"m{i}".encode() for i in range(10))
     assert threading.active_count() <= threads + 1  # no thread per call
@@ -139,3 +142,30 @@ def test_a_sync_received_message_settles_itself(cluster: FakeCluster) -> None:
         copy.ack()
     m.ack()
     assert c.receive() == []
+
+
+def test_shutdown_releases_what_async_for_received_and_did_not_hand_out(
+    cluster: FakeCluster,
+) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
+        for i in range(5):
+            producer.send(rayq.Message(TOPIC, f"m{i}".encode()))
+
+    async def main() -> bytes:
+        consumer = rayq.aio.SimpleConsumer("workers", transport=FakeTransport(cluster))
+        consumer.subscribe(TOPIC)
+        await consumer.start()
+        async for msg in consumer:  # takes all 5, hands out one
+            await msg.ack()
+            break
+        await consumer.shutdown()  # the 4 others are released, not left to their leases
+        return msg.body
+
+    first = asyncio.run(main())
+    cluster.pop_revive_tick()
+    other = rayq.SimpleConsumer("workers", transport=FakeTransport(cluster), await_duration=0)
+    other.subscribe(TOPIC)
+    other.start()
+    rest = other.receive()
+    assert sorted([first] + [m.body for m in rest]) == [f"m{i}".encode() for i in range(5)]
+    assert {m.delivery_count for m in rest} == {2}

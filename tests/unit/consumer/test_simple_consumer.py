@@ -211,3 +211,16 @@ def test_leases_survive_a_broker_restart(cluster: FakeCluster) -> None:
     c.nack(got[2])
     cluster.pop_revive_tick()
     assert [m.body for m in c.receive()] == [got[2].body]
+
+
+def test_ack_many_settles_a_whole_receive_with_one_call_per_broker(cluster: FakeCluster) -> None:
+    send(cluster, 40)
+    c = consumer(cluster)
+    got = c.receive(max_messages=40)
+    before = len(cluster.calls_of("ack"))
+    c.ack_many(got)
+    assert len(cluster.calls_of("ack")) == before + 1
+    assert c.receive() == []
+    with pytest.raises(InvalidReceiptHandleError, match="not in flight"):
+        c.ack_many(got[:1])
+    c.ack_many([])  # nothing to settle: no call
