@@ -262,10 +262,20 @@ def check_encoded(
     return np.asarray(starts, dtype=np.int64), np.asarray(crcs, dtype=np.uint32)
 
 
+_SIZE_ONE: Final = struct.Struct("<i")
+_START_ZERO: Final = np.zeros(1, dtype=np.int64)
+_START_ZERO.flags.writeable = False
+
+
 def own_layout(batch: EncodedBatch) -> tuple[np.ndarray, np.ndarray]:
     """(record start offsets, producer CRCs) of a batch the broker encoded itself, read
     from its columns and the CRC fields (numpy; no per-record check): what
     ``check_encoded`` returns for a producer's batch after checking every record."""
+    if batch.count == 1:  # the broker's own single records (the POP log): no numpy
+        if batch.sizes != _SIZE_ONE.pack(len(batch.records)):
+            raise BatchRejected("batch sizes do not add up to its records")
+        (crc,) = _CRC.unpack_from(batch.records, codec.CRC_OFFSET)
+        return _START_ZERO, np.array((crc,), dtype=np.uint32)
     sizes = np.frombuffer(batch.sizes, dtype="<i4").astype(np.int64)
     if batch.count < 1 or len(sizes) != batch.count or int(sizes.sum()) != len(batch.records):
         raise BatchRejected("batch sizes do not add up to its records")

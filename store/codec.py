@@ -270,7 +270,11 @@ def decode_record(
 
 
 def decode_records(
-    buffer: bytes, *, broker_name: str = "", decompress: bool = True
+    buffer: bytes,
+    *,
+    broker_name: str = "",
+    decompress: bool = True,
+    cls: type[MessageExt] | None = None,
 ) -> list[MessageExt]:
     """Decode records laid back to back (a GetResult buffer); framing is trusted.
 
@@ -278,7 +282,7 @@ def decode_records(
     if COMPRESSED_FLAG is set and ``decompress``), the topic from a cache, and a
     MessageExt that keeps its properties and hosts raw until first used
     (``lazy_message_ext``): a consumer that reads only the header fields, topic,
-    tags and body never decodes them."""
+    tags and body never decodes them. ``cls``: a subclass of MessageExt to make instead."""
     data = bytes(buffer) if not isinstance(buffer, bytes) else buffer
     out: list[MessageExt] = []
     append = out.append
@@ -332,6 +336,7 @@ def decode_records(
                 crc,
                 prepared,
                 broker_name,
+                cls,
             )
         )
         pos = record_end

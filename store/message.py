@@ -287,10 +287,12 @@ def lazy_message_ext(
     body_crc: int,
     prepared_transaction_offset: int,
     broker_name: str,
+    cls: type[MessageExt] | None = None,
 ) -> MessageExt:
     """The MessageExt of a decoded record, its costly fields left raw (see MessageExt).
-    ``tags`` is found now: every consumer's exact tag check reads it."""
-    m = _new(MessageExt)
+    ``tags`` is found now: every consumer's exact tag check reads it. ``cls``: a
+    subclass of MessageExt to make instead (a POP consumer's received message)."""
+    m = _new(cls or MessageExt)
     m.topic = topic
     m.body = body
     m.tags = P.find_tags(raw_properties)

@@ -43,8 +43,8 @@ from rayq.actors.server.pop_state import (
     PopLogEntry,
     PopState,
     QueueKey,
-    decode_entry,
-    encode_entry,
+    decode_entries,
+    encode_entries,
     group_by_queue,
 )
 from rayq.actors.server.processor_base import ProcessorBase, check_not_system
@@ -53,6 +53,7 @@ from rayq.actors.server.send_processor import raise_for_put
 from rayq.actors.server.table_files import is_readable
 from rayq.store import codec
 from rayq.store import properties as P
+from rayq.store.batch import encode_batch
 from rayq.store.errors import (
     InvalidReceiptHandleError,
     PermissionDeniedError,
@@ -105,24 +106,30 @@ class PopProcessor(ProcessorBase):
         self._pop_turns[req.group] = turn + 1
         parts: list[bytes] = []
         handles: list[str] = []
+        entries: list[PopLogEntry] = []
         now = self.store.clock.now_ms()
         deadline = now + req.invisible_ms
+        lease = int.from_bytes(os.urandom(8), "big") >> 1  # this receive's, for its handles
         with self.pop_state.lock:
             for i in range(len(queues)):
                 left = req.max_nums - len(handles)
                 if left <= 0:
                     break
                 topic, queue_id = queues[(turn + i) % len(queues)]
-                got = self._take(req, topic, queue_id, left, deadline)
+                got = self._take(req, topic, queue_id, left, deadline, lease)
                 if got is not None:
                     parts.append(got[0])
                     handles += got[1]
+                    entries.append(got[2])
+            if entries:
+                self._log(entries)  # one record for the whole receive, before the answer
         return PopResponse(buffer=b"".join(parts), count=len(handles), handles=handles)
 
     def _take(
-        self, req: PopRequest, topic: str, queue_id: int, most: int, deadline: int
-    ) -> tuple[bytes, list[str]] | None:
-        """Read one queue from its cursor and lease what it found (logged first)."""
+        self, req: PopRequest, topic: str, queue_id: int, most: int, deadline: int, lease: int
+    ) -> tuple[bytes, list[str], PopLogEntry] | None:
+        """Read one queue from its cursor: the records, their handles and the entry that
+        leases them (for the caller to log)."""
         key = (req.group, topic, queue_id)
         cursor = self._cursor(key, req.consume_from)
         read = PullRequest(
@@ -142,7 +149,7 @@ class PopProcessor(ProcessorBase):
                 self._commit_floor(key)
             return None
         positions = list(_positions(resp.buffer))
-        leases = [int.from_bytes(os.urandom(8), "big") >> 1 for _ in positions]
+        leases = [lease] * len(positions)
         entry = PopLogEntry(
             kind="take",
             group=req.group,
@@ -154,12 +161,11 @@ class PopProcessor(ProcessorBase):
             deadline_ms=deadline,
             cursor=resp.next_offset,
         )
-        self._log(entry)
         handles = [
             encode_handle(ReceiptHandle(req.group, self.name, topic, queue_id, o, lease, deadline))
-            for (o, _), lease in zip(positions, leases, strict=True)
+            for o, _ in positions
         ]
-        return resp.buffer, handles
+        return resp.buffer, handles, entry
 
     def _cursor(self, key: QueueKey, consume_from: ConsumeFromWhere) -> int:
         """The queue's cursor: kept, else the group's committed offset, else its start."""
@@ -184,9 +190,13 @@ class PopProcessor(ProcessorBase):
         self._check_master("takes no POP acks")
         with self.pop_state.lock:
             held = self._held(req.group, req.handles)
-            for key, items in group_by_queue(held):
-                self._log(PopLogEntry("ack", *key, offsets=[o for o, _ in items]))
-                self._commit_floor(key)
+            acked = [
+                PopLogEntry("ack", *key, offsets=[o for o, _ in items])
+                for key, items in group_by_queue(held)
+            ]
+            self._log(acked)
+            for entry in acked:
+                self._commit_floor(entry.key)
         return Done()
 
     def change_invisibility(self, req: ChangeInvisibilityRequest) -> ChangeInvisibilityReply:
@@ -202,16 +212,20 @@ class PopProcessor(ProcessorBase):
         deadline = now + req.invisible_ms
         with self.pop_state.lock:
             held = self._held(req.group, req.handles)
-            fresh: dict[tuple[QueueKey, int], int] = {}
-            for key, items in group_by_queue(held):
-                offsets = [o for o, _ in items]
-                leases = [int.from_bytes(os.urandom(8), "big") >> 1 for _ in offsets]
-                fresh.update(((key, o), lease) for o, lease in zip(offsets, leases, strict=True))
-                self._log(PopLogEntry("lease", *key, offsets, leases=leases, deadline_ms=deadline))
+            lease = int.from_bytes(os.urandom(8), "big") >> 1
+            moved = [
+                PopLogEntry(
+                    "lease",
+                    *key,
+                    offsets=[o for o, _ in items],
+                    leases=[lease] * len(items),
+                    deadline_ms=deadline,
+                )
+                for key, items in group_by_queue(held)
+            ]
+            self._log(moved)
         handles = [
-            encode_handle(
-                ReceiptHandle(key[0], self.name, key[1], key[2], o, fresh[(key, o)], deadline)
-            )
+            encode_handle(ReceiptHandle(key[0], self.name, key[1], key[2], o, lease, deadline))
             for key, o, _ in held
         ]
         return ChangeInvisibilityReply(handles=handles)
@@ -299,20 +313,26 @@ class PopProcessor(ProcessorBase):
                 )
                 return woken
             woken.update((m.topic, m.queue_id) for m in copies)
-        self._log(PopLogEntry("revive", *key, offsets=[o for o, _ in items]))
+        self._log([PopLogEntry("revive", *key, offsets=[o for o, _ in items])])
         self._commit_floor(key)
         return woken
 
     # -------------------------------------------------------------- log
-    def _log(self, entry: PopLogEntry) -> None:
-        """Append ``entry`` to the pop log, then apply it (nothing applies if it fails)."""
-        record = InnerMessage(
-            topic=POP_LOG_TOPIC, queue_id=0, body=encode_entry(entry), tags=entry.kind
+    def _log(self, entries: list[PopLogEntry]) -> None:
+        """Append ``entries`` to the pop log as one record, then apply them (nothing
+        applies if the append fails)."""
+        record = InnerMessage(topic=POP_LOG_TOPIC, queue_id=0, body=encode_entries(entries))
+        config = self.store.config
+        batch = encode_batch(
+            [record],
+            max_body_bytes=config.max_message_size_bytes,
+            max_properties_bytes=config.max_properties_size_bytes,
         )
         with self.writing:
-            result = self.store.put_messages([record])
+            result = self.store.put_encoded(batch, own=True)
         raise_for_put(result)
-        self.pop_state.apply(entry)
+        for entry in entries:
+            self.pop_state.apply(entry)
 
     def _commit_floor(self, key: QueueKey) -> None:
         floor = self.pop_state.floor(key)
@@ -332,19 +352,19 @@ class PopProcessor(ProcessorBase):
                 continue
             for msg in codec.decode_records(got.buffer):
                 try:
-                    entry = decode_entry(msg.body)
+                    entries = decode_entries(msg.body)
                 except msgspec.DecodeError:
                     logger.warning(
                         "broker %s: a POP log record it cannot read was skipped", self.name
                     )
                     continue
-                committed = self.tables.consumer_offsets.query(
-                    entry.group, entry.topic, entry.queue_id
-                )
-                if entry.kind == "take" and committed > max(entry.offsets, default=-1):
-                    continue  # settled before the committed offset was written
-                self.pop_state.apply(entry)
-                n += 1
+                for entry in entries:
+                    offsets = self.tables.consumer_offsets
+                    committed = offsets.query(entry.group, entry.topic, entry.queue_id)
+                    if entry.kind == "take" and committed > max(entry.offsets, default=-1):
+                        continue  # settled before the committed offset was written
+                    self.pop_state.apply(entry)
+                    n += 1
             offset = got.next_begin_offset
         logger.info(
             "broker %s: POP state replayed from %d log entries: %d messages in flight",

@@ -14,7 +14,8 @@ On disk: the pop log
 Every change is an entry appended to the broker's own topic ``rmq_sys_POP_LOG`` (one
 queue) in the commit log, so it is flushed and replicated with the messages it is about
 (RocketMQ 5 writes its pop check points and acks into the commit log for the same
-reason). A record's body is one ``PopLogEntry``, a msgpack array:
+reason). A record's body is a msgpack array of the ``PopLogEntry`` of one request
+(a receive, an ack, a lease change) or one revive; each entry a msgpack array:
 
     kind        "take" (messages leased; ``cursor`` is the queue's cursor after it),
                 "ack" (settled), "lease" (leases moved: new ids and end),
@@ -66,8 +67,8 @@ class PopLogEntry(msgspec.Struct, frozen=True, array_like=True):
         return (self.group, self.topic, self.queue_id)
 
 
-encode_entry = msgspec.msgpack.Encoder().encode
-decode_entry = msgspec.msgpack.Decoder(PopLogEntry).decode
+encode_entries = msgspec.msgpack.Encoder().encode
+decode_entries = msgspec.msgpack.Decoder(list[PopLogEntry]).decode
 
 
 @dataclass(slots=True)
@@ -160,7 +161,7 @@ __all__ = [
     "PopLogEntry",
     "PopState",
     "QueueKey",
-    "decode_entry",
-    "encode_entry",
+    "decode_entries",
+    "encode_entries",
     "group_by_queue",
 ]

@@ -32,7 +32,7 @@ import itertools
 import logging
 import math
 from collections.abc import Generator, Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rayq.actors.protocol import ConsumeFromWhere
 from rayq.actors.protocol.config import ClientConfig
@@ -59,7 +59,7 @@ from rayq.store.errors import (
 )
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
-from rayq.store.names import validate_group, validate_topic
+from rayq.store.names import RETRY_GROUP_TOPIC_PREFIX, validate_group, validate_topic
 from rayq.store.sql92 import SqlFilter
 from rayq.transport.base import Transport
 from rayq.transport.context import CALL_TIMEOUT_S, ClientContext
@@ -115,27 +115,22 @@ def _rebuild_received(
     return msg
 
 
-_SLOTS = tuple(MessageExt.__slots__)
 R = TypeVar("R", bound=Received)
 
 
-def received_as(cls: type[R], msg: MessageExt, handle: str, consumer: object) -> R:
-    """``msg`` as a ``cls`` leased under ``handle`` (the retry topic shown as the topic
-    the message was sent to)."""
-    out = cls.__new__(cls)
-    for name in _SLOTS:
-        try:
-            value = object.__getattribute__(msg, name)
-        except AttributeError:
-            continue
-        object.__setattr__(out, name, value)
-    out.receipt_handle = handle
-    out.delivery_count = msg.reconsume_times + 1
-    out._consumer = consumer
-    origin = out.properties.get(P.RETRY_TOPIC)
-    if origin:  # a redelivery, read from %RETRY%<group>: shown as the topic it was sent to
-        out.topic = origin
-    return out
+def received_as(
+    cls: type[R], buffer: bytes, broker: str, handles: list[str], consumer: object
+) -> list[R]:
+    """The records of a pop's ``buffer`` as ``cls``, leased under ``handles`` (a
+    redelivery from the retry topic shown as the topic the message was sent to)."""
+    msgs = cast(list[R], decode_records(buffer, broker_name=broker, cls=cls))
+    for msg, handle in zip(msgs, handles, strict=True):
+        msg.receipt_handle = handle
+        msg.delivery_count = msg.reconsume_times + 1
+        msg._consumer = consumer
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            msg.topic = msg.properties.get(P.RETRY_TOPIC) or msg.topic
+    return msgs
 
 
 def check_max_messages(max_messages: object) -> None:
@@ -321,9 +316,7 @@ class PopConsumerCore:
         for the shell to ack once the receive is over."""
         if not resp.count:
             return []
-        msgs = decode_records(resp.buffer, broker_name=broker)
-        cls = self.received_class
-        got = [received_as(cls, m, h, self) for m, h in zip(msgs, resp.handles, strict=True)]
+        got = received_as(self.received_class, resp.buffer, broker, resp.handles, self)
         f = self._subscriptions[topic]
         if f.tags is None:
             return got
@@ -342,9 +335,8 @@ class PopConsumerCore:
         """One ack request per (broker, topic) for ``msgs``, in chunks of at most
         ``ACK_MAX_HANDLES``; keyed by (broker, chunk's first handle)."""
         groups: dict[tuple[str, str], list[str]] = {}
-        for m in msgs:
-            handle = handle_of(m)
-            groups.setdefault((decode_handle(handle).broker, m.topic), []).append(handle)
+        for m in msgs:  # a received message's broker_name is its handle's broker
+            groups.setdefault((m.broker_name, m.topic), []).append(handle_of(m))
         out = {}
         for (broker, topic), handles in groups.items():
             for at in range(0, len(handles), ACK_MAX_HANDLES):
