@@ -50,7 +50,7 @@ from rayq.transport.context import ClientContext
 
 logger = logging.getLogger(__name__)
 
-STATS_TIMEOUT_S = 5.0  # a worker that does not answer this fast is pending (or busy)
+STATS_TIMEOUT_S = 1.0  # a worker that does not answer this fast is pending (or starting)
 STOP_GRACE_S = 30.0
 
 
@@ -337,14 +337,19 @@ class ConsumerPool:
         )
 
     def _observe(self) -> list[WorkerStatus]:
+        """Every worker's stats, asked at once; one not answering within
+        ``STATS_TIMEOUT_S`` is pending (not placed yet, or starting)."""
         with self._lock:
             items = list(self._workers.items())
         refs = {name: actor.stats.remote() for name, actor in items}
+        if refs:
+            ray.wait(list(refs.values()), num_returns=len(refs), timeout=STATS_TIMEOUT_S)
         out = []
         for name, ref in refs.items():
             try:
-                stats = ray.get(ref, timeout=STATS_TIMEOUT_S)
+                stats = ray.get(ref, timeout=0)
             except ray.exceptions.GetTimeoutError:
+                ray.cancel(ref)
                 out.append(WorkerStatus(name=name, state="pending"))
                 continue
             except ray.exceptions.RayError:

@@ -224,3 +224,41 @@ def test_ack_many_settles_a_whole_receive_with_one_call_per_broker(cluster: Fake
     with pytest.raises(InvalidReceiptHandleError, match="not in flight"):
         c.ack_many(got[:1])
     c.ack_many([])  # nothing to settle: no call
+
+
+def test_leases_survive_a_failover_and_a_cut_log_loses_no_message(cluster: FakeCluster) -> None:
+    send(cluster, 6)
+    c = consumer(cluster)
+    got = c.receive(max_messages=3, invisible_duration=30)
+    c.ack(got[0])
+    cluster.fail_over(cut_to=cluster.servers["broker-a"].store.written_offset)  # nothing lost
+    c.ack(got[1])  # its lease came back with the promoted broker's log
+    assert len(drain(c)) == 3  # got[2] still leased: the 3 others only
+    # A failover that lost a receive's lease record: its messages are not lost but
+    # come again at once (the cursor falls back to what the log holds).
+    d = consumer(cluster, "others")
+    before = cluster.servers["broker-a"].store.written_offset
+    lost = d.receive(max_messages=2, invisible_duration=30)
+    cluster.fail_over(cut_to=before)
+    again = drain(d)
+    assert {m.body for m in lost} <= {m.body for m in again}
+    assert len(again) == 6
+
+
+def test_pull_push_and_pop_groups_read_one_topic_side_by_side(cluster: FakeCluster) -> None:
+    sent = send(cluster, 10)
+    pop = consumer(cluster, "pop-group")
+    pull = rayq.PullConsumer(
+        "pull-group",
+        consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+        transport=FakeTransport(cluster),
+    )
+    pull.subscribe(TOPIC)
+    pull.start()
+    from rayq.testing import poll_until
+
+    popped = drain(pop)
+    pop.ack_many(popped)
+    pulled = poll_until(pull, 10)
+    assert sorted(m.body for m in popped) == sorted(sent) == sorted(m.body for m in pulled)
+    pull.shutdown()
