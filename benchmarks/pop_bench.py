@@ -29,8 +29,10 @@ import ray
 import rayq
 
 try:
+    from push_bench import pull_drain_rate
     from results import record
 except ImportError:  # run as a module
+    from benchmarks.push_bench import pull_drain_rate
     from benchmarks.results import record
 
 BENCH = "pop_bench"
@@ -40,21 +42,6 @@ def fill(topic: str, total: int, body: bytes = b"x" * 1024) -> None:
     with rayq.Producer("pop-bench-fill") as producer:
         for _ in range(total // 100):
             producer.send_batch([rayq.Message(topic, body)] * 100)
-
-
-def pull_drain(topic: str, total: int) -> float:
-    consumer = rayq.PullConsumer(
-        f"pull-{uuid.uuid4().hex[:6]}", consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET
-    )
-    consumer.subscribe(topic)
-    consumer.start()
-    t0 = time.perf_counter()
-    got = 0
-    while got < total:
-        got += len(consumer.poll(timeout=2.0))
-    rate = got / (time.perf_counter() - t0)
-    consumer.shutdown()
-    return rate
 
 
 def pop_drain(topic: str, group: str, limit: int) -> int:
@@ -88,7 +75,7 @@ def throughput_figures(total: int, namespace: str) -> tuple[float, float]:
     topic = f"pop-backlog-{uuid.uuid4().hex[:6]}"
     rayq.Admin().create_topic(topic, queues=4)
     fill(topic, total)
-    pull = pull_drain(topic, total)
+    pull = pull_drain_rate(topic, total)
     print(f"drain of {total:,} x 1 KiB, one PullConsumer (reference): {pull:,.0f} msgs/s")
     record(BENCH, "pull_drain", pull, "msgs/s", size=1024)
     t0 = time.perf_counter()

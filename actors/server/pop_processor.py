@@ -50,13 +50,11 @@ from rayq.actors.server.pop_state import (
 from rayq.actors.server.processor_base import ProcessorBase, check_not_system
 from rayq.actors.server.send_back import prepare_send_back
 from rayq.actors.server.send_processor import raise_for_put
-from rayq.actors.server.table_files import is_readable
 from rayq.store import codec
 from rayq.store import properties as P
 from rayq.store.batch import encode_batch
 from rayq.store.errors import (
     InvalidReceiptHandleError,
-    PermissionDeniedError,
     RayqError,
 )
 from rayq.store.message import GetStatus, InnerMessage
@@ -88,16 +86,7 @@ class PopProcessor(ProcessorBase):
         retry topic) to the caller; nothing found is an empty answer (the endpoint waits)."""
         self._check_master("takes no POP receives (POP reads and writes the master)")
         check_not_system(req.topic)
-        group = self.group_config(req.group, create=True)
-        if not group.consume_enable:
-            raise PermissionDeniedError(
-                f"consumer group {req.group!r} may not consume (consume_enable is off); "
-                "turn it on with Admin.update_group",
-                group=req.group,
-            )
-        cfg = self.topic_config(req.topic, create=False)
-        if not is_readable(cfg.perm):
-            raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
+        _, cfg = self.readable(req.group, req.topic)
         queues = [(req.topic, q) for q in range(cfg.read_queue_nums)]
         retry = self.tables.topics.get(retry_topic(req.group))
         if retry is not None:

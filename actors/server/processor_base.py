@@ -22,11 +22,12 @@ from rayq.actors.server.put_rate import PutRate
 from rayq.actors.server.queue_locks import QueueLocks
 from rayq.actors.server.replication import MasterReplication, SlaveReplication
 from rayq.actors.server.schedule import ScheduleService
+from rayq.actors.server.table_files import is_readable
 from rayq.actors.server.tables import ConfigStore
 from rayq.actors.server.transactions import TransactionService
 from rayq.store import MessageStore
 from rayq.store.epochs import EpochHistory
-from rayq.store.errors import InvalidRequestError
+from rayq.store.errors import InvalidRequestError, PermissionDeniedError
 from rayq.store.names import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     check_client_write_topic,
@@ -59,6 +60,21 @@ class ProcessorBase:
     acl: AclService | None
     replication_error: str
     put_rate: PutRate
+
+    def readable(self, group: str, topic: str) -> tuple[SubscriptionGroupConfig, TopicConfig]:
+        """``group``'s config (created if new) and ``topic``'s, if the group may consume
+        and the topic may be read; else PermissionDeniedError saying which."""
+        config = self.group_config(group, create=True)
+        if not config.consume_enable:
+            raise PermissionDeniedError(
+                f"consumer group {group!r} may not consume (consume_enable is off); "
+                "turn it on with Admin.update_group",
+                group=group,
+            )
+        cfg = self.topic_config(topic, create=False)
+        if not is_readable(cfg.perm):
+            raise PermissionDeniedError(f"topic {topic!r} is not readable (perm={cfg.perm})")
+        return config, cfg
 
     if TYPE_CHECKING:
 

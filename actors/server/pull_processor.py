@@ -31,13 +31,11 @@ from rayq.actors.server.processor_base import ProcessorBase
 from rayq.actors.server.table_files import (
     SubscriptionGroupConfig,
     check_broadcast,
-    is_readable,
 )
 from rayq.store import SYSTEM_CLOCK, TagFilter
 from rayq.store.errors import (
     InvalidFilterError,
     InvalidOffsetError,
-    PermissionDeniedError,
     RayqError,
 )
 from rayq.store.message import GetResult, GetStatus
@@ -76,16 +74,7 @@ class PullProcessor(ProcessorBase):
         """Non-blocking pull of up to ``req.max_nums`` messages (PullHold adds waiting),
         at most ``pull_max_bytes`` of records, or ``max_bytes`` if less (then only whole
         records that fit, but at least one)."""
-        group = self.group_config(req.group, create=True)
-        if not group.consume_enable:
-            raise PermissionDeniedError(
-                f"consumer group {req.group!r} may not consume (consume_enable is off); "
-                "turn it on with Admin.update_group",
-                group=req.group,
-            )
-        cfg = self.topic_config(req.topic, create=False)
-        if not is_readable(cfg.perm):
-            raise PermissionDeniedError(f"topic {req.topic!r} is not readable (perm={cfg.perm})")
+        group, cfg = self.readable(req.group, req.topic)
         if not 0 <= req.queue_id < cfg.read_queue_nums:
             raise InvalidOffsetError(f"queue {req.queue_id} of topic {req.topic!r} does not exist")
         tag_filter, sql = self._filters(req)
