@@ -143,29 +143,36 @@ class _PoolWorker:
         key = id(msg)
         self.started[key] = time.monotonic()
         try:
-            if self.is_async:
-                work = asyncio.ensure_future(self.handler(msg))
-            else:
-                work = asyncio.ensure_future(asyncio.to_thread(self.handler, msg))
-            while True:  # extend the lease while the handler runs past half of it
-                try:
-                    await asyncio.wait_for(asyncio.shield(work), self.invisible / 2)
-                    break
-                except TimeoutError:
-                    with contextlib.suppress(RayqError):
-                        await msg.change_invisible_duration(self.invisible)
-            await msg.ack()
-            self.processed += 1
-        except RayqError as exc:  # the ack failed: the lease had ended, it comes again
-            logger.warning("pool worker: settling a message failed: %s", exc)
-        except Exception:
-            self.failed += 1
-            logger.exception("pool worker: the handler raised; the message comes again")
-            with contextlib.suppress(RayqError):
-                await msg.nack()
+            try:
+                await self._run(msg)
+            except Exception:
+                self.failed += 1
+                logger.exception("pool worker: the handler raised; the message comes again")
+                with contextlib.suppress(RayqError):
+                    await msg.nack()
+                return
+            try:
+                await msg.ack()
+                self.processed += 1
+            except RayqError as exc:  # the lease had ended: the message comes again
+                logger.warning("pool worker: acknowledging a message failed: %s", exc)
         finally:
             self.started.pop(key, None)
             self.last_work = time.monotonic()
+
+    async def _run(self, msg: Any) -> None:
+        """The handler on ``msg``, its lease extended while it runs past half of it."""
+        if self.is_async:
+            work = asyncio.ensure_future(self.handler(msg))
+        else:
+            work = asyncio.ensure_future(asyncio.to_thread(self.handler, msg))
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(work), self.invisible / 2)
+                return
+            except TimeoutError:
+                with contextlib.suppress(RayqError):
+                    await msg.change_invisible_duration(self.invisible)
 
     async def stats(self) -> dict[str, float]:
         now = time.monotonic()
@@ -244,6 +251,7 @@ class ConsumerPool:
         self._last_backlog: int | None = None
         self._last_processed: dict[str, int] = {}
         self._replaced = 0
+        self._admin: Any = None  # a rayq.Admin, made by the controller's first round
         self._status = PoolStatus(
             group=group,
             topic=topic,
@@ -370,15 +378,17 @@ class ConsumerPool:
 
     def _backlog(self) -> int:
         """The group's messages on the topic (and its retry topic) not settled yet."""
-        from rayq.admin.admin import Admin
+        if self._admin is None:
+            from rayq.admin.admin import Admin
 
+            self._admin = Admin(config=self._config, namespace=self._namespace)
         topics = {self.topic, retry_topic(self.group)}
-        progress = Admin(namespace=self._namespace).consumer_progress(self.group)
+        progress = self._admin.consumer_progress(self.group)
         behind = sum(p.lag for p in progress if p.queue.topic in topics)
         if behind or progress:
             return behind
         # nothing received yet: everything the topic holds is the backlog
-        stats = Admin(namespace=self._namespace).topic_stats(self.topic)
+        stats = self._admin.topic_stats(self.topic)
         return sum(max(s.max_offset - s.min_offset, 0) for s in stats)
 
     def _apply(self, decision: Decision) -> None:
