@@ -99,14 +99,16 @@ class PopProcessor(ProcessorBase):
         now = self.store.clock.now_ms()
         deadline = now + req.invisible_ms
         lease = int.from_bytes(os.urandom(8), "big") >> 1  # this receive's, for its handles
+        room = self.config.pull_max_bytes  # a receive answers at most what a pull does
         with self.pop_state.lock:
             for i in range(len(queues)):
                 left = req.max_nums - len(handles)
-                if left <= 0:
+                if left <= 0 or room <= 0:
                     break
                 topic, queue_id = queues[(turn + i) % len(queues)]
-                got = self._take(req, topic, queue_id, left, deadline, lease)
+                got = self._take(req, topic, queue_id, left, deadline, lease, room)
                 if got is not None:
+                    room -= len(got[0])
                     parts.append(got[0])
                     handles += got[1]
                     entries.append(got[2])
@@ -115,7 +117,14 @@ class PopProcessor(ProcessorBase):
         return PopResponse(buffer=b"".join(parts), count=len(handles), handles=handles)
 
     def _take(
-        self, req: PopRequest, topic: str, queue_id: int, most: int, deadline: int, lease: int
+        self,
+        req: PopRequest,
+        topic: str,
+        queue_id: int,
+        most: int,
+        deadline: int,
+        lease: int,
+        room: int,
     ) -> tuple[bytes, list[str], PopLogEntry] | None:
         """Read one queue from its cursor: the records, their handles and the entry that
         leases them (for the caller to log)."""
@@ -131,7 +140,7 @@ class PopProcessor(ProcessorBase):
             expression_type=req.expression_type,
             suspend_ms=0,
         )
-        resp = self.pull(read)
+        resp = self.pull(read, room)
         if resp.status is not PullStatus.FOUND:
             if resp.next_offset != cursor and resp.status is not PullStatus.NO_NEW_MSG:
                 self.pop_state.cursors[key] = resp.next_offset  # filtered, or moved in range
