@@ -58,7 +58,7 @@ from rayq.store.errors import (
     RayqError,
 )
 from rayq.store.message import GetStatus, InnerMessage
-from rayq.store.names import retry_topic
+from rayq.store.names import is_retry_topic, retry_topic
 
 if TYPE_CHECKING:
     from rayq.actors.protocol import PullResponse
@@ -98,7 +98,7 @@ class PopProcessor(ProcessorBase):
         entries: list[PopLogEntry] = []
         now = self.store.clock.now_ms()
         deadline = now + req.invisible_ms
-        lease = int.from_bytes(os.urandom(8), "big") >> 1  # this receive's, for its handles
+        lease = _new_lease()  # this receive's, for its handles
         room = self.config.pull_max_bytes  # a receive answers at most what a pull does
         with self.pop_state.lock:
             for i in range(len(queues)):
@@ -174,7 +174,7 @@ class PopProcessor(ProcessorBase):
         committed = self.tables.consumer_offsets.query(group, topic, queue_id)
         if committed >= 0:
             cursor = committed
-        elif consume_from is ConsumeFromWhere.LAST_OFFSET and not topic.startswith("%RETRY%"):
+        elif consume_from is ConsumeFromWhere.LAST_OFFSET and not is_retry_topic(topic):
             cursor = self.store.max_offset(topic, queue_id)
         else:
             cursor = self.store.min_offset(topic, queue_id)
@@ -210,7 +210,7 @@ class PopProcessor(ProcessorBase):
         deadline = now + req.invisible_ms
         with self.pop_state.lock:
             held = self._held(req.group, req.handles)
-            lease = int.from_bytes(os.urandom(8), "big") >> 1
+            lease = _new_lease()
             moved = [
                 PopLogEntry(
                     "lease",
@@ -371,6 +371,11 @@ class PopProcessor(ProcessorBase):
             self.pop_state.in_flight(),
         )
         return n
+
+
+def _new_lease() -> int:
+    """A random lease id (63 bits): a receipt handle names its lease by it."""
+    return int.from_bytes(os.urandom(8), "big") >> 1
 
 
 def _positions(buffer: bytes) -> list[tuple[int, int]]:

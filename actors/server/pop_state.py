@@ -137,13 +137,6 @@ class PopState:
         """How many messages are leased (of ``group``, or of all groups)."""
         return sum(len(q) for k, q in self.leases.items() if group is None or k[0] == group)
 
-    def forget_queues(self, keep: Iterable[QueueKey]) -> None:
-        """Drop the state of queues not in ``keep`` (a deleted topic or group)."""
-        kept = set(keep)
-        for table in (self.cursors, self.leases):
-            for key in [k for k in table if k not in kept]:
-                del table[key]
-
 
 def group_by_queue(
     items: Iterable[tuple[QueueKey, int, Lease]],
