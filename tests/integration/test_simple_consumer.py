@@ -5,6 +5,7 @@ killed and restarted by Ray."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -62,6 +63,28 @@ def receive_until(
     return out
 
 
+def restart_broker_actor(timeout_s: float = 60.0) -> None:
+    """Kill the broker actor, let Ray restart it and return once the new process
+    answers (``ray.kill`` returns at once: calls just after it may still reach the old
+    process)."""
+    broker = ray.get_actor(broker_actor_name(BROKER), namespace=NAMESPACE)
+
+    def pid() -> int:
+        return int(ray.get(broker.__ray_call__.remote(lambda _self: os.getpid()), timeout=10))
+
+    old = pid()
+    ray.kill(broker, no_restart=False)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if pid() != old:
+                return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+        assert time.monotonic() < deadline, "Ray did not restart the broker actor"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("transport", ["direct", "ray"])
 def test_many_consumers_on_two_queues_each_get_other_messages(
     admin: rayq.Admin, transport: str
@@ -107,7 +130,7 @@ def test_leases_survive_the_broker_actor_restarting(admin: rayq.Admin) -> None:
     c = simple(topic, "restart")
     got = receive_until([c], 4, invisible=60.0)
     c.ack(got[0])
-    ray.kill(ray.get_actor(broker_actor_name(BROKER), namespace=NAMESPACE), no_restart=False)
+    restart_broker_actor()
     deadline = time.monotonic() + 60
     while True:  # the restarted broker replays its POP log
         try:
