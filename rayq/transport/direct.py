@@ -345,7 +345,7 @@ class DirectTransport:
             conn = self._conns.get(key)
             if conn is None or conn.closed is not None:
                 try:
-                    conn = self._connect(service, broker_name, replica)
+                    conn = self._connect(service, replica)
                 except BrokerUnavailableError:
                     # The actor handle may be of a replica that is gone for good (its node
                     # was removed; a failover made a new actor of that name): once more
@@ -355,7 +355,7 @@ class DirectTransport:
                     self._ray.forget(broker_name)
                     replica = self._ray.replica_of(broker_name)
                     try:
-                        conn = self._connect(service, broker_name, replica)
+                        conn = self._connect(service, replica)
                     except BrokerUnavailableError:
                         self._ray.forget(broker_name)
                         raise
@@ -363,13 +363,13 @@ class DirectTransport:
                 self._conns[key] = conn
             return conn
 
-    def _connect(self, service: str, broker_name: str, replica: str) -> Connection:
+    def _connect(self, service: str, replica: str) -> Connection:
         """A new connection to ``replica``'s ``service``, its endpoint asked through Ray."""
         req = DataEndpointRequest()
         if service == "broker":
-            asked = self._ray.broker(broker_name).data_endpoint(req)
+            asked = self._ray.broker_replica(replica).data_endpoint(req)
         else:
-            asked = self._ray.hold(broker_name).data_endpoint(req)
+            asked = self._ray.hold_replica(replica).data_endpoint(req)
         endpoint = asked.result(ENDPOINT_TIMEOUT_S)
         name = replica if service == "broker" else f"{replica} (hold)"
         conn = Connection(name, endpoint, self._local_node)

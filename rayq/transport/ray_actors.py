@@ -125,6 +125,8 @@ class RayTransport:
                 f"no rayq deployment in Ray namespace {namespace!r}: start one with rayq.start()"
             ) from None
         self._coordinator = CoordinatorClient(_invoker(lambda: handle, CoordinatorClient))
+        # clients by the replica actor they call (a broker's own name, or a slave's):
+        # keyed by replica, so a client can never call another replica than its key says
         self._brokers: dict[str, BrokerClient] = {}
         self._holds: dict[str, HoldClient] = {}
         # broker name -> (replica serving it, until when): a slave while its master is
@@ -132,30 +134,33 @@ class RayTransport:
         self._replicas: dict[str, tuple[str, float]] = {}
 
     def broker(self, broker_name: str) -> BrokerClient:
-        client = self._brokers.get(broker_name)
-        if client is None or self._stale(broker_name):
-            handle = self._actor(broker_actor_name(self._replica(broker_name)))
-            client = self._brokers[broker_name] = BrokerClient(
-                _invoker(lambda: handle, BrokerClient)
-            )
-        return client
+        return self.broker_replica(self.replica_of(broker_name))
 
     def hold(self, broker_name: str) -> HoldClient:
-        client = self._holds.get(broker_name)
-        if client is None or self._stale(broker_name):
-            handle = self._actor(hold_actor_name(self._replica(broker_name)))
-            client = self._holds[broker_name] = HoldClient(_invoker(lambda: handle, HoldClient))
+        return self.hold_replica(self.replica_of(broker_name))
+
+    def broker_replica(self, replica: str) -> BrokerClient:
+        """The client of the broker actor of ``replica`` (a broker or a slave's name)."""
+        client = self._brokers.get(replica)
+        if client is None:
+            handle = self._actor(broker_actor_name(replica))
+            client = self._brokers[replica] = BrokerClient(_invoker(lambda: handle, BrokerClient))
         return client
 
-    def _stale(self, broker_name: str) -> bool:
-        """A slave serves this broker and it is time to ask whether the master is back."""
+    def hold_replica(self, replica: str) -> HoldClient:
+        """The client of the hold service of ``replica``."""
+        client = self._holds.get(replica)
+        if client is None:
+            handle = self._actor(hold_actor_name(replica))
+            client = self._holds[replica] = HoldClient(_invoker(lambda: handle, HoldClient))
+        return client
+
+    def _stale(self, broker_name: str) -> None:
+        """Drop the replica cached for ``broker_name`` if a slave serves it and it is
+        time to ask whether the master is back."""
         found = self._replicas.get(broker_name)
-        if found is None or found[1] > time.monotonic():
-            return False
-        self._brokers.pop(broker_name, None)
-        self._holds.pop(broker_name, None)
-        self._replicas.pop(broker_name, None)
-        return True
+        if found is not None and found[1] <= time.monotonic():
+            self._replicas.pop(broker_name, None)
 
     def _replica(self, broker_name: str) -> str:
         """Which replica serves ``broker_name``: the broker itself unless a call to it has
@@ -193,9 +198,13 @@ class RayTransport:
         return self._coordinator
 
     def forget(self, broker_name: str) -> None:
-        self._brokers.pop(broker_name, None)
-        self._holds.pop(broker_name, None)
-        self._replicas.pop(broker_name, None)  # ask the coordinator at the next use
+        """Ask the coordinator at the next use which replica serves ``broker_name``, and
+        look up the actors of the broker and of the replica it was read from again (a
+        failover may have made a new actor of either name)."""
+        found = self._replicas.pop(broker_name, None)
+        for replica in {broker_name, found[0] if found else broker_name}:
+            self._brokers.pop(replica, None)
+            self._holds.pop(replica, None)
 
     def wait(self, replies: Sequence[Reply[Any]], timeout_s: float) -> list[Reply[Any]]:
         """The replies that are ready: the first ones within ``timeout_s``, and then every
