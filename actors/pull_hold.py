@@ -12,6 +12,7 @@ the follow-ups are ``HoldService``'s; this shell only adds the calls to its brok
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -49,12 +50,14 @@ class RayHoldBroker:
     lost broker is a ``BrokerUnavailableError`` to the caller, who retries, as clients
     do."""
 
-    def __init__(self, config: BrokerConfig, namespace: str) -> None:
+    def __init__(
+        self, config: BrokerConfig, namespace: str, on_lost: Callable[[], None] | None = None
+    ) -> None:
         self.replica = config.replica_name
         self.peer = Peer(broker_actor_name(config.replica_name), namespace)
         in_ray = ray.is_initialized()
         node_id = str(ray.get_runtime_context().get_node_id()) if in_ray else ""
-        self.socket = PeerSocket(f"broker {self.replica}", self._endpoint, node_id)
+        self.socket = PeerSocket(f"broker {self.replica}", self._endpoint, node_id, on_lost)
 
     async def _endpoint(self) -> DataEndpoint:
         broker = self.peer.get()
@@ -88,7 +91,9 @@ class PullHoldActor:
 
     def __init__(self, config: BrokerConfig, namespace: str, *, server_key: ServerKey) -> None:
         guard = Guard(server_key, "hold", hold_actor_name(config.replica_name))
-        self.service = HoldService(RayHoldBroker(config, namespace), config.hold_s, guard)
+        # The broker's socket closing (it died or restarts) ends every pull parked there.
+        broker = RayHoldBroker(config, namespace, on_lost=lambda: self.service.broker_lost())
+        self.service = HoldService(broker, config.hold_s, guard)
         # Its socket, once it runs as an actor (a unit test may build the shell in-process).
         in_ray = ray.is_initialized()
         node_id = ray.get_runtime_context().get_node_id() if in_ray else ""

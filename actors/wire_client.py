@@ -44,10 +44,19 @@ _answers = msgspec.msgpack.Decoder(Answer)
 
 
 class WireClient:
-    """One authenticated connection: ``call`` many at once; ``closed`` once it failed."""
+    """One authenticated connection: ``call`` many at once; ``closed`` once it failed.
+    ``on_lost`` is called once if the connection fails (the peer closed it or died), not
+    when it is closed here."""
 
-    def __init__(self, where: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self,
+        where: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_lost: Callable[[], None] | None = None,
+    ):
         self.where = where
+        self._on_lost = on_lost
         self._reader, self._writer = reader, writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[bytes]] = {}
@@ -55,7 +64,13 @@ class WireClient:
         self._task = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def open(cls, name: str, endpoint: DataEndpoint, local_node: str) -> WireClient:
+    async def open(
+        cls,
+        name: str,
+        endpoint: DataEndpoint,
+        local_node: str,
+        on_lost: Callable[[], None] | None = None,
+    ) -> WireClient:
         same_node = bool(endpoint.unix_path) and endpoint.node_id == local_node
         where = f"{name} at " + (
             endpoint.unix_path if same_node else f"{endpoint.host}:{endpoint.port}"
@@ -81,7 +96,7 @@ class WireClient:
             raise PeerLostError(f"cannot connect to {where}: {type(exc).__name__}: {exc}") from None
         except msgspec.DecodeError as exc:
             raise PeerLostError(f"{where} refused the handshake: {exc}") from None
-        return cls(where, reader, writer)
+        return cls(where, reader, writer, on_lost)
 
     async def call(self, op: str, body: bytes) -> bytes:
         """``op``'s answer body; its error as the ``RayqError`` it names; PeerLostError
@@ -102,6 +117,7 @@ class WireClient:
             self._pending.pop(call_id, None)
 
     def close(self) -> None:
+        self._on_lost = None
         self._fail(ConnectionAbortedError("closed"))
 
     async def _read(self) -> None:
@@ -124,6 +140,12 @@ class WireClient:
             self._writer.close()
             if self._task is not asyncio.current_task():
                 self._task.cancel()
+            on_lost, self._on_lost = self._on_lost, None
+            if on_lost is not None:
+                try:
+                    on_lost()
+                except Exception:
+                    logger.exception("%s: handling the lost connection failed", self.where)
         error = PeerLostError(f"{self.where}: the connection failed: {type(exc).__name__}")
         for future in self._pending.values():
             if not future.done():
@@ -140,12 +162,18 @@ async def _frame(reader: asyncio.StreamReader, limit: int) -> bytes:
 class PeerSocket:
     """The data plane of one peer actor: ``endpoint()`` asks for its address and key
     (a Ray call), made again after the connection failed (a restarted peer listens
-    elsewhere, with a new key)."""
+    elsewhere, with a new key). ``on_lost`` is called each time an open connection
+    fails."""
 
     def __init__(
-        self, name: str, endpoint: Callable[[], Awaitable[DataEndpoint]], local_node: str
+        self,
+        name: str,
+        endpoint: Callable[[], Awaitable[DataEndpoint]],
+        local_node: str,
+        on_lost: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
+        self._on_lost = on_lost
         self._endpoint = endpoint
         self._local_node = local_node
         self._client: WireClient | None = None
@@ -161,7 +189,9 @@ class PeerSocket:
             client = self._client
             if client is None or client.closed is not None:
                 endpoint = await self._endpoint()
-                client = self._client = await WireClient.open(self.name, endpoint, self._local_node)
+                client = self._client = await WireClient.open(
+                    self.name, endpoint, self._local_node, self._on_lost
+                )
             return client
 
     async def call(

@@ -14,7 +14,10 @@ The hold service's side (``HoldService`` over ``HoldTable``) waits for that answ
 per token, with a future: a waiting consumer costs no CPU anywhere. When a caller was
 waiting, the broker parks the caller's next pull at once (``follow_up``, under
 ``follow_up_token``) and the hold service adopts it without a broker call, so a
-consumer that keeps up costs the broker no pull calls at all.
+consumer that keeps up costs the broker no pull calls at all. A broker that dies takes
+its parked pulls with it: the hold service sees the broker's socket close and lets
+every waiting caller go on at once (``HoldService.broker_lost``) instead of waiting
+out the hold time for answers that cannot come.
 
 The Ray shells (actors/broker.py, actors/pull_hold.py) and the fake
 (rayq/testing/fake.py) run these same objects.
@@ -221,6 +224,17 @@ class HoldTable:
         finally:
             self._awaited.discard(token)
 
+    def release(self) -> int:
+        """End every wait now with nothing (``wait`` returns None) and drop the
+        follow-ups: the broker that parked them is gone. Returns how many waits ended."""
+        self._follow_ups.clear()
+        released = 0
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_result(None)
+                released += 1
+        return released
+
     def forget(self, token: str) -> None:
         self._requests.pop(token, None)
         fut = self._waiting.pop(token, None)
@@ -383,6 +397,18 @@ class HoldService:
                     f"{'PullManyResponse' if many else 'PullResponse'}: {exc}"
                 ) from None
         return self.table.deliver(token, answer)
+
+    def broker_lost(self) -> None:
+        """The broker's connection failed (it died or restarts): the pulls parked there
+        will never be answered. Each waiting caller goes on at once: one that waited on
+        a follow-up parks its pull again (at the restarted broker, or gets
+        ``BrokerUnavailableError`` and retries, as clients do); one that waited on its
+        own park gets "nothing new" and pulls again."""
+        released = self.table.release()
+        if released:
+            logger.warning(
+                "the broker's connection was lost: %d parked pull(s) go on without it", released
+            )
 
     async def pull(self, req: PullRequest) -> PullResponse:
         """Pull, waiting up to the suspend time if nothing new is there yet."""

@@ -193,3 +193,39 @@ def test_a_held_pull_nobody_answers_returns_the_first_answer_at_its_suspend_time
         return got.status, len(broker.calls)
 
     assert asyncio.run(run()) == (PullStatus.NO_NEW_MSG, 1)
+
+
+def test_a_lost_broker_lets_held_pulls_go_on_at_once() -> None:
+    """The broker dies with pulls parked there (its socket to the hold service closes,
+    ``broker_lost``): a caller waiting on its own park gets "nothing new" at once rather
+    than after its 30 s suspend time; one waiting on a follow-up the broker had parked
+    parks its pull again, at the restarted broker, and gets what comes next there."""
+
+    async def run() -> tuple[PullStatus, object, int]:
+        hold = PullHoldActor(BrokerConfig(), "ns", server_key=ServerKey.new())
+        broker = FakeBroker(hold)
+        hold.service.broker = broker
+        own = asyncio.create_task(hold.pull(REQ))
+        await asyncio.sleep(0.02)
+        hold.service.broker_lost()
+        status = (await asyncio.wait_for(own, 5)).status
+
+        waiter = asyncio.create_task(hold.pull(REQ))  # parked again; answered
+        await asyncio.sleep(0.02)
+        await broker.append(1)
+        first = await asyncio.wait_for(waiter, 5)
+        follow = asyncio.create_task(  # adopts the follow-up the broker parked
+            hold.pull(msgspec.structs.replace(REQ, queue_offset=first.next_offset))
+        )
+        await asyncio.sleep(0.02)
+        calls = len(broker.calls)
+        hold.service.broker_lost()  # ... and the broker restarts without it
+        await asyncio.sleep(0.02)
+        assert not follow.done()  # parked once more, at the restarted broker
+        await broker.append(2)
+        return status, await asyncio.wait_for(follow, 5), len(broker.calls) - calls
+
+    status, answer, calls = asyncio.run(run())
+    assert status is PullStatus.NO_NEW_MSG
+    assert answer == found(6, 2)
+    assert calls == 1  # the follow-up went to the broker again once

@@ -189,3 +189,38 @@ def test_the_hold_service_reads_an_answer_in_bytes_as_its_request_asks(
         assert got.results[0].next_offset == 4
 
     asyncio.run(run())
+
+
+def test_a_peer_socket_tells_when_its_peer_closes_the_connection(cluster: FakeCluster) -> None:
+    """``PeerSocket``'s ``on_lost`` runs once when the peer's end closes (the broker
+    died: the hold service lets its parked pulls go on), not when it is closed here."""
+    loop = LoopThread()
+    endpoint = cluster.brokers["broker-a"].endpoint
+    lost: list[str] = []
+
+    async def run() -> tuple[int, int]:
+        plane = dp.data_plane(endpoint, endpoint.server.config, "node-1", "127.0.0.1")
+        await plane.server.start("127.0.0.1")
+
+        async def where() -> Any:
+            return plane.endpoint()
+
+        mine = PeerSocket("broker broker-a", where, "node-1", lambda: lost.append("mine"))
+        theirs = PeerSocket("broker broker-a", where, "node-1", lambda: lost.append("theirs"))
+        for sock in (mine, theirs):
+            await sock._connected()
+        mine.forget()  # closed here: nothing to tell
+        await asyncio.sleep(0.05)
+        before = len(lost)
+        await plane.server.close()  # the peer's end closes
+        for _ in range(100):
+            if lost:
+                break
+            await asyncio.sleep(0.02)
+        return before, len(lost)
+
+    try:
+        before, after = loop.run(run())
+    finally:
+        loop.close()
+    assert (before, after) == (0, 1) and lost == ["theirs"]
