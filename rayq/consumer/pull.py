@@ -283,14 +283,9 @@ class PullConsumer:
     def poll(self, timeout: float = 1.0) -> list[MessageExt]:
         """Messages that arrived within ``timeout`` seconds ([] if none), in queue order
         per queue; the positions of those queues move past them."""
-        self._check_open()
-        timeout_s = _check_timeout(timeout)
-        if not self._started:
-            raise ClientError("the consumer is not started: call start() before poll()")
-        deadline = time.monotonic() + timeout_s
+        deadline = self._poll_deadline(timeout)
         self._maybe_auto_commit()
-        self._maybe_refresh_routes()
-        self._resolve_pending()
+        self._housekeeping()
         messages: list[MessageExt] = []
         while True:
             self._send_pulls()
@@ -301,6 +296,26 @@ class PullConsumer:
                 # while the caller works on these messages and commits them
                 self._send_pulls()
                 return messages
+
+    def _poll_deadline(self, timeout: object) -> float:
+        """When a poll with ``timeout`` ends (after checking the consumer may poll)."""
+        self._check_open()
+        timeout_s = _check_timeout(timeout)
+        if not self._started:
+            raise ClientError("the consumer is not started: call start() before poll()")
+        return time.monotonic() + timeout_s
+
+    def _housekeeping_due(self) -> bool:
+        """A rebalance or a queue's start offset is due (control-plane calls)."""
+        rebalance = bool(self._subscriptions) and time.monotonic() >= self._next_route_check
+        return rebalance or any(s.offset < 0 for s in self._queues.values())
+
+    def _housekeeping(self) -> None:
+        self._maybe_refresh_routes()
+        self._resolve_pending()
+
+    def _sent(self, reply: Reply[PullResponse]) -> None:
+        """A pull went out (the asyncio consumer watches its reply)."""
 
     def _send_pulls(self) -> None:
         """One pull in flight per active queue (a stale one is replaced)."""
@@ -337,6 +352,7 @@ class PullConsumer:
                 continue
             s.sent_at = now
             self._pending[s.inflight] = mq
+            self._sent(s.inflight)
 
     def _wait(self, deadline: float) -> list[Any]:
         """Refs of the replies that are ready: the first ones within the deadline."""
@@ -464,6 +480,13 @@ class PullConsumer:
         if positive), or to ``%DLQ%<group>`` past ``max_reconsume_times`` or with a
         negative ``delay_level``. Returns the topic each copy went to, in input order.
         Subscribe to ``%RETRY%<group>`` to consume the retries."""
+        calls, by_broker = self._send_back_calls(msgs, delay_level, max_reconsume_times)
+        return send_back_topics(by_broker, self._ctx.broker_calls(calls, OFFSET_CALL_TIMEOUT_S))
+
+    def _send_back_calls(
+        self, msgs: list[MessageExt], delay_level: int, max_reconsume_times: int
+    ) -> tuple[dict[str, Any], dict[str, list[int]]]:
+        """The send-back call per broker, and which of ``msgs`` each one carries."""
         self._check_open()
         if not isinstance(msgs, list | tuple) or not all(isinstance(m, MessageExt) for m in msgs):
             raise ClientError("send_back takes a list of the MessageExt that poll() returned")
@@ -476,26 +499,19 @@ class PullConsumer:
         by_broker: dict[str, list[int]] = {}
         for i, m in enumerate(msgs):
             by_broker.setdefault(m.broker_name, []).append(i)
-        got = self._ctx.broker_calls(
-            {
-                b: bind(
-                    lambda c, r: c.send_back(r),
-                    SendBackRequest(
-                        group=self.group,
-                        max_reconsume_times=max_reconsume_times,
-                        client_id=self.client_id,
-                        items=[SendBackItem(msgs[i].commitlog_offset, delay_level) for i in idx],
-                    ),
-                )
-                for b, idx in by_broker.items()
-            },
-            OFFSET_CALL_TIMEOUT_S,
-        )
-        topics = [""] * len(msgs)
-        for b, idx in by_broker.items():
-            for i, topic in zip(idx, got[b].topics, strict=True):
-                topics[i] = topic
-        return topics
+        calls = {
+            b: bind(
+                lambda c, r: c.send_back(r),
+                SendBackRequest(
+                    group=self.group,
+                    max_reconsume_times=max_reconsume_times,
+                    client_id=self.client_id,
+                    items=[SendBackItem(msgs[i].commitlog_offset, delay_level) for i in idx],
+                ),
+            )
+            for b, idx in by_broker.items()
+        }
+        return calls, by_broker
 
     # ------------------------------------------------------------ commits
     def commit(self) -> None:
@@ -504,13 +520,22 @@ class PullConsumer:
         self._commit()
 
     def _commit(self) -> None:
-        moved = {
+        moved = self._moved()
+        self._committed(moved, *self._offsets.commit(moved))
+
+    def _moved(self) -> dict[MessageQueue, int]:
+        """The positions that moved since they were last committed (and the next
+        auto-commit is due an interval from now)."""
+        self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
+        return {
             mq: s.offset
             for mq, s in self._queues.items()
             if s.offset >= 0 and s.offset != s.committed
         }
-        self._next_auto_commit = time.monotonic() + self._config.auto_commit_interval_ms / 1000
-        done, error = self._offsets.commit(moved)
+
+    def _committed(
+        self, moved: dict[MessageQueue, int], done: list[MessageQueue], error: RayqError | None
+    ) -> None:
         for mq in done:
             s = self._queues.get(mq)
             if s is not None:
@@ -632,6 +657,15 @@ class PullConsumer:
 
     def _queue_ends(self, mqs: list[MessageQueue]) -> dict[MessageQueue, tuple[int, int]]:
         return queue_ends(self._ctx, mqs)
+
+
+def send_back_topics(by_broker: dict[str, list[int]], got: dict[str, Any]) -> list[str]:
+    """The topic each sent-back message went to, in the order they were given."""
+    topics = [""] * sum(len(idx) for idx in by_broker.values())
+    for b, idx in by_broker.items():
+        for i, topic in zip(idx, got[b].topics, strict=True):
+            topics[i] = topic
+    return topics
 
 
 # --------------------------------------------------------------- validation

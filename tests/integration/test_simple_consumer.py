@@ -1,10 +1,11 @@
 """``rayq.SimpleConsumer`` (POP) against a real one-broker deployment over both client
 transports: more consumers than queues, redelivery of what a worker left unsettled
 (the broker's revive timer), bad handles, and leases kept while the broker actor is
-killed and restarted by Ray."""
+killed and restarted by Ray; the asyncio clients (``rayq.aio``) end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
@@ -13,6 +14,7 @@ import pytest
 import ray
 
 import rayq
+import rayq.aio
 import rayq.cluster
 from rayq.actors.protocol.names import broker_actor_name
 
@@ -144,3 +146,51 @@ def test_leases_survive_the_broker_actor_restarting(admin: rayq.Admin) -> None:
     (again,) = receive_until([c], 1, limit_s=20.0)
     assert again.body == got[2].body and again.delivery_count == 2
     c.shutdown()
+
+
+@pytest.mark.parametrize("transport", ["direct", "ray"])
+def test_the_asyncio_clients_send_pull_and_pop_through_ray(
+    admin: rayq.Admin, transport: str
+) -> None:
+    """``rayq.aio``: the Producer sends, a PullConsumer (``async for``) and a
+    SimpleConsumer (``async for`` with ``await msg.ack()``) in two groups each get every
+    message once, over a real deployment."""
+    topic = new_topic(admin)
+    cfg = rayq.ClientConfig(transport=transport)
+    sent = {f"aio-{i}".encode() for i in range(20)}
+
+    async def main() -> tuple[list[bytes], list[bytes]]:
+        async with rayq.aio.Producer("aio-pg", namespace=NAMESPACE, config=cfg) as producer:
+            await producer.send_batch([rayq.Message(topic, b) for b in sorted(sent)[:10]])
+            for body in sorted(sent)[10:]:
+                await producer.send(rayq.Message(topic, body))
+        pulled: list[bytes] = []
+        puller = rayq.aio.PullConsumer(
+            f"aio-pull-{transport}",
+            consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+            namespace=NAMESPACE,
+            config=cfg,
+        )
+        puller.subscribe(topic)
+        async with puller:
+            async for msg in puller:
+                pulled.append(msg.body)
+                if len(pulled) == len(sent):
+                    break
+        popped: list[bytes] = []
+        popper = rayq.aio.SimpleConsumer(
+            f"aio-pop-{transport}", namespace=NAMESPACE, config=cfg, await_duration=1.0
+        )
+        popper.subscribe(topic)
+        async with popper:
+            async for got in popper:
+                popped.append(got.body)
+                await got.ack()
+                if len(popped) == len(sent):
+                    break
+        return pulled, popped
+
+    pulled, popped = asyncio.run(asyncio.wait_for(main(), 120))
+    assert sorted(pulled) == sorted(sent) and sorted(popped) == sorted(sent)
+    progress = admin.consumer_progress(f"aio-pop-{transport}")
+    assert sum(p.lag for p in progress if p.queue.topic == topic) == 0
