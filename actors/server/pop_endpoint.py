@@ -3,7 +3,11 @@
 A receive that finds nothing waits up to its ``wait_ms`` for an append to the broker
 (``PopWaits``: one event per waiting receive, on its own event loop, set by
 ``BrokerEndpoint.notify_append`` from whichever thread appended), then reads once more:
-a waiting receiver costs no CPU. The reads and leases are pop_processor.py's.
+a waiting receiver costs no CPU. The reads and leases are pop_processor.py's. On a
+SYNC_MASTER (or with SYNC_FLUSH) a receive that leased messages, an ack and a lease
+change are answered once their POP log record is as safe as a send
+(``replication_wait.log_safe``): a promoted slave knows every lease and ack a client
+was told of.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from rayq.actors.protocol import Done, check
 from rayq.actors.protocol import pop as p
 from rayq.actors.server.broker_server import BrokerServer
+from rayq.actors.server.replication_wait import log_safe
 
 
 class PopWaits:
@@ -53,6 +59,7 @@ class PopEndpoint:
 
     server: BrokerServer
     pop_waits: PopWaits
+    peers: Any  # the endpoint's peers: ``flusher`` for log_safe
 
     async def pop(self, req: p.PopRequest | bytes) -> p.PopResponse:
         """Lease messages to a receiver, waiting up to ``wait_ms`` for some to come."""
@@ -63,7 +70,10 @@ class PopEndpoint:
             with self.pop_waits.watching() as appended:
                 resp = self.server.pop(req)
                 left = deadline - time.monotonic()
-                if resp.count or left <= 0:
+                if resp.count:
+                    await log_safe(self.server, self.peers.flusher, "lease")
+                    return resp
+                if left <= 0:
                     return resp
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(appended.wait(), left)
@@ -71,14 +81,18 @@ class PopEndpoint:
     async def ack(self, req: p.AckRequest | bytes) -> Done:
         req = check(req, p.AckRequest)
         self.server.authorize("ack", req)
-        return self.server.ack(req)
+        done = self.server.ack(req)
+        await log_safe(self.server, self.peers.flusher, "POP ack")
+        return done
 
     async def change_invisibility(
         self, req: p.ChangeInvisibilityRequest | bytes
     ) -> p.ChangeInvisibilityReply:
         req = check(req, p.ChangeInvisibilityRequest)
         self.server.authorize("change_invisibility", req)
-        return self.server.change_invisibility(req)
+        reply = self.server.change_invisibility(req)
+        await log_safe(self.server, self.peers.flusher, "lease change")
+        return reply
 
 
 __all__ = ["PopEndpoint", "PopWaits"]

@@ -3,9 +3,10 @@
 SYNC_FLUSH: the flusher must report the append durable (``sync_flush``); SYNC_MASTER:
 ``min_in_sync_replicas`` slaves must have fetched past it (``sync_slave``, every
 concurrent send waits on the same fetches: group commit). ``wait_safe`` runs the waits
-the configuration asks for side by side. ``earlier_batches`` is ``put_arrow``'s reorder
-wait: Ray may start a call before an earlier one of the same producer, so a JVM batch
-waits briefly for those.
+the configuration asks for side by side; ``log_safe`` runs them for the POP log's
+records (leases, acks) before a receive or an ack is answered. ``earlier_batches`` is
+``put_arrow``'s reorder wait: Ray may start a call before an earlier one of the same
+producer, so a JVM batch waits briefly for those.
 """
 
 from __future__ import annotations
@@ -82,6 +83,32 @@ async def wait_safe(
     if bad is None:
         return result
     return msgspec.structs.replace(result, status=bad)
+
+
+async def log_safe(server: BrokerServer, flusher: Flusher, what: str) -> None:
+    """Wait until the broker's own last record (a POP log record: a lease, an ack) is
+    as safe as a send would be: flushed (SYNC_FLUSH) and on ``min_in_sync_replicas``
+    slaves (SYNC_MASTER), so a failover keeps it. Nothing to wait for on an ASYNC
+    master with ASYNC_FLUSH. If it is not safe in time it stays on the master and is
+    logged: at worst a lease or an ack is lost with the master, and the message comes
+    again (at least once)."""
+    cfg = server.config
+    if cfg.flush_disk_type.value != "SYNC_FLUSH" and cfg.broker_role.value != "SYNC_MASTER":
+        return
+    written = server.store.written_offset
+    waits = []
+    if cfg.flush_disk_type.value == "SYNC_FLUSH":
+        waits.append(sync_flush(server, flusher, written))
+    if cfg.broker_role.value == "SYNC_MASTER":
+        waits.append(sync_slave(server, written))
+    bad = [s for s in await asyncio.gather(*waits) if s is not SendStatus.SEND_OK]
+    if bad:
+        logger.warning(
+            "broker %s: a %s is stored on the master only (%s): a failover may lose it",
+            server.name,
+            what,
+            bad[0].value,
+        )
 
 
 async def earlier_batches(sequences: ProducerSequences, batch: EncodedBatch) -> None:
