@@ -6,8 +6,9 @@ Run: ``.venv/bin/python benchmarks/pop_bench.py [--quick] [--part throughput|une
 
 - throughput: a backlog of 1 KiB messages on 4 queues drained by one PullConsumer
   (the reference), by one SimpleConsumer (``receive(32)``, every message acknowledged
-  on its own, one ``ack_many`` call per receive) and by four SimpleConsumers, each in
-  its own Ray worker process; the POP / pull ratios against the target (>= 0.7).
+  on its own: one ``ack_many`` call per receive, then deferred acks riding on the next
+  receive) and by four SimpleConsumers (deferred acks), each in its own Ray worker
+  process; the POP / pull ratios against the target (>= 0.7).
 - uneven work: messages on 2 queues, a handler that sleeps 1-50 ms at random (the same
   seeded sequence for both), 8 POP workers (Ray tasks, one message at a time) against
   8 PushConsumers with one consume thread each (only 2 of them own a queue); time to
@@ -44,8 +45,10 @@ def fill(topic: str, total: int, body: bytes = b"x" * 1024) -> None:
             producer.send_batch([rayq.Message(topic, body)] * 100)
 
 
-def pop_drain(topic: str, group: str, limit: int) -> int:
-    """Receive and ack until ``limit`` messages or the topic is empty; how many."""
+def pop_drain(topic: str, group: str, limit: int, defer: bool = True) -> int:
+    """Receive and ack until ``limit`` messages or the topic is empty; how many. Each
+    message is acked on its own, in one ``ack_many`` per receive: deferred (riding on
+    the next receive) or in a call of its own."""
     consumer = rayq.SimpleConsumer(group, await_duration=0.2)
     consumer.subscribe(topic)
     consumer.start()
@@ -54,9 +57,9 @@ def pop_drain(topic: str, group: str, limit: int) -> int:
         msgs = consumer.receive(max_messages=32, invisible_duration=60)
         if not msgs:
             break
-        consumer.ack_many(msgs)
+        consumer.ack_many(msgs, defer=defer)
         got += len(msgs)
-    consumer.shutdown()
+    consumer.shutdown()  # sends the last deferred acks
     return got
 
 
@@ -79,9 +82,20 @@ def throughput_figures(total: int, namespace: str) -> tuple[float, float]:
     print(f"drain of {total:,} x 1 KiB, one PullConsumer (reference): {pull:,.0f} msgs/s")
     record(BENCH, "pull_drain", pull, "msgs/s", size=1024)
     t0 = time.perf_counter()
+    got = pop_drain(topic, f"pop1n-{uuid.uuid4().hex[:6]}", total, defer=False)
+    now = got / (time.perf_counter() - t0)
+    print(
+        f"drain, one SimpleConsumer (receive 32, ack each, an ack call per receive): "
+        f"{now:,.0f} msgs/s ({got:,}; {now / pull:.2f}x pull)"
+    )
+    record(BENCH, "pop_drain_1_ack_calls", now, "msgs/s", size=1024)
+    t0 = time.perf_counter()
     got = pop_drain(topic, f"pop1-{uuid.uuid4().hex[:6]}", total)
     one = got / (time.perf_counter() - t0)
-    print(f"drain, one SimpleConsumer (receive 32, ack each): {one:,.0f} msgs/s ({got:,})")
+    print(
+        f"drain, one SimpleConsumer (receive 32, ack each, acks deferred to the next "
+        f"receive): {one:,.0f} msgs/s ({got:,})"
+    )
     record(BENCH, "pop_drain_1", one, "msgs/s", size=1024)
     group = f"pop4-{uuid.uuid4().hex[:6]}"
     drainers = [Drainer.remote(namespace) for _ in range(4)]  # type: ignore[attr-defined]

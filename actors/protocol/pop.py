@@ -7,15 +7,18 @@ the group's retry topic) and makes each invisible to the group's other receivers
 ends unsettled sends the message to ``%RETRY%<group>`` for another delivery (the
 broker's side: actors/server/pop_state.py and pop_processor.py).
 
-A receipt handle is the URL-safe base64 of a ``ReceiptHandle`` packed as a msgpack
-array. Clients treat it as opaque; the broker checks it against its in-flight table, so a
-handle that was forged, belongs to another group or names a lease that ended is refused.
+A receipt handle is the text ``1.<lease>.<deadline_ms>.<queue_id>.<queue_offset>.<group>.
+<topic>.<broker>`` (one line; ``1`` is the format's version): a ``ReceiptHandle``'s
+fields, dot-separated. Topic and group names hold no dot; the broker's name comes last
+and may. Made and read with ``str`` operations only (a receive makes one per message
+and an ack reads them all: base64 over msgpack cost 3 and 6 µs a handle). Clients treat
+it as opaque; the broker checks it against its in-flight table, so a handle that was
+forged, belongs to another group or names a lease that ended is refused.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+from collections.abc import Iterable
 from typing import Annotated, Final
 
 import msgspec
@@ -46,15 +49,21 @@ class PopRequest(_Request, frozen=True, kw_only=True):
     expression_type: FilterType = "TAG"
     wait_ms: Annotated[int, Meta(ge=0, le=POP_WAIT_MAX_MS)] = 0
     consume_from: ConsumeFromWhere = ConsumeFromWhere.FIRST_OFFSET
+    # Deferred acks riding on this receive (Kafka share groups' acknowledgements on the
+    # next fetch): handles of this group on this broker, settled before anything is
+    # taken, all or none. A refusal does not fail the receive: ``ack_error`` says why.
+    acks: Annotated[list[Text], Meta(max_length=ACK_MAX_HANDLES)] = []
 
 
 class PopResponse(msgspec.Struct, frozen=True, kw_only=True):
     """The records taken (commit-log format, as a pull's ``buffer``) and, per record in
-    order, its receipt handle."""
+    order, its receipt handle; ``ack_error``: why the request's ``acks`` were refused
+    ("" if they were settled, or there were none)."""
 
     buffer: bytes = b""
     count: int = 0
     handles: list[str] = []
+    ack_error: str = ""
 
 
 class AckRequest(_Request, frozen=True, kw_only=True):
@@ -94,12 +103,30 @@ class ReceiptHandle(msgspec.Struct, frozen=True, array_like=True):
     deadline_ms: int  # when the lease ends, as the broker last set it
 
 
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(ReceiptHandle).decode
+_VERSION: Final[str] = "1"
 
 
 def encode_handle(handle: ReceiptHandle) -> str:
-    return base64.urlsafe_b64encode(_encode(handle)).decode("ascii")
+    h = handle
+    return (
+        f"{_VERSION}.{h.lease}.{h.deadline_ms}.{h.queue_id}.{h.queue_offset}."
+        f"{h.group}.{h.topic}.{h.broker}"
+    )
+
+
+def encode_handles(
+    group: str,
+    broker: str,
+    topic: str,
+    queue_id: int,
+    offsets: Iterable[int],
+    lease: int,
+    deadline_ms: int,
+) -> list[str]:
+    """``encode_handle`` for many messages of one queue under one lease."""
+    head = f"{_VERSION}.{lease}.{deadline_ms}.{queue_id}."
+    tail = f".{group}.{topic}.{broker}"
+    return [head + str(o) + tail for o in offsets]
 
 
 def decode_handle(text: object) -> ReceiptHandle:
@@ -108,13 +135,21 @@ def decode_handle(text: object) -> ReceiptHandle:
         raise InvalidReceiptHandleError(
             f"a receipt handle is the str a received message carries, got {text!r:.80}"
         )
+    parts = text.split(".", 7)
     try:
-        return _decode(base64.urlsafe_b64decode(text.encode("ascii")))
-    except (binascii.Error, ValueError, msgspec.DecodeError):
+        if len(parts) != 8 or parts[0] != _VERSION or not all(parts[5:]):
+            raise ValueError(text)
+        handle = ReceiptHandle(
+            parts[5], parts[7], parts[6], int(parts[3]), int(parts[4]), int(parts[1]), int(parts[2])
+        )
+        if handle.queue_id < 0 or handle.queue_offset < 0:
+            raise ValueError(text)
+    except ValueError:
         raise InvalidReceiptHandleError(
             f"{text!r:.80} is not a receipt handle: pass the message received, or its "
             "receipt_handle, unchanged"
         ) from None
+    return handle
 
 
 __all__ = [
@@ -130,4 +165,5 @@ __all__ = [
     "ReceiptHandle",
     "decode_handle",
     "encode_handle",
+    "encode_handles",
 ]

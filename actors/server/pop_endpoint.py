@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
+
 from rayq.actors.protocol import Done, check
 from rayq.actors.protocol import pop as p
 from rayq.actors.server.broker_server import BrokerServer
@@ -66,17 +68,24 @@ class PopEndpoint:
         req = check(req, p.PopRequest)
         self.server.authorize("pop", req)
         deadline = time.monotonic() + req.wait_ms / 1000
+        acked: p.PopResponse | None = None  # the answer that settled the request's acks
         while True:
             with self.pop_waits.watching() as appended:
                 resp = self.server.pop(req)
+                if req.acks:  # settled (or refused) once: not again while it waits
+                    acked, req = resp, msgspec.structs.replace(req, acks=[])
+                    if not resp.count and not resp.ack_error:
+                        await log_safe(self.server, self.peers.flusher, "POP ack")
                 left = deadline - time.monotonic()
-                if resp.count:
-                    await log_safe(self.server, self.peers.flusher, "lease")
-                    return resp
-                if left <= 0:
-                    return resp
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(appended.wait(), left)
+                if not resp.count and left > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(appended.wait(), left)
+                    continue
+            if resp.count:
+                await log_safe(self.server, self.peers.flusher, "lease")
+            if acked is not None and acked.ack_error and not resp.ack_error:
+                resp = msgspec.structs.replace(resp, ack_error=acked.ack_error)
+            return resp
 
     async def ack(self, req: p.AckRequest | bytes) -> Done:
         req = check(req, p.AckRequest)

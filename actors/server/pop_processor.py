@@ -36,6 +36,7 @@ from rayq.actors.protocol.pop import (
     ReceiptHandle,
     decode_handle,
     encode_handle,
+    encode_handles,
 )
 from rayq.actors.server.pop_state import (
     POP_LOG_TOPIC,
@@ -96,11 +97,18 @@ class PopProcessor(ProcessorBase):
         parts: list[bytes] = []
         handles: list[str] = []
         entries: list[PopLogEntry] = []
+        acked: list[PopLogEntry] = []
+        ack_error = ""
         now = self.store.clock.now_ms()
         deadline = now + req.invisible_ms
         lease = _new_lease()  # this receive's, for its handles
         room = self.config.pull_max_bytes  # a receive answers at most what a pull does
         with self.pop_state.lock:
+            if req.acks:  # deferred acks first: what they settle may be taken again
+                try:
+                    acked = self._acks(req.group, req.acks)
+                except InvalidReceiptHandleError as exc:
+                    ack_error = exc.message
             for i in range(len(queues)):
                 left = req.max_nums - len(handles)
                 if left <= 0 or room <= 0:
@@ -112,9 +120,13 @@ class PopProcessor(ProcessorBase):
                     parts.append(got[0])
                     handles += got[1]
                     entries.append(got[2])
-            if entries:
-                self._log(entries)  # one record for the whole receive, before the answer
-        return PopResponse(buffer=b"".join(parts), count=len(handles), handles=handles)
+            if entries or acked:
+                self._log(acked + entries)  # one record for the whole call, before the answer
+            for entry in acked:
+                self._commit_floor(entry.key)
+        return PopResponse(
+            buffer=b"".join(parts), count=len(handles), handles=handles, ack_error=ack_error
+        )
 
     def _take(
         self,
@@ -159,10 +171,9 @@ class PopProcessor(ProcessorBase):
             deadline_ms=deadline,
             cursor=resp.next_offset,
         )
-        handles = [
-            encode_handle(ReceiptHandle(req.group, self.name, topic, queue_id, o, lease, deadline))
-            for o, _ in positions
-        ]
+        handles = encode_handles(
+            req.group, self.name, topic, queue_id, entry.offsets, lease, deadline
+        )
         return resp.buffer, handles, entry
 
     def _cursor(self, key: QueueKey, consume_from: ConsumeFromWhere) -> int:
@@ -187,15 +198,18 @@ class PopProcessor(ProcessorBase):
         """Settle the messages of ``req.handles``: all, or none with the reason."""
         self._check_master("takes no POP acks")
         with self.pop_state.lock:
-            held = self._held(req.group, req.handles)
-            acked = [
-                PopLogEntry("ack", *key, offsets=[o for o, _ in items])
-                for key, items in group_by_queue(held)
-            ]
+            acked = self._acks(req.group, req.handles)
             self._log(acked)
             for entry in acked:
                 self._commit_floor(entry.key)
         return Done()
+
+    def _acks(self, group: str, handles: list[str]) -> list[PopLogEntry]:
+        """The log entries that settle ``handles`` (all held by ``group``), per queue."""
+        return [
+            PopLogEntry("ack", *key, offsets=[o for o, _ in items])
+            for key, items in group_by_queue(self._held(group, handles))
+        ]
 
     def change_invisibility(self, req: ChangeInvisibilityRequest) -> ChangeInvisibilityReply:
         """End the leases of ``req.handles`` ``invisible_ms`` from now, with new handles

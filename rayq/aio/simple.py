@@ -4,9 +4,12 @@ consumer's receive plan and requests (rayq/consumer/simple.py)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
+from rayq.actors.protocol.pop import AckRequest
 from rayq.consumer.simple import (
     PopConsumerCore,
     Received,
@@ -17,6 +20,8 @@ from rayq.consumer.simple import (
 from rayq.service_state import ServiceState
 from rayq.store.errors import BrokerUnavailableError, RayqError
 from rayq.transport.context import CALL_TIMEOUT_S
+
+logger = logging.getLogger(__name__)
 
 
 class ReceivedMessage(Received):
@@ -68,6 +73,11 @@ class SimpleConsumer(PopConsumerCore):
             for msg in left:
                 with contextlib.suppress(RayqError):
                     await self.nack(msg)
+            if self._deferred:
+                try:
+                    await self.flush_acks()
+                except RayqError as exc:  # those messages come again: at least once
+                    logger.warning("deferred acks not sent at shutdown: %s", exc)
         self._shutdown()
 
     async def __aenter__(self) -> SimpleConsumer:
@@ -134,10 +144,23 @@ class SimpleConsumer(PopConsumerCore):
         broker, req = self._ack_request(topic, receipt_handles)
         await self._ctx.broker_calls_async({broker: lambda c: c.ack(req)})
 
-    async def ack_many(self, msgs: Iterable[Received]) -> None:
-        """Settle many messages with one call per broker (per broker: all or none)."""
+    async def ack_many(self, msgs: Iterable[Received], *, defer: bool = False) -> None:
+        """Settle many messages with one call per broker (per broker: all or none); with
+        ``defer``, on the next receive from each broker (``rayq.SimpleConsumer.ack_many``)."""
         self._check_open()
-        requests = self._ack_many_requests(msgs)
+        if defer:
+            full = self._defer(msgs)
+            if full:
+                await self._send_acks(self._flush_requests(b for b, _ in full))
+            return
+        await self._send_acks(self._ack_many_requests(msgs))
+
+    async def flush_acks(self) -> None:
+        """Send the deferred acks now (one call per broker and topic)."""
+        self._check_open()
+        await self._send_acks(self._flush_requests())
+
+    async def _send_acks(self, requests: dict[Any, AckRequest]) -> None:
         if requests:
             calls = {k: lambda c, r=r: c.ack(r) for k, r in requests.items()}
             await self._ctx.broker_calls_async(calls)

@@ -56,6 +56,7 @@ from rayq.store.errors import (
     ClientError,
     ClosedError,
     InvalidRequestError,
+    RayqError,
 )
 from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
@@ -210,6 +211,9 @@ class PopConsumerCore:
         # messages of the last receive whose tags only collide with ours: (topic,
         # broker, handles), acked by the shell once the receive is over
         self._strays: list[tuple[str, str, list[str]]] = []
+        # deferred acks (``ack_many(msgs, defer=True)``): broker -> (topic, handle), sent
+        # with the next receive from that broker, or by ``flush_acks``
+        self._deferred: dict[str, list[tuple[str, str]]] = {}
 
     # -------------------------------------------------------- subscription
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -267,17 +271,15 @@ class PopConsumerCore:
         out: list[Received] = []
         failed: BrokerUnavailableError | None = None
         for topic, broker in order:
+            req = self._request(topic, broker, max_messages - len(out), invisible_ms, 0)
             try:
-                resp = yield (
-                    topic,
-                    broker,
-                    self._request(topic, max_messages - len(out), invisible_ms, 0),
-                )
+                resp = yield topic, broker, req
             except BrokerUnavailableError as exc:
                 failed = exc
                 logger.warning("receive from broker %s failed: %s", broker, exc)
+                self._acks_lost(broker, req, exc)
                 continue
-            out += self._taken(topic, broker, resp)
+            out += self._taken(topic, broker, req, resp)
             if len(out) >= max_messages:
                 return out
         if out or not self._wait_ms:
@@ -285,8 +287,13 @@ class PopConsumerCore:
                 raise failed
             return out
         topic, broker = order[0]
-        resp = yield topic, broker, self._request(topic, max_messages, invisible_ms, self._wait_ms)
-        return self._taken(topic, broker, resp)
+        req = self._request(topic, broker, max_messages, invisible_ms, self._wait_ms)
+        try:
+            resp = yield topic, broker, req
+        except BrokerUnavailableError as exc:
+            self._acks_lost(broker, req, exc)
+            raise
+        return self._taken(topic, broker, req, resp)
 
     def _targets(self) -> list[tuple[str, str]]:
         """(topic, broker) for each subscribed topic and broker holding queues of it."""
@@ -296,9 +303,18 @@ class PopConsumerCore:
             out += [(topic, b) for b in brokers]
         return out
 
-    def _request(self, topic: str, most: int, invisible_ms: int, wait_ms: int) -> PopRequest:
+    def _request(
+        self, topic: str, broker: str, most: int, invisible_ms: int, wait_ms: int
+    ) -> PopRequest:
+        """A receive from ``broker``, carrying the acks deferred for it (at most
+        ``ACK_MAX_HANDLES``; the rest wait for the next one)."""
         f = self._subscriptions[topic]
+        pending = self._deferred.get(broker, [])
+        acks = [h for _, h in pending[:ACK_MAX_HANDLES]]
+        if pending:
+            del pending[:ACK_MAX_HANDLES]
         return PopRequest(
+            acks=acks,
             client_id=self.client_id,
             group=self.group,
             topic=topic,
@@ -310,10 +326,27 @@ class PopConsumerCore:
             consume_from=self._consume_from,
         )
 
-    def _taken(self, topic: str, broker: str, resp: PopResponse) -> list[Received]:
+    def _acks_lost(self, broker: str, req: PopRequest, exc: BaseException) -> None:
+        if req.acks:
+            logger.warning(
+                "%d deferred ack(s) riding on a receive from broker %s may be lost (%s): "
+                "those messages come again when their leases end",
+                len(req.acks),
+                broker,
+                exc,
+            )
+
+    def _taken(self, topic: str, broker: str, req: PopRequest, resp: PopResponse) -> list[Received]:
         """The messages of a pop's answer. A message whose tag only collides with the
         subscription's (the broker filters by tag hash) is not ours: kept in ``_strays``
         for the shell to ack once the receive is over."""
+        if req.acks and resp.ack_error:
+            logger.warning(
+                "broker %s refused %d deferred ack(s) (none of them was applied): %s",
+                broker,
+                len(req.acks),
+                resp.ack_error,
+            )
         if not resp.count:
             return []
         got = received_as(self.received_class, resp.buffer, broker, resp.handles, self)
@@ -342,6 +375,32 @@ class PopConsumerCore:
             for at in range(0, len(handles), ACK_MAX_HANDLES):
                 chunk = handles[at : at + ACK_MAX_HANDLES]
                 out[(broker, chunk[0])] = self._ack_request(topic, chunk)[1]
+        return out
+
+    def _defer(self, msgs: Iterable[Received]) -> list[tuple[str, str]]:
+        """Keep the acks of ``msgs`` for the next receive from their brokers; returns
+        the brokers that have ``ACK_MAX_HANDLES`` waiting (to flush now)."""
+        full = []
+        for m in msgs:
+            pending = self._deferred.setdefault(m.broker_name, [])
+            pending.append((m.topic, handle_of(m)))
+            if len(pending) == ACK_MAX_HANDLES:
+                full.append((m.broker_name, m.topic))
+        return full
+
+    def _flush_requests(self, brokers: Iterable[str] | None = None) -> dict[Any, AckRequest]:
+        """Ack requests for the deferred acks of ``brokers`` (all by default), taken
+        out of the deferred list."""
+        out: dict[Any, AckRequest] = {}
+        for broker in list(self._deferred if brokers is None else brokers):
+            pending = self._deferred.pop(broker, [])
+            by_topic: dict[str, list[str]] = {}
+            for topic, handle in pending:
+                by_topic.setdefault(topic, []).append(handle)
+            for topic, handles in by_topic.items():
+                for at in range(0, len(handles), ACK_MAX_HANDLES):
+                    chunk = handles[at : at + ACK_MAX_HANDLES]
+                    out[(broker, chunk[0])] = self._ack_request(topic, chunk)[1]
         return out
 
     def _change_request(
@@ -379,7 +438,13 @@ class SimpleConsumer(PopConsumerCore):
         self._start()
 
     def shutdown(self) -> None:
-        """Stop; messages received and not settled come again when their leases end."""
+        """Stop (sending the deferred acks first); messages received and not settled
+        come again when their leases end."""
+        if self._service_state is ServiceState.RUNNING and self._deferred:
+            try:
+                self.flush_acks()
+            except RayqError as exc:  # those messages come again: at least once
+                logger.warning("deferred acks not sent at shutdown: %s", exc)
         self._shutdown()
 
     def __enter__(self) -> SimpleConsumer:
@@ -431,11 +496,27 @@ class SimpleConsumer(PopConsumerCore):
         broker, req = self._ack_request(topic, receipt_handles)
         self._ctx.broker_calls({broker: lambda c: c.ack(req)})
 
-    def ack_many(self, msgs: Iterable[Received]) -> None:
+    def ack_many(self, msgs: Iterable[Received], *, defer: bool = False) -> None:
         """Settle many messages with one call per broker (each still acked on its own:
-        per broker, all or none with the reason)."""
+        per broker, all or none with the reason). With ``defer``, no call now: the
+        acks ride on the next receive from each message's broker (Kafka share groups'
+        acknowledgements on the next poll), or go with ``flush_acks`` or ``shutdown``.
+        A deferred ack the broker refuses is logged, not raised; if it is lost with a
+        failed receive, its message comes again when its lease ends."""
         self._check_open()
-        requests = self._ack_many_requests(msgs)
+        if defer:
+            full = self._defer(msgs)
+            if full:
+                self._send_acks(self._flush_requests(b for b, _ in full))
+            return
+        self._send_acks(self._ack_many_requests(msgs))
+
+    def flush_acks(self) -> None:
+        """Send the deferred acks now (one call per broker and topic)."""
+        self._check_open()
+        self._send_acks(self._flush_requests())
+
+    def _send_acks(self, requests: dict[Any, AckRequest]) -> None:
         if requests:
             self._ctx.broker_calls({k: lambda c, r=r: c.ack(r) for k, r in requests.items()})  # type: ignore[misc]
 

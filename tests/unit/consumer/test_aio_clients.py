@@ -169,3 +169,29 @@ def test_shutdown_releases_what_async_for_received_and_did_not_hand_out(
     rest = other.receive()
     assert sorted([first] + [m.body for m in rest]) == [f"m{i}".encode() for i in range(5)]
     assert {m.delivery_count for m in rest} == {2}
+
+
+def test_deferred_acks_ride_on_the_next_receive_and_go_at_shutdown(cluster: FakeCluster) -> None:
+    with rayq.Producer("pg", transport=FakeTransport(cluster)) as producer:
+        producer.send_batch([rayq.Message(TOPIC, f"d{i}".encode()) for i in range(5)])
+    admin = rayq.Admin(transport=FakeTransport(cluster))
+
+    def lag() -> int:
+        return sum(p.lag for p in admin.consumer_progress("aio-defer") if p.queue.topic == TOPIC)
+
+    async def main() -> list[int]:
+        c = rayq.aio.SimpleConsumer("aio-defer", transport=FakeTransport(cluster))
+        c.subscribe(TOPIC)
+        await c.start()
+        lags = []
+        got = await c.receive(max_messages=3, invisible_duration=60)
+        await c.ack_many(got, defer=True)
+        lags.append(lag())
+        rest = await c.receive(max_messages=3, invisible_duration=60)
+        lags.append(lag())
+        await c.ack_many(rest, defer=True)
+        await c.shutdown()
+        lags.append(lag())
+        return lags
+
+    assert asyncio.run(main()) == [5, 2, 0]

@@ -262,3 +262,44 @@ def test_pull_push_and_pop_groups_read_one_topic_side_by_side(cluster: FakeClust
     pulled = poll_until(pull, 10)
     assert sorted(m.body for m in popped) == sorted(sent) == sorted(m.body for m in pulled)
     pull.shutdown()
+
+
+def lag(cluster: FakeCluster, group: str = "workers") -> int:
+    admin = rayq.Admin(transport=FakeTransport(cluster))
+    return sum(p.lag for p in admin.consumer_progress(group) if p.queue.topic == TOPIC)
+
+
+def test_deferred_acks_ride_on_the_next_receive(cluster: FakeCluster) -> None:
+    """``ack_many(defer=True)`` makes no call: the acks go with the next receive from
+    the broker (one call settles them and leases more), or with ``flush_acks``."""
+    send(cluster, 6)
+    c = consumer(cluster)
+    first = c.receive(max_messages=4, invisible_duration=60)
+    c.ack_many(first, defer=True)
+    assert lag(cluster) == 6  # nothing settled yet: no call was made
+    rest = c.receive(max_messages=4, invisible_duration=60)  # carries the 4 acks
+    assert len(rest) == 2 and lag(cluster) == 2
+    c.ack_many(rest, defer=True)
+    c.flush_acks()
+    assert lag(cluster) == 0
+    with pytest.raises(InvalidReceiptHandleError):
+        c.ack(first[0])  # settled by the receive that carried it
+    c.shutdown()
+
+
+def test_a_refused_deferred_ack_is_logged_and_the_receive_goes_on(
+    cluster: FakeCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    send(cluster, 2)
+    c = consumer(cluster)
+    (one, two) = c.receive(max_messages=2, invisible_duration=60)
+    c.ack(one)
+    c.ack_many([one, two], defer=True)  # ``one`` is settled already: all or none
+    send(cluster, 1)
+    with caplog.at_level("WARNING", logger="rayq.consumer.simple"):
+        (three,) = c.receive(invisible_duration=60)
+    assert "refused 2 deferred ack(s)" in caplog.text
+    assert three.body == b"m0" and lag(cluster) == 2  # ``two`` is still in flight
+    c.ack_many([two, three], defer=True)
+    c.shutdown()  # sends the deferred acks
+    assert lag(cluster) == 0
