@@ -346,6 +346,22 @@ class PopProcessor(ProcessorBase):
         for entry in entries:
             self.pop_state.apply(entry)
 
+    def _settled(self, take: PopLogEntry) -> bool:
+        """Whether the group's committed offset is past all the messages ``take`` leased."""
+        offsets = self.tables.consumer_offsets
+        committed = offsets.query(take.group, take.topic, take.queue_id)
+        return committed > max(take.offsets, default=-1)
+
+    def drop_pop_state(self, group: str, topic: str) -> None:
+        """Forget (in the log, then in memory) the leases and cursors of a deleted topic
+        (``group`` "") or group (``topic`` ""): nothing of theirs is redelivered, and a
+        topic or group made again under the name starts afresh."""
+        if self.master is None:
+            return
+        with self.pop_state.lock:
+            if self.pop_state.holds(group, topic):
+                self._log([PopLogEntry("drop", group, topic, 0, offsets=[])])
+
     def _commit_floor(self, key: QueueKey) -> None:
         floor = self.pop_state.floor(key)
         if floor >= 0:
@@ -371,9 +387,7 @@ class PopProcessor(ProcessorBase):
                     )
                     continue
                 for entry in entries:
-                    offsets = self.tables.consumer_offsets
-                    committed = offsets.query(entry.group, entry.topic, entry.queue_id)
-                    if entry.kind == "take" and committed > max(entry.offsets, default=-1):
+                    if entry.kind == "take" and self._settled(entry):
                         continue  # settled before the committed offset was written
                     self.pop_state.apply(entry)
                     n += 1

@@ -19,7 +19,9 @@ reason). A record's body is a msgpack array of the ``PopLogEntry`` of one reques
 
     kind        "take" (messages leased; ``cursor`` is the queue's cursor after it),
                 "ack" (settled), "lease" (leases moved: new ids and end),
-                "revive" (leases ended: copied to the retry or dead-letter topic)
+                "revive" (leases ended: copied to the retry or dead-letter topic),
+                "drop" (a deleted topic's or group's leases and cursors forgotten:
+                every queue of ``topic``, or of ``group``, when the other is "")
     group, topic, queue_id
     offsets     the queue offsets it is about
     leases      take, lease: each message's lease id
@@ -46,7 +48,7 @@ import msgspec
 POP_LOG_TOPIC: Final[str] = "rmq_sys_POP_LOG"
 
 QueueKey = tuple[str, str, int]  # (group, topic, queue_id)
-Kind = Literal["take", "ack", "lease", "revive"]
+Kind = Literal["take", "ack", "lease", "revive", "drop"]
 
 
 class PopLogEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -99,6 +101,9 @@ class PopState:
             if entry.cursor > self.cursors.get(key, -1):
                 self.cursors[key] = entry.cursor
             return
+        if entry.kind == "drop":
+            self.drop(entry.group, entry.topic)
+            return
         queue = self.leases.get(key, {})
         if entry.kind == "lease":
             for offset, lease in zip(entry.offsets, entry.leases, strict=True):
@@ -110,6 +115,17 @@ class PopState:
             queue.pop(offset, None)
         if not queue:
             self.leases.pop(key, None)
+
+    def holds(self, group: str, topic: str) -> bool:
+        """Whether any lease or cursor is of ``group`` ("": any) and ``topic`` ("": any)."""
+        return any(_matches(k, group, topic) for k in (*self.leases, *self.cursors))
+
+    def drop(self, group: str, topic: str) -> None:
+        """Forget the leases and cursors of ``group`` ("": every group) on ``topic`` ("":
+        every topic)."""
+        for table in (self.leases, self.cursors):
+            for key in [k for k in table if _matches(k, group, topic)]:
+                del table[key]
 
     def lease_of(self, key: QueueKey, offset: int) -> Lease | None:
         return self.leases.get(key, {}).get(offset)
@@ -136,6 +152,10 @@ class PopState:
     def in_flight(self, group: str | None = None) -> int:
         """How many messages are leased (of ``group``, or of all groups)."""
         return sum(len(q) for k, q in self.leases.items() if group is None or k[0] == group)
+
+
+def _matches(key: QueueKey, group: str, topic: str) -> bool:
+    return (not group or key[0] == group) and (not topic or key[1] == topic)
 
 
 def group_by_queue(

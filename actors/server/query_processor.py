@@ -7,6 +7,8 @@ state (store, tables, services) these methods serve from; no Ray.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
 from rayq.actors.protocol import (
@@ -52,6 +54,10 @@ from rayq.store.names import (
 class QueryProcessor(ProcessorBase):
     """Topic and group admin, stats, status and message queries."""
 
+    if TYPE_CHECKING:
+
+        def drop_pop_state(self, group: str, topic: str) -> None: ...  # PopProcessor's
+
     def create_topic(self, req: CreateTopicRequest) -> Done:
         """Create or overwrite a topic (admin)."""
         existed = req.topic in self.tables.topics
@@ -80,6 +86,7 @@ class QueryProcessor(ProcessorBase):
         with self.writing:
             self.store.delete_topic(topic)
         self.tables.consumer_offsets.remove_topic(topic)
+        self.drop_pop_state("", topic)
         return Done(existed=existed)
 
     # -------------------------------------------------------------- admin
@@ -134,6 +141,7 @@ class QueryProcessor(ProcessorBase):
         if clean_offsets:
             existed = bool(self.tables.consumer_offsets.remove_group(group)) or existed
             self.tables.consumer_offsets.persist()
+            self.drop_pop_state(group, "")
         return Done(existed=existed)
 
     def groups(self, req: ListGroupsRequest) -> GroupsReply:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from rayq.actors.protocol import CreateTopicRequest, PullRequest, UpdateGroupRequest, check
+from rayq.actors.protocol import (
+    CreateTopicRequest,
+    DeleteGroupRequest,
+    PullRequest,
+    TopicRequest,
+    UpdateGroupRequest,
+    check,
+)
 from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.protocol.enums import ConsumeFromWhere
 from rayq.actors.protocol.pop import (
@@ -314,5 +321,40 @@ def test_a_receive_answers_at_most_a_pulls_bytes(tmp_path: Path, clock: FakeCloc
         while got := pop(srv, 32).count:
             rest += got
         assert first.count + rest == 16  # nothing skipped: the rest came in later receives
+    finally:
+        srv.close()
+
+
+def test_deleting_a_topic_or_a_group_forgets_its_leases_for_good(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Leases of a deleted topic are not redelivered when they end (their messages
+    would come again through the retry topic), a group deleted with its offsets starts
+    afresh, and a restart's replay does not bring either back."""
+    srv = open_server(tmp_path, clock)
+    srv.create_topic(
+        CreateTopicRequest(topic="jobs", read_queue_nums=1, write_queue_nums=1, perm=6)
+    )
+    srv.create_topic(
+        CreateTopicRequest(topic="other", read_queue_nums=1, write_queue_nums=1, perm=6)
+    )
+    send(srv, 3)
+    assert srv.store.put_messages([InnerMessage(topic="other", queue_id=0, body=b"o")]).ok
+    assert pop(srv, invisible_ms=5_000).count == 3
+    srv.pop(PopRequest(group="g2", topic="other", invisible_ms=5_000))
+    assert srv.pop_state.in_flight() == 4
+    srv.delete_topic(TopicRequest(topic="jobs"))
+    srv.delete_group(DeleteGroupRequest(group="g2", clean_offsets=True))
+    assert srv.pop_state.in_flight() == 0
+    clock.advance(6_000)
+    assert srv.pop_revive_tick() == []  # nothing of theirs to redeliver
+    assert retry_topic("workers") not in srv.tables.topics
+    srv.close()
+
+    srv = open_server(tmp_path, clock)
+    try:
+        assert srv.pop_state.in_flight() == 0 and not srv.pop_state.cursors
+        again = srv.pop(PopRequest(group="g2", topic="other", invisible_ms=5_000))
+        assert bodies(again) == [b"o"]  # g2 made again: from the start
     finally:
         srv.close()
