@@ -128,7 +128,7 @@ class PullProcessor(ProcessorBase):
         if status is PullStatus.NO_MATCHED_MSG and next_offset <= req.queue_offset:
             status = PullStatus.NO_NEW_MSG  # nothing scanned (a missing file): wait for news
         if not count:
-            status, next_offset = self._corrected(first, req.queue_offset, status, next_offset)
+            status, next_offset = self._corrected(first, req, status, next_offset)
         return PullResponse(
             status=status,
             next_offset=next_offset,
@@ -175,14 +175,30 @@ class PullProcessor(ProcessorBase):
         )
 
     def _corrected(
-        self, got: GetResult, queue_offset: int, status: PullStatus, next_offset: int
+        self, got: GetResult, req: PullRequest, status: PullStatus, next_offset: int
     ) -> tuple[PullStatus, int]:
         """RocketMQ's PullMessageProcessor: a queue with nothing in it (or none at all)
         moves a pull at an offset other than 0 to 0 (OFFSET_ILLEGAL; at 0 it waits for
         news). A slave may lag its master, so it corrects no offset (RocketMQ's default,
         ``offsetCheckInSlave=false``): a pull at an offset of a queue it has nothing of
         yet, or past its end, waits there for replication to bring it; moving it to the
-        slave's end would move the consumer's offset back and redeliver all between."""
+        slave's end would move the consumer's offset back and redeliver all between.
+
+        Past the end on a master, where the store would start a queue that never lost a
+        message over (its min offset is 0): if the group's committed offset lies inside
+        the queue, the pull moves there instead. The consumer read records a crash then
+        lost (a torn or unflushed tail: the broker restarted with a shorter log), and
+        starting over would deliver again everything the group had settled."""
+        queue_offset = req.queue_offset
+        if (
+            self.slave is None
+            and got.status is GetStatus.OFFSET_OVERFLOW_BADLY
+            and got.min_offset == 0
+            and req.group
+        ):
+            committed = self.tables.consumer_offsets.query(req.group, req.topic, req.queue_id)
+            if 0 < committed <= got.max_offset:
+                return PullStatus.OFFSET_ILLEGAL, committed
         if self.slave is not None and (
             (got.status in _EMPTY_QUEUE and queue_offset != 0)
             or got.status is GetStatus.OFFSET_OVERFLOW_BADLY

@@ -417,7 +417,8 @@ class PullConsumer:
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Make the next poll read ``mq`` from ``offset`` (an offset outside the queue
         moves on the next pull where the broker says: its min offset if below it; past
-        its end, its min offset if that is 0, else its end)."""
+        its end, the group's committed offset if that is inside the queue, else its min
+        offset if that is 0, else its end)."""
         self._check_open()
         s = self._state(mq)
         if offset.__class__ is not int or not 0 <= offset <= OFFSET_MAX:

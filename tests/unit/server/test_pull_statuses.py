@@ -6,8 +6,8 @@ cluster's hold service (no Ray):
   with the offset past them, never parked;
 - a queue with nothing in it (or none at all) at an offset other than 0:
   OFFSET_ILLEGAL, moved to 0; at 0 it waits for news;
-- past the end (OFFSET_OVERFLOW_BADLY): moved to the min offset when it is 0, else to
-  the max offset;
+- past the end (OFFSET_OVERFLOW_BADLY): moved to the group's committed offset when that
+  is inside the queue, else to the min offset when it is 0, else to the max offset;
 - on a slave, which may lag its master: nothing is corrected, the pull waits.
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rayq.actors.protocol import (
+    CommitOffsetsRequest,
     CreateTopicRequest,
     MessageQueue,
     PullRequest,
@@ -156,6 +157,22 @@ def test_past_the_end_of_a_whole_queue_moves_to_its_start(cluster: FakeCluster) 
     resp = cluster.server().pull(request(50))
     assert (resp.status, resp.next_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
     assert (resp.min_offset, resp.max_offset) == (0, 5)
+
+
+def test_past_the_end_of_a_whole_queue_moves_to_the_groups_committed_offset_inside_it(
+    cluster: FakeCluster,
+) -> None:
+    """A consumer ahead of a log a crash made shorter (it read records that were lost)
+    resumes at its group's committed offset, not at 0: starting over would deliver
+    again everything the group had settled."""
+    srv = cluster.server()
+    append(srv, 0, 5)
+    srv.commit_offsets(CommitOffsetsRequest(group="g", topic=TOPIC, offsets={0: 3}))
+    resp = srv.pull(request(7))
+    assert (resp.status, resp.next_offset) == (PullStatus.OFFSET_ILLEGAL, 3)
+    srv.commit_offsets(CommitOffsetsRequest(group="g", topic=TOPIC, offsets={0: 9}))
+    resp = srv.pull(request(12))  # committed past the end too: the queue's start
+    assert (resp.status, resp.next_offset) == (PullStatus.OFFSET_ILLEGAL, 0)
 
 
 def test_past_the_end_of_a_trimmed_queue_moves_to_its_end(cluster: FakeCluster) -> None:
