@@ -64,11 +64,9 @@ async def sync_slave(server: BrokerServer, written: int) -> SendStatus:
         return SendStatus.FLUSH_SLAVE_TIMEOUT
 
 
-async def wait_safe(
-    server: BrokerServer, flusher: Flusher, result: BatchSendResult
-) -> BatchSendResult:
-    """The waits the flush type and the role ask for, side by side; the first status
-    that is not SEND_OK (the disk's first) is the send's."""
+async def _statuses(server: BrokerServer, flusher: Flusher) -> list[SendStatus]:
+    """The waits the flush type and the role ask for, for the log up to its written
+    offset now, side by side: their statuses ([] if neither asks for one)."""
     cfg = server.config
     written = server.store.written_offset
     waits = []
@@ -76,10 +74,15 @@ async def wait_safe(
         waits.append(sync_flush(server, flusher, written))
     if cfg.broker_role.value == "SYNC_MASTER":
         waits.append(sync_slave(server, written))
-    if not waits:
-        return result
-    statuses = await asyncio.gather(*waits)
-    bad = next((s for s in statuses if s is not SendStatus.SEND_OK), None)
+    return list(await asyncio.gather(*waits)) if waits else []
+
+
+async def wait_safe(
+    server: BrokerServer, flusher: Flusher, result: BatchSendResult
+) -> BatchSendResult:
+    """The waits the flush type and the role ask for, side by side; the first status
+    that is not SEND_OK (the disk's first) is the send's."""
+    bad = next((s for s in await _statuses(server, flusher) if s is not SendStatus.SEND_OK), None)
     if bad is None:
         return result
     return msgspec.structs.replace(result, status=bad)
@@ -92,16 +95,7 @@ async def log_safe(server: BrokerServer, flusher: Flusher, what: str) -> None:
     master with ASYNC_FLUSH. If it is not safe in time it stays on the master and is
     logged: at worst a lease or an ack is lost with the master, and the message comes
     again (at least once)."""
-    cfg = server.config
-    if cfg.flush_disk_type.value != "SYNC_FLUSH" and cfg.broker_role.value != "SYNC_MASTER":
-        return
-    written = server.store.written_offset
-    waits = []
-    if cfg.flush_disk_type.value == "SYNC_FLUSH":
-        waits.append(sync_flush(server, flusher, written))
-    if cfg.broker_role.value == "SYNC_MASTER":
-        waits.append(sync_slave(server, written))
-    bad = [s for s in await asyncio.gather(*waits) if s is not SendStatus.SEND_OK]
+    bad = [s for s in await _statuses(server, flusher) if s is not SendStatus.SEND_OK]
     if bad:
         logger.warning(
             "broker %s: a %s is stored on the master only (%s): a failover may lose it",
