@@ -151,7 +151,7 @@ class SimpleConsumer(PopConsumerCore):
         if defer:
             full = self._defer(msgs)
             if full:
-                await self._send_acks(self._flush_requests(b for b, _ in full))
+                await self._send_acks(self._flush_requests(full))
             return
         await self._send_acks(self._ack_many_requests(msgs))
 

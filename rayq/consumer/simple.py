@@ -370,6 +370,9 @@ class PopConsumerCore:
         groups: dict[tuple[str, str], list[str]] = {}
         for m in msgs:  # a received message's broker_name is its handle's broker
             groups.setdefault((m.broker_name, m.topic), []).append(handle_of(m))
+        return self._chunked(groups)
+
+    def _chunked(self, groups: dict[tuple[str, str], list[str]]) -> dict[Any, AckRequest]:
         out = {}
         for (broker, topic), handles in groups.items():
             for at in range(0, len(handles), ACK_MAX_HANDLES):
@@ -377,7 +380,7 @@ class PopConsumerCore:
                 out[(broker, chunk[0])] = self._ack_request(topic, chunk)[1]
         return out
 
-    def _defer(self, msgs: Iterable[Received]) -> list[tuple[str, str]]:
+    def _defer(self, msgs: Iterable[Received]) -> list[str]:
         """Keep the acks of ``msgs`` for the next receive from their brokers; returns
         the brokers that have ``ACK_MAX_HANDLES`` waiting (to flush now)."""
         full = []
@@ -385,23 +388,17 @@ class PopConsumerCore:
             pending = self._deferred.setdefault(m.broker_name, [])
             pending.append((m.topic, handle_of(m)))
             if len(pending) == ACK_MAX_HANDLES:
-                full.append((m.broker_name, m.topic))
+                full.append(m.broker_name)
         return full
 
     def _flush_requests(self, brokers: Iterable[str] | None = None) -> dict[Any, AckRequest]:
         """Ack requests for the deferred acks of ``brokers`` (all by default), taken
         out of the deferred list."""
-        out: dict[Any, AckRequest] = {}
+        groups: dict[tuple[str, str], list[str]] = {}
         for broker in list(self._deferred if brokers is None else brokers):
-            pending = self._deferred.pop(broker, [])
-            by_topic: dict[str, list[str]] = {}
-            for topic, handle in pending:
-                by_topic.setdefault(topic, []).append(handle)
-            for topic, handles in by_topic.items():
-                for at in range(0, len(handles), ACK_MAX_HANDLES):
-                    chunk = handles[at : at + ACK_MAX_HANDLES]
-                    out[(broker, chunk[0])] = self._ack_request(topic, chunk)[1]
-        return out
+            for topic, handle in self._deferred.pop(broker, []):
+                groups.setdefault((broker, topic), []).append(handle)
+        return self._chunked(groups)
 
     def _change_request(
         self, msg: Received, invisible_ms: int, release: bool
@@ -507,7 +504,7 @@ class SimpleConsumer(PopConsumerCore):
         if defer:
             full = self._defer(msgs)
             if full:
-                self._send_acks(self._flush_requests(b for b, _ in full))
+                self._send_acks(self._flush_requests(full))
             return
         self._send_acks(self._ack_many_requests(msgs))
 
