@@ -40,6 +40,7 @@ from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol import (
     PAGE_READERS,
     ReadArrowRequest,
+    ReadGrant,
     check,
     check_json,
     page_reader_actor_name,
@@ -48,6 +49,7 @@ from rayq.actors.protocol.config import BrokerConfig
 from rayq.actors.server import columnar
 from rayq.actors.server.broker_server import acl_service
 from rayq.store.bulk_reader import RecordPage
+from rayq.store.errors import PermissionDeniedError
 from rayq.store.file_view import StoreFiles
 
 
@@ -122,8 +124,25 @@ class PageReaderService:
     def _checked(self, req: ReadArrowRequest) -> ReadArrowRequest:
         req = check(req, ReadArrowRequest)
         if self.acl is not None:
-            self.acl.check("read_arrow", req)
+            if req.grant is None:
+                self.acl.check("read_arrow", req)
+            else:
+                self._check_grant(req, req.grant)
         return req
+
+    def _check_grant(self, req: ReadArrowRequest, grant: ReadGrant) -> None:
+        """``req`` may read what ``grant`` (signed by an account that may) covers."""
+        if (grant.topic, grant.queue_id) != (req.topic, req.queue_id) or not (
+            grant.start <= req.start <= req.end <= grant.end
+        ):
+            raise PermissionDeniedError(
+                f"read_arrow: the grant covers {grant.topic}/{grant.queue_id} offsets "
+                f"{grant.start}..{grant.end}, not {req.topic}/{req.queue_id} offsets "
+                f"{req.start}..{req.end}",
+                method="read_arrow",
+            )
+        assert self.acl is not None
+        self.acl.check("read_grant", grant)
 
 
 class PageReaderActor:

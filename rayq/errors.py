@@ -13,6 +13,7 @@ engine can raise them without importing anything above it) and re-exported here:
     │   ├── InvalidFilterError          a malformed SQL92 filter, or one a broker cannot apply
     │   ├── InvalidReceiptHandleError   a POP receipt handle not in flight (acked, lease ended)
     │   ├── InvalidOffsetError
+    │   │   └── DataLossError           messages a reader needed were deleted or cut off
     │   ├── TopicNotFoundError
     │   ├── GroupNotFoundError
     │   ├── PermissionDeniedError
@@ -39,6 +40,7 @@ from rayq.store.errors import (
     ClosedError,
     ConfigError,
     CorruptRecordError,
+    DataLossError,
     DiskFullError,
     GroupNotFoundError,
     InvalidFilterError,
@@ -68,6 +70,7 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "CorruptRecordError",
+    "DataLossError",
     "DiskFullError",
     "GroupNotFoundError",
     "InvalidFilterError",

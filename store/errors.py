@@ -74,6 +74,11 @@ class InvalidOffsetError(ClientError):
     """An offset or queue id is outside what the queue holds."""
 
 
+class DataLossError(InvalidOffsetError):
+    """Messages a reader still needed are gone: deleted by retention, cut off with a
+    log's tail, or in a queue that no longer exists (Spark's ``failOnDataLoss``)."""
+
+
 class TopicNotFoundError(ClientError):
     """The topic does not exist and may not be auto-created."""
 

@@ -321,6 +321,19 @@ ColumnName = Literal[
 ]
 
 
+class ReadGrant(_Request, frozen=True, kw_only=True):
+    """Leave to read offsets ``[start, end)`` of one queue, signed once by a client with
+    ACL credentials (method ``read_grant``) and carried by every page request of that
+    range (``ReadArrowRequest.grant``): Spark's JVM tasks, which do not sign, read a
+    micro-batch's ranges with the grants its driver planned (connectors/stream_source.py).
+    Good for the ACL's timestamp window from when it was signed."""
+
+    topic: Text
+    queue_id: QueueId
+    start: QueueOffset
+    end: QueueOffset
+
+
 class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     """Offsets ``[start, end)`` of one queue as Arrow, one page of ~``max_bytes``: all
     columns, or only ``columns`` (in that order; an empty list: the row count alone).
@@ -336,6 +349,7 @@ class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     max_bytes: Annotated[int, Meta(ge=1, le=1 << 30)]
     columns: Annotated[list[ColumnName], Meta(max_length=12)] | None = None
     local_node: Annotated[str, Meta(max_length=64, pattern="^[0-9a-fA-F]*$")] = ""
+    grant: ReadGrant | None = None  # instead of a signature (ACL): a range signed once
 
 
 class ArrowPutRequest(_Request, frozen=True, kw_only=True):

@@ -41,7 +41,7 @@ from rayq.actors.protocol import ClientRequest, broker_actor_name
 from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.protocol.rows import SHARED_DIR
-from rayq.connectors import spark_jar
+from rayq.connectors import spark_bridge, spark_jar
 from rayq.connectors.arrow_io import (
     MAX_PUTS_IN_FLIGHT,
     PUT_ATTEMPTS,
@@ -158,6 +158,8 @@ def session(
             fault_tolerant_mode=fault_tolerant_mode,
             configs=conf,
         )
+    if source is not None:  # readStream / writeStream.format("rayq") plan through it
+        spark_bridge.install(_session)
     return _session
 
 
@@ -167,6 +169,7 @@ def stop_session() -> None:
     if _session is not None:
         import raydp
 
+        spark_bridge.forget(_session)
         _session = None
         raydp.stop_spark()
 

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 SOURCES = Path(__file__).with_name("jvm")
 # The class Spark loads for ``format(SOURCE_CLASS)``.
 SOURCE_CLASS = "io.rayq.spark.RayqSource"
+REGISTER = "org.apache.spark.sql.sources.DataSourceRegister"
 COMPILE_TIMEOUT_S = 300
 
 
@@ -59,7 +60,7 @@ def _fingerprint(sources: list[Path]) -> str:
     import ray
 
     digest = hashlib.blake2b(digest_size=8)
-    digest.update(f"{pyspark.__version__} {ray.__version__}".encode())
+    digest.update(f"{pyspark.__version__} {ray.__version__} services".encode())
     for path in sources:
         digest.update(path.relative_to(SOURCES).as_posix().encode())
         digest.update(path.read_bytes())
@@ -97,6 +98,8 @@ def _build(sources: list[Path], target: Path, javac: str) -> Path:
         with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:  # a jar is a zip
             for path in sorted(classes.rglob("*.class")):
                 out.write(path, path.relative_to(classes).as_posix())
+            # format("rayq"): Spark finds sources by their short names through this
+            out.writestr(f"META-INF/services/{REGISTER}", SOURCE_CLASS + "\n")
         os.replace(built, target)  # atomic: a concurrent build leaves one whole jar
     logger.info("built rayq's Spark source: %s", target)
     return target

@@ -48,7 +48,6 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final String namespace;
-  private final String topic;
   private final int pageBytes;
   private final StructType required;
   private final List<String> columns;
@@ -65,10 +64,9 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   private ColumnarBatch batch;
   private int failedPages;
 
-  RayqReader(String namespace, String topic, int pageBytes, StructType required,
+  RayqReader(String namespace, int pageBytes, StructType required,
       RayqPartition partition) {
     this.namespace = namespace;
-    this.topic = topic;
     this.pageBytes = pageBytes;
     this.required = required;
     this.columns = List.of(required.fieldNames());
@@ -89,7 +87,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
       long next = head.getLong(0);
       int rows = (int) head.getLong(8);
       if (next <= offset) {
-        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: " + topic + "/"
+        throw new IllegalStateException("rayq.errors.BrokerUnavailableError: " + range.topic + "/"
             + range.queueId + " on " + range.actor + " stopped at offset " + offset
             + " before the planned end " + range.end);
       }
@@ -131,7 +129,7 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
   private ObjectRef<byte[]> ask(boolean local) {
     local = local && failedPages < MAX_FAILED_PAGES;
     Map<String, Object> req = new LinkedHashMap<>();
-    req.put("topic", topic);
+    req.put("topic", range.topic);
     req.put("queue_id", range.queueId);
     req.put("start", offset);
     req.put("end", range.end);
@@ -139,6 +137,9 @@ final class RayqReader implements PartitionReader<ColumnarBatch> {
     req.put("columns", columns);
     req.put("local_node", local ? node : "");
     try {
+      if (!range.grant.isEmpty()) { // ACL: the range's grant, signed by the driver
+        req.put("grant", JSON.readTree(range.grant));
+      }
       return broker(range.actor).task(READ, JSON.writeValueAsBytes(req)).remote();
     } catch (JsonProcessingException e) {
       throw new IllegalStateException("rayq: cannot encode a read request", e);

@@ -11,13 +11,11 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 final class RayqReaderFactory implements PartitionReaderFactory {
   private static final long serialVersionUID = 1L;
   private final String namespace;
-  private final String topic;
   private final int pageBytes;
   private final StructType required;
 
-  RayqReaderFactory(String namespace, String topic, int pageBytes, StructType required) {
+  RayqReaderFactory(String namespace, int pageBytes, StructType required) {
     this.namespace = namespace;
-    this.topic = topic;
     this.pageBytes = pageBytes;
     this.required = required;
   }
@@ -34,6 +32,6 @@ final class RayqReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-    return new RayqReader(namespace, topic, pageBytes, required, (RayqPartition) partition);
+    return new RayqReader(namespace, pageBytes, required, (RayqPartition) partition);
   }
 }

@@ -4,8 +4,6 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.util.ArrayList;
-import java.util.List;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -63,21 +61,12 @@ final class RayqScan implements ScanBuilder, SupportsPushDownRequiredColumns, Sc
     } catch (IOException e) {
       throw new UncheckedIOException("rayq: option tasks is not valid JSON", e);
     }
-    InputPartition[] parts = new InputPartition[tasks.size()];
-    for (int i = 0; i < parts.length; i++) {
-      List<RayqPartition.Range> ranges = new ArrayList<>();
-      for (JsonNode r : tasks.get(i)) {
-        ranges.add(new RayqPartition.Range(
-            r.get(0).asText(), r.get(1).asInt(), r.get(2).asLong(), r.get(3).asLong()));
-      }
-      parts[i] = new RayqPartition(ranges);
-    }
-    return parts;
+    return RayqPartition.parse(tasks, options.get("topic"));
   }
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new RayqReaderFactory(options.get("namespace"), options.get("topic"),
+    return new RayqReaderFactory(options.get("namespace"),
         Integer.parseInt(options.getOrDefault("page_bytes", "16777216")), required);
   }
 }

@@ -5,15 +5,35 @@ import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * A rayq topic's planned offset ranges as a Spark DataSource V2 table (rayq/spark.py makes
- * the options). Spark prunes the columns a query does not use; each task asks its brokers
- * (Python actors, through Ray's cross-language calls) for those columns only.
+ * rayq as a Spark data source, {@code format("rayq")}. Users' tables are topics, read with
+ * {@code readStream} ({@link RayqMicroBatch}) and written with {@code writeStream}; their
+ * options are checked by rayq's Python client on the driver when the table is made (at
+ * {@code load()} and {@code start()}). rayq/connectors/spark.py's batch read and write
+ * use the same classes with options it plans itself (option {@code tasks} or
+ * {@code targets}). Spark prunes the columns a query does not use; each task asks its
+ * brokers (Python actors, through Ray's cross-language calls) for those columns only.
  */
 public final class RayqSource implements TableProvider, DataSourceRegister {
+  /** The columns of a message, as rayq.connectors.spark.spark_schema() has them. */
+  static final StructType SCHEMA = new StructType()
+      .add("topic", DataTypes.StringType)
+      .add("broker", DataTypes.StringType)
+      .add("queue_id", DataTypes.IntegerType)
+      .add("queue_offset", DataTypes.LongType)
+      .add("msg_id", DataTypes.StringType)
+      .add("tags", DataTypes.StringType)
+      .add("keys", DataTypes.createArrayType(DataTypes.StringType))
+      .add("body", DataTypes.BinaryType, false)
+      .add("properties", DataTypes.createMapType(DataTypes.StringType, DataTypes.StringType))
+      .add("born_timestamp", DataTypes.TimestampType)
+      .add("store_timestamp", DataTypes.TimestampType)
+      .add("reconsume_times", DataTypes.IntegerType);
+
   @Override
   public String shortName() {
     return "rayq";
@@ -21,8 +41,7 @@ public final class RayqSource implements TableProvider, DataSourceRegister {
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    throw new IllegalArgumentException(
-        "rayq: the schema comes from rayq.connectors.spark.read; use it instead of format(\"rayq\")");
+    return SCHEMA;
   }
 
   @Override
@@ -32,6 +51,10 @@ public final class RayqSource implements TableProvider, DataSourceRegister {
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> props) {
-    return new RayqTable(schema);
+    if (props.containsKey("tasks") || props.containsKey("targets")) { // planned in Python
+      return new RayqTable(schema, false);
+    }
+    Planners.call("source.check", props, Map.of()); // a clear error at load() or start()
+    return new RayqTable(schema == null ? SCHEMA : schema, true);
   }
 }

@@ -11,12 +11,18 @@ import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** The messages of the planned ranges (read, in batch), or a topic's queues (append). */
+/**
+ * A topic: its messages (a stream, or the ranges rayq/connectors/spark.py planned) and its
+ * queues (appended to). {@code streaming}: made from a user's options (readStream and
+ * writeStream), not from a plan.
+ */
 final class RayqTable implements SupportsRead, SupportsWrite {
   private final StructType schema;
+  private final boolean streaming;
 
-  RayqTable(StructType schema) {
+  RayqTable(StructType schema, boolean streaming) {
     this.schema = schema;
+    this.streaming = streaming;
   }
 
   @Override
@@ -31,11 +37,17 @@ final class RayqTable implements SupportsRead, SupportsWrite {
 
   @Override
   public Set<TableCapability> capabilities() {
+    if (streaming) {
+      return EnumSet.of(TableCapability.MICRO_BATCH_READ);
+    }
     return EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE);
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+    if (streaming) {
+      return new RayqMicroBatch(schema, options.asCaseSensitiveMap());
+    }
     return new RayqScan(schema, options);
   }
 
