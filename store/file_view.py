@@ -22,7 +22,8 @@ unmapped when the last page over it is gone.
 Files deleted by retention: each read lists the directories it uses, so a deleted
 segment's mapping is dropped (its disk space is freed once no page holds it) and
 offsets below the first file left read as removed (``OFFSET_TOO_SMALL``), as the broker
-answers.
+answers. A file deleted and made anew under its name (a topic deleted and created
+again) is told by its inode, and mapped afresh.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ from .segment import NAME_DIGITS, segment_name
 class _Mapped:
     """One mapped file, as bulk_reader.py reads a segment (``start``, ``wrote``, ``mm``)."""
 
-    __slots__ = ("mm", "start", "wrote")
+    __slots__ = ("inode", "mm", "start", "wrote")
 
-    def __init__(self, start: int, mm: mmap.mmap) -> None:
-        self.start, self.mm, self.wrote = start, mm, len(mm)
+    def __init__(self, start: int, mm: mmap.mmap, inode: int) -> None:
+        self.start, self.mm, self.wrote, self.inode = start, mm, len(mm), inode
 
 
 class _Files:
@@ -56,14 +57,19 @@ class _Files:
         self.first: int | None = None  # start of the first file there, None: no file
 
     def refresh(self) -> None:
-        """List the directory: the first file, and unmap the files deleted since."""
+        """List the directory: the first file, and unmap the files deleted since (or
+        deleted and made anew under the same name: a topic deleted and created again)."""
         try:
-            names = os.listdir(self.directory)
+            with os.scandir(self.directory) as entries:
+                starts = {
+                    int(e.name): e.inode()
+                    for e in entries
+                    if len(e.name) == NAME_DIGITS and e.name.isdigit()
+                }
         except FileNotFoundError:
-            names = []
-        starts = {int(n) for n in names if len(n) == NAME_DIGITS and n.isdigit()}
+            starts = {}
         self.first = min(starts) if starts else None
-        for start in [s for s in self.mapped if s not in starts]:
+        for start in [s for s, m in self.mapped.items() if starts.get(s) != m.inode]:
             del self.mapped[start]  # unmapped when no page of it is left (refcounts)
 
     def find(self, offset: int) -> _Mapped | None:
@@ -75,9 +81,11 @@ class _Files:
             except FileNotFoundError:
                 return None
             try:
-                if os.fstat(fd).st_size == 0:
+                stat = os.fstat(fd)
+                if stat.st_size == 0:
                     return None
-                seg = self.mapped[start] = _Mapped(start, mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+                mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+                seg = self.mapped[start] = _Mapped(start, mm, stat.st_ino)
             finally:
                 os.close(fd)
         return seg

@@ -144,6 +144,25 @@ def test_what_retention_deleted_reads_as_removed(store: MessageStore, files: Sto
     assert got.buffer == want.buffer and got.next_offset == want.next_offset
 
 
+def test_a_topic_deleted_and_made_anew_is_read_anew(store: MessageStore, files: StoreFiles) -> None:
+    """Given a view that read a topic's queue, when the topic is deleted and its queue is
+    written again (new files under the old names), then the view reads the new records,
+    not the old file it had mapped."""
+    assert store.put_messages(_msgs(20)).ok
+    old = files.read_page("T", 0, 0, 5, 1 << 20, 20)
+    assert len(old.starts) == 5
+    store.delete_topic("T")
+    fresh = [
+        InnerMessage(topic="T", queue_id=0, body=f"new-{i}".encode(), tags="b") for i in range(5)
+    ]
+    assert store.put_messages(fresh).ok
+    want = store.read_page("T", 0, 0, 5, 1 << 20)
+    got = files.read_page("T", 0, 0, 5, 1 << 20, 5)
+    assert got.buffer == want.buffer and len(got.starts) == 5
+    bodies = [codec.decode_record(got.buffer, s).body for s in got.starts.tolist()]
+    assert bodies == [f"new-{i}".encode() for i in range(5)]
+
+
 def test_file_view_does_not_import_ray() -> None:
     code = "import sys, rayq.store.file_view; assert 'ray' not in sys.modules; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
