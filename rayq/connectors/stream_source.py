@@ -14,7 +14,8 @@ asks this module, through the driver's bridge (connectors/spark_bridge.py), for:
 * ``validate``: offsets read back from a checkpoint (every queue they name must exist);
 * ``commit``: a finished batch's end, committed to ``group`` when one is given (for lag
   monitoring: ``Admin.consumer_progress``; the checkpoint, not the group, is what the
-  query resumes from).
+  query resumes from). Spark commits a batch to its source only when the next batch
+  starts, so ``latest`` commits its start (the end of the last finished batch) too.
 
 Offsets are JSON per topic, broker and queue, as spark-sql-kafka keeps them per topic and
 partition: ``{"orders": {"broker-a": {"0": 12, "1": 40}}}`` (an offset is the next message
@@ -32,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +58,7 @@ from rayq.store.errors import (
     TopicNotFoundError,
 )
 from rayq.store.names import validate_group, validate_topic
+from rayq.transport.base import Transport
 from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ def parse_options(raw: Mapping[str, str], *, sink: bool = False) -> SourceOption
         ),
         fail_on_data_loss=fail == "true",
         namespace=opts.get("namespace") or None,
-        credentials=Credentials(access_key=access, secret_key=secret) if access else None,
+        credentials=Credentials(access_key=access, secret_key=secret or "") if access else None,
         group=validate_group(group) if group else "",
         page_bytes=_count(opts, "pagebytes", "pageBytes", 16 * 1024 * 1024),
     )
@@ -200,13 +201,15 @@ def dump_offsets(offsets: Offsets) -> str:
 class SourcePlanner:
     """The answers one streaming source gets (one per option set; see the module doc)."""
 
-    def __init__(self, options: SourceOptions, slots: int = 2) -> None:
+    def __init__(
+        self, options: SourceOptions, slots: int = 2, transport: Transport | None = None
+    ) -> None:
         self.options = options
         self.slots = slots
         config = ClientConfig(credentials=options.credentials) if options.credentials else None
-        self.ctx = ClientContext(config, options.namespace)
+        self.ctx = ClientContext(config, options.namespace, transport)
         self._signer = Signer(options.credentials) if options.credentials else None
-        self._lock = threading.Lock()  # Spark may call from its stream thread and others
+        self._committed: Offsets = {}  # the last offsets committed to the group
 
     # ------------------------------------------------------------ topics
     def topics(self) -> list[str]:
@@ -277,10 +280,15 @@ class SourcePlanner:
                 ) from None
             gone = sorted(set(queues) - have)
             if gone:
+                fix = (
+                    "; start the query with a new checkpointLocation"
+                    if what == "the checkpoint"
+                    else ""
+                )
                 raise InvalidOffsetError(
-                    f"{what} names queues of topic {topic!r} that it no longer has: "
-                    f"{[f'{b}/{q}' for b, q in gone]} (it has {sorted(have)}); start the query "
-                    "with a new checkpointLocation",
+                    f"{what} names queues that topic {topic!r} does not have: "
+                    f"{[f'{b}/{q}' for b, q in gone]} (it has "
+                    f"{[f'{b}/{q}' for b, q in sorted(have)]}){fix}",
                     topic=topic,
                 )
 
@@ -290,6 +298,7 @@ class SourcePlanner:
         queue or topic) starts at its earliest offset, as Kafka's new partitions do. A
         start below the queue's min offset ends there at least, so ``plan`` sees the
         loss."""
+        self.commit(start)  # the batch that ended at ``start`` is done: lag is now
         end: Offsets = {}
         base: dict[tuple[str, QueueKey], int] = {}
         backlog: dict[tuple[str, QueueKey], int] = {}
@@ -298,6 +307,9 @@ class SourcePlanner:
             end[topic] = dict(known)  # a queue whose broker is down: no progress
             for key, (lo, hi) in bounds.items():
                 at = max(known.get(key, lo), lo)
+                if at > hi:  # the queue was cut short or made anew: it ends before us
+                    where = f"{topic}/{key[0]}/{key[1]}"
+                    at = self._lost(f"{where} ends at {hi}, before offset {at} already read", lo)
                 base[(topic, key)] = at
                 backlog[(topic, key)] = max(0, hi - at)
         budget = max_rows if max_rows > 0 else sum(backlog.values())
@@ -333,7 +345,7 @@ class SourcePlanner:
             for r in task:
                 topic = ranges[r.committed][0]
                 if r.broker not in readers:
-                    readers[r.broker] = page_readers(self.ctx.namespace, r.broker)
+                    readers[r.broker] = page_readers(self.ctx.namespace, r.broker, self._signer)
                 names = readers[r.broker]
                 reader = names[n % len(names)]
                 out.append([reader, topic, r.queue_id, r.start, r.end, self._grant(topic, r)])
@@ -354,6 +366,8 @@ class SourcePlanner:
                 f"messages {first}..{lo} of {where} were deleted before they were read (retention)",
                 lo,
             )
+        if first > hi:  # cut short or made anew since the last batch (latest() saw it)
+            return self._lost(f"{where} ends at {hi}, before offset {first} already read", lo)
         if stop > hi:
             return self._lost(f"{where} ends at {hi}, before the planned end {stop}", stop)
         return first
@@ -377,7 +391,7 @@ class SourcePlanner:
     # ------------------------------------------------------------ commits
     def commit(self, end: Offsets) -> None:
         """``end`` committed to the option ``group`` (none given: nothing)."""
-        if not self.options.group:
+        if not self.options.group or end == self._committed:
             return
         calls = {}
         for topic, queues in end.items():
@@ -394,6 +408,7 @@ class SourcePlanner:
                 calls[(broker, topic)] = bind(lambda c, r: c.commit_offsets(r), req)
         try:
             self.ctx.broker_calls(calls)
+            self._committed = end
         except BrokerUnavailableError as exc:  # only lag monitoring misses it
             logger.warning("rayq source: could not commit to group %s: %s", self.options.group, exc)
 
