@@ -109,6 +109,11 @@ def _plan(bridge: Bridge, options: dict[str, str], args: dict[str, Any]) -> dict
     return planner.plan(start, load_offsets(args["end"]))
 
 
+@handler("source.batch")
+def _batch(bridge: Bridge, options: dict[str, str], args: dict[str, Any]) -> dict[str, Any]:
+    return bridge.source(options).batch()
+
+
 @handler("source.namespace")
 def _namespace(bridge: Bridge, options: dict[str, str], args: dict[str, Any]) -> str:
     return bridge.source(options).ctx.namespace

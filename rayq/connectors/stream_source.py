@@ -11,6 +11,8 @@ asks this module, through the driver's bridge (connectors/spark_bridge.py), for:
 * ``plan``: a batch's ``[start, end)`` per queue dealt to Spark tasks (``ranges.pack``),
   each range naming the page reader that serves it and, with ACL on, a signed grant
   the page reader checks instead of a per-page signature (the JVM does not sign);
+* ``batch``: the same for a batch read (``spark.read.format("rayq")``), from
+  ``startingOffsets`` (default earliest) to ``endingOffsets`` (default latest);
 * ``validate``: offsets read back from a checkpoint (every queue they name must exist);
 * ``commit``: a finished batch's end, committed to ``group`` when one is given (for lag
   monitoring: ``Admin.consumer_progress``; the checkpoint, not the group, is what the
@@ -66,19 +68,6 @@ logger = logging.getLogger(__name__)
 Offsets = dict[str, dict[QueueKey, int]]  # topic -> (broker, queue id) -> next offset
 EARLIEST, LATEST = -2, -1
 DEFAULT_MAX_MESSAGES_PER_PARTITION = 262_144
-_OPTION_NAMES = {
-    "topic",
-    "topicpattern",
-    "startingoffsets",
-    "maxmessagespertrigger",
-    "maxmessagesperpartition",
-    "failondataloss",
-    "namespace",
-    "accesskey",
-    "secretkey",
-    "group",
-    "pagebytes",
-}
 
 
 class SourceOptions(msgspec.Struct, frozen=True):
@@ -86,7 +75,8 @@ class SourceOptions(msgspec.Struct, frozen=True):
 
     topics: tuple[str, ...] = ()
     pattern: str = ""
-    starting: str = "latest"
+    starting: str = ""  # "": latest for a stream, earliest for a batch read
+    ending: str = "latest"  # a batch read's end
     max_per_trigger: int = 0  # 0: everything there is
     max_per_partition: int = DEFAULT_MAX_MESSAGES_PER_PARTITION
     fail_on_data_loss: bool = True
@@ -115,9 +105,12 @@ def parse_options(raw: Mapping[str, str], *, sink: bool = False) -> SourceOption
             raise ConfigError(
                 f"rayq source: topicPattern {pattern!r} is not a regex: {exc}"
             ) from None
-    starting = opts.get("startingoffsets", "latest").strip()
-    if starting not in ("earliest", "latest"):
+    starting = opts.get("startingoffsets", "").strip()
+    if starting not in ("", "earliest", "latest"):
         _parse_offsets(starting, "startingOffsets")  # checked now; resolved at initial()
+    ending = opts.get("endingoffsets", "latest").strip()
+    if ending != "latest":
+        _parse_offsets(ending, "endingOffsets")
     access, secret = opts.get("accesskey"), opts.get("secretkey")
     if (access is None) != (secret is None):
         raise ConfigError("rayq: give both accessKey and secretKey (ACL credentials), or neither")
@@ -129,6 +122,7 @@ def parse_options(raw: Mapping[str, str], *, sink: bool = False) -> SourceOption
         topics=topics,
         pattern=pattern,
         starting=starting,
+        ending=ending,
         max_per_trigger=_count(opts, "maxmessagespertrigger", "maxMessagesPerTrigger", 0),
         max_per_partition=_count(
             opts,
@@ -234,14 +228,18 @@ class SourcePlanner:
         """What ``load()`` and ``start()`` check: the topics exist, the coordinator takes
         the credentials (ACL), and ``startingOffsets`` names queues the topics have."""
         topics = self.topics()
-        if self.options.starting not in ("earliest", "latest"):
-            named = _parse_offsets(self.options.starting, "startingOffsets")
-            self.validate(named, "startingOffsets")
+        for spec, what in (
+            (self.options.starting, "startingOffsets"),
+            (self.options.ending, "endingOffsets"),
+        ):
+            if spec not in ("", "earliest", "latest"):
+                self.validate(_parse_offsets(spec, what), what)
         return topics
 
     # ----------------------------------------------------------- offsets
-    def initial(self) -> Offsets:
-        spec = self.options.starting
+    def initial(self, default: str = "latest") -> Offsets:
+        """The offsets ``startingOffsets`` names (``default`` if not given)."""
+        spec = self.options.starting or default
         named = {} if spec in ("earliest", "latest") else _parse_offsets(spec, "startingOffsets")
         out: Offsets = {}
         for topic, bounds in self.bounds(self.topics()).items():
@@ -316,6 +314,26 @@ class SourcePlanner:
         for (topic, key), take in share(backlog, budget).items():
             end[topic][key] = base[(topic, key)] + take
         return end
+
+    def batch(self) -> dict[str, Any]:
+        """A batch read (``spark.read.format("rayq")``): from ``startingOffsets`` (default
+        earliest) to ``endingOffsets`` (default latest; -1 in JSON: a queue's latest)."""
+        start = self.initial(default="earliest")
+        named = (
+            {}
+            if self.options.ending == "latest"
+            else _parse_offsets(self.options.ending, "endingOffsets")
+        )
+        end: Offsets = {}
+        for topic, bounds in self.bounds(sorted(start)).items():
+            ends = named.get(topic, {})
+            end[topic] = {
+                key: hi if ends.get(key, LATEST) == LATEST else min(max(ends[key], lo), hi)
+                for key, (lo, hi) in bounds.items()
+            }
+            for key, at in start[topic].items():
+                end[topic][key] = max(end[topic].get(key, at), at)
+        return self.plan(start, end)
 
     # ------------------------------------------------------------- plans
     def plan(self, start: Offsets, end: Offsets) -> dict[str, Any]:

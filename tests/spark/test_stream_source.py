@@ -127,6 +127,8 @@ def test_restarted_query_resumes_at_its_checkpoint_with_capped_batches(
     finally:
         query.stop()
     rows = written(spark, out)
+    batch = spark.read.format("rayq").option("topic", "orders").load()  # a batch read
+    assert sorted(bytes(r.body).decode() for r in batch.collect()) == sorted(r.b for r in rows)
     assert sorted(r.b for r in rows) == sorted(
         [f"a{i}" for i in range(90)] + [f"b{i}" for i in range(30)]
     )

@@ -203,3 +203,17 @@ def test_the_group_gets_the_offsets_of_finished_batches(cluster: FakeCluster) ->
     admin = rayq.Admin(transport=FakeTransport(cluster))
     lag = {p.queue.queue_id: p.lag for p in admin.consumer_progress("etl")}
     assert lag == {0: 1, 1: 0, 2: 0}
+
+
+def test_a_batch_read_goes_from_starting_to_ending_offsets(cluster: FakeCluster) -> None:
+    send(cluster, "orders", {0: 6, 1: 2})
+
+    def ranges(**options: str) -> list[tuple[int, int, int]]:
+        plan = planner(cluster, topic="orders", **options).batch()
+        return sorted((r[2], r[3], r[4]) for task in plan["tasks"] for r in task)
+
+    assert ranges() == [(0, 0, 6), (1, 0, 2)]  # earliest to latest
+    ending = '{"orders": {"broker-a": {"0": 4, "1": -1}}}'
+    assert ranges(startingOffsets='{"orders": {"broker-a": {"0": 1}}}', endingOffsets=ending) == [
+        (0, 1, 4)
+    ]  # queue 1 starts at its latest when startingOffsets leaves it out

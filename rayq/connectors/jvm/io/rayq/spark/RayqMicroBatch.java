@@ -3,6 +3,7 @@ package io.rayq.spark;
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.HashMap;
 import java.util.Map;
+import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
@@ -23,11 +24,12 @@ import org.apache.spark.sql.types.StructType;
  * the optional group commit) is rayq's Python client's on the driver
  * (connectors/stream_source.py, through {@link Planners}); the tasks read their ranges as
  * the batch reader does ({@link RayqReader}). {@code maxMessagesPerTrigger} caps a batch
- * (admission control).
+ * (admission control). As a batch scan ({@code spark.read.format("rayq")}) it reads from
+ * {@code startingOffsets} (default: earliest) to {@code endingOffsets} (default: latest).
  */
 final class RayqMicroBatch
     implements ScanBuilder, SupportsPushDownRequiredColumns, Scan, MicroBatchStream,
-        SupportsAdmissionControl {
+        SupportsAdmissionControl, Batch {
   private final Map<String, String> options;
   private StructType required;
   private String namespace;
@@ -63,6 +65,18 @@ final class RayqMicroBatch
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
     return this;
+  }
+
+  @Override
+  public Batch toBatch() {
+    return this;
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions() {
+    JsonNode plan = Planners.call("source.batch", options, Map.of());
+    namespace = plan.get("namespace").asText();
+    return RayqPartition.parse(plan.get("tasks"), null);
   }
 
   // --------------------------------------------------------------- offsets

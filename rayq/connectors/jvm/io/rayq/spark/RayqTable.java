@@ -38,7 +38,7 @@ final class RayqTable implements SupportsRead, SupportsWrite {
   @Override
   public Set<TableCapability> capabilities() {
     if (streaming) {
-      return EnumSet.of(TableCapability.MICRO_BATCH_READ);
+      return EnumSet.of(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ);
     }
     return EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE);
   }
