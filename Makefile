@@ -88,6 +88,7 @@ bench: $(STAMP)
 bench-spark: $(STAMP)
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_bench.py
 	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/spark_write_bench.py
+	RAYQ_BENCH_RESULTS=$(RESULTS) $(BIN)/python benchmarks/structured_streaming_bench.py
 	$(PLOT)
 
 # The nemesis soak (tests/soak/, docs/guide/soak.md): DURATION (default 30m) of faults, a
