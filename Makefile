@@ -13,7 +13,23 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 venv: $(STAMP)
 
+# rayq's Spark jar compiles with javac (a JRE alone runs Spark, but not the JVM Spark
+# tests, which fail on CI without it): a JDK is installed with apt-get when javac is
+# missing (sudo when not root), or one line says it is needed.
+SUDO = $(if $(filter 0,$(shell id -u)),,sudo)
+JDK_PACKAGE := openjdk-17-jdk-headless
+define install_jdk
+	@if command -v javac >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "no javac: installing $(JDK_PACKAGE) (rayq's Spark jar and its tests need a JDK)"; \
+		{ $(SUDO) apt-get update -y && \
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(JDK_PACKAGE); } || \
+		echo "could not install $(JDK_PACKAGE): the JVM Spark tests need a JDK"; \
+	else echo "no javac and no apt-get: the JVM Spark tests need a JDK 17 ($(JDK_PACKAGE))"; fi
+endef
+
 $(STAMP): pyproject.toml
+	$(install_jdk)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/pip install -e ".[$(EXTRAS)]"

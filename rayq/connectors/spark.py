@@ -103,6 +103,13 @@ PAGE_BYTES = 16 * 1024 * 1024
 # Arrow bytes per put of rayq's Spark sink (the broker cuts them into batches of
 # ClientConfig.batch_max_bytes of records: actors/broker.py put_arrow).
 JVM_PUT_BYTES = 8 * 1024 * 1024
+# session()'s one warning when rayq has no Spark jar and no JDK to compile one.
+NO_JAR_WARNING = (
+    "rayq's Spark jar is not installed and there is no JDK (javac) to compile it: Spark "
+    "reads and writes use Python tasks (mapInArrow), which read every column and are "
+    "slower. Install a JDK (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless) or a "
+    "rayq wheel that carries the jar (built with `pip wheel .` on a machine with a JDK)."
+)
 _session: Any = None
 
 
@@ -116,7 +123,11 @@ def session(
     fault_tolerant_mode: bool = True,
 ) -> Any:
     """The process's RayDP SparkSession (made once; later calls return it), with the
-    JDK 17 module flags set for the RayDP app master, the driver and the executors.
+    JDK 17 module flags set for the RayDP app master, the driver and the executors,
+    and rayq's Spark jar (``spark_jar.jar()``: the wheel's, else compiled on first use)
+    on the driver's class path and shipped to the executors. Without one (no jar in
+    the wheel, no JDK to compile it) it logs one warning saying what to install, and
+    reads and writes use Python tasks.
 
     ``fault_tolerant_mode`` is RayDP's: the driver's JVM joins Ray (about 1 s of the
     start), which ``ray.data.from_spark`` needs; rayq's read, stream and write do not
@@ -139,7 +150,9 @@ def session(
     }
     for key in JAVA_OPTION_KEYS:
         conf[key] = f"{conf[key]} {JAVA17_OPTIONS}" if conf.get(key) else JAVA17_OPTIONS
-    source = spark_jar.jar()  # rayq's Spark source and sink (None: no JDK to build them)
+    source = spark_jar.jar()  # rayq's Spark source and sink (None: none packaged, no JDK)
+    if source is None and spark_jar.javac() is None:  # (a failed compile has warned)
+        logger.warning(NO_JAR_WARNING)
     if source is not None:  # the driver plans with it; Spark ships it to every executor
         for key, sep in (("spark.driver.extraClassPath", os.pathsep), ("spark.jars", ",")):
             conf[key] = f"{conf[key]}{sep}{source}" if conf.get(key) else str(source)

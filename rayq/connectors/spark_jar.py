@@ -1,113 +1,173 @@
-"""rayq's Spark data source (the Java sources in rayq/connectors/jvm/), compiled once into a jar.
+"""rayq's Spark data source (the Java sources in rayq/connectors/jvm/) as a jar: the one
+the wheel carries, else one compiled on first use.
 
 Spark's rayq source (``io.rayq.spark.RayqSource``) is a DataSource V2 reader. Spark
 tells it which columns a query uses (a count: none), and each task asks its brokers for
 those columns only. It calls the broker actors straight from the executor's JVM (Ray's
 cross-language calls: RayDP executors are Ray Java actors), so no Python worker runs in
-the read. ``jar()`` compiles the sources with ``javac`` against the installed PySpark and
-Ray jars the first time it is needed and keeps the jar in a cache directory:
+the read. ``jar()`` finds the jar (jar_build.py says how one is built):
 
-    $RAYQ_JAR_CACHE (default: $XDG_CACHE_HOME/rayq or ~/.cache/rayq)/
-        rayq-spark-<hash>.jar   # <hash>: the sources, the PySpark and Ray versions
+1. **Packaged**: a wheel built on a machine with a JDK carries it (a JRE is then enough)::
 
-Without a JDK (no ``javac``) or when compiling fails, ``jar()`` logs why and returns
-None; rayq.connectors.spark then reads through ``mapInArrow`` (Python tasks) as before.
+       rayq/connectors/jars/rayq-spark.jar
+       rayq/connectors/jars/rayq-spark.json   # the PySpark, Ray and sources it was built from
+
+   It is used unless it was compiled from other sources than the installed ones, or
+   against another PySpark minor version than the one installed: then a jar compiled
+   on first use is preferred when there is a JDK, else the packaged one is used with a
+   warning.
+2. **Compiled on first use** (an editable checkout, or a wheel built without a JDK):
+   ``javac`` against the installed PySpark and Ray jars, once, kept in a cache::
+
+       $RAYQ_JAR_CACHE (default: $XDG_CACHE_HOME/rayq or ~/.cache/rayq)/
+           rayq-spark-<hash>.jar   # <hash>: the sources, the PySpark and Ray versions
+
+Without either (no packaged jar, no ``javac``) or when compiling fails, ``jar()``
+returns None; rayq.connectors.spark then reads and writes through Python tasks
+(``mapInArrow``), and its ``session()`` warns once about the missing JDK.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 import shutil
 import subprocess
-import tempfile
-import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from rayq.connectors import jar_build
 
 logger = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).with_name("jvm")
 # The class Spark loads for ``format(SOURCE_CLASS)``.
-SOURCE_CLASS = "io.rayq.spark.RayqSource"
-REGISTER = "org.apache.spark.sql.sources.DataSourceRegister"
-COMPILE_TIMEOUT_S = 300
+SOURCE_CLASS = jar_build.SOURCE_CLASS
+# Where a wheel's build puts the packaged jar (build_backend/rayq_build.py).
+PACKAGED = Path(__file__).with_name("jars")
+
+
+@dataclass(frozen=True)
+class Packaged:
+    """The jar a wheel carries and what it was built with (``rayq-spark.json``)."""
+
+    path: Path
+    built_with: dict[str, str]
 
 
 def cache_dir() -> Path:
-    """Where built jars are kept (``RAYQ_JAR_CACHE``, else the user's cache dir)."""
+    """Where jars compiled on first use are kept (``RAYQ_JAR_CACHE``, else the user's cache dir)."""
     if os.environ.get("RAYQ_JAR_CACHE"):
         return Path(os.environ["RAYQ_JAR_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "rayq"
 
 
-def _classpath() -> list[Path]:
-    """The jars the sources compile against: PySpark's (Spark, Arrow, Jackson), Ray's."""
-    import pyspark
-    import ray
-
-    return [Path(pyspark.__file__).parent / "jars", Path(ray.__file__).parent / "jars"]
-
-
-def _sources() -> list[Path]:
-    return sorted(SOURCES.rglob("*.java"))
-
-
-def _fingerprint(sources: list[Path]) -> str:
-    import pyspark
-    import ray
-
-    digest = hashlib.blake2b(digest_size=8)
-    digest.update(f"{pyspark.__version__} {ray.__version__} services".encode())
-    for path in sources:
-        digest.update(path.relative_to(SOURCES).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+def javac() -> str | None:
+    """The JDK's compiler on PATH, or None (a JRE alone, or no Java)."""
+    return shutil.which("javac")
 
 
 @functools.cache
 def jar() -> Path | None:
-    """The compiled jar (built now if not cached), or None when it cannot be built."""
+    """The jar Spark sessions load: the packaged one, else one compiled on first use (now,
+    if not cached); None when there is neither."""
+    packaged = _packaged()
+    if packaged is None:
+        return _first_use()
+    skew = _skew(packaged.built_with)
+    if skew is None:
+        logger.info(
+            "rayq's Spark jar: %s (packaged; built with PySpark %s, Ray %s)",
+            packaged.path,
+            packaged.built_with.get("pyspark", "?"),
+            packaged.built_with.get("ray", "?"),
+        )
+        return packaged.path
+    logger.info("rayq's packaged Spark jar %s; compiling one on first use if possible", skew)
+    built = _first_use()
+    if built is not None:
+        return built
+    logger.warning(
+        "rayq's packaged Spark jar %s, and there is no JDK (javac) to compile one; "
+        "using it anyway: %s",
+        skew,
+        packaged.path,
+    )
+    return packaged.path
+
+
+def _packaged() -> Packaged | None:
+    """The packaged jar, unless there is none or it was built from other sources than
+    the installed ones (a stale jar in a checkout must not hide edits to the sources)."""
+    path = PACKAGED / jar_build.JAR_NAME
+    if not path.is_file():
+        return None
+    try:
+        built_with = json.loads((PACKAGED / jar_build.BUILT_WITH_NAME).read_text())
+    except (OSError, ValueError):
+        built_with = {}
+    if not isinstance(built_with, dict):
+        built_with = {}
+    if _sources() and built_with.get("sources") != jar_build.sources_digest(SOURCES):
+        logger.info("ignoring %s: it was built from other sources than the installed ones", path)
+        return None
+    return Packaged(path, {str(k): str(v) for k, v in built_with.items()})
+
+
+def _skew(built_with: dict[str, str]) -> str | None:
+    """Why the packaged jar may not suit the installed PySpark (None: it does)."""
+    runtime = jar_build.versions()["pyspark"]
+    built = built_with.get("pyspark")
+    if built is None:
+        return "does not say which PySpark it was built with"
+    if _minor(built) != _minor(runtime):
+        return f"was built with PySpark {built}, and PySpark {runtime} is installed"
+    return None
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _first_use() -> Path | None:
+    """The jar compiled from the installed sources (cached), or None without a JDK or
+    when compiling fails."""
     sources = _sources()
     if not sources:
         logger.info("rayq's Java sources are not installed; Spark reads use Python tasks")
         return None
     target = cache_dir() / f"rayq-spark-{_fingerprint(sources)}.jar"
     if target.exists():
+        logger.info("rayq's Spark jar: %s (compiled on first use, cached)", target)
         return target
-    javac = shutil.which("javac")
-    if javac is None:
-        logger.info("no JDK (javac) on PATH; Spark reads use Python tasks (mapInArrow)")
+    compiler = javac()
+    if compiler is None:  # session() warns, saying what to install
+        logger.debug("no JDK (javac) on PATH to compile rayq's Spark source")
         return None
     try:
-        return _build(sources, target, javac)
+        jar_build.build(SOURCES, target, compiler)
     except (OSError, subprocess.SubprocessError) as exc:
         logger.warning("could not build rayq's Spark source; Spark reads use Python tasks: %s", exc)
         return None
-
-
-def _build(sources: list[Path], target: Path, javac: str) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    classpath = os.pathsep.join(str(p / "*") for p in _classpath())
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
-        classes = Path(tmp) / "classes"
-        _run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, *map(str, sources)])
-        built = Path(tmp) / target.name
-        with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:  # a jar is a zip
-            for path in sorted(classes.rglob("*.class")):
-                out.write(path, path.relative_to(classes).as_posix())
-            # format("rayq"): Spark finds sources by their short names through this
-            out.writestr(f"META-INF/services/{REGISTER}", SOURCE_CLASS + "\n")
-        os.replace(built, target)  # atomic: a concurrent build leaves one whole jar
-    logger.info("built rayq's Spark source: %s", target)
+    logger.info("rayq's Spark jar: %s (compiled on first use)", target)
     return target
 
 
-def _run(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-    if done.returncode != 0:
-        raise subprocess.SubprocessError(
-            f"{Path(cmd[0]).name} exited with {done.returncode}: {done.stderr.strip()[-2000:]}"
-        )
+def _sources() -> list[Path]:
+    return jar_build.sources(SOURCES)
+
+
+def _fingerprint(sources: list[Path]) -> str:
+    found = jar_build.versions()
+    digest = hashlib.blake2b(digest_size=8)
+    # The recipe's marks: jars cached before it had the service entry are not reused.
+    digest.update(f"{found['pyspark']} {found['ray']} release {jar_build.JAVA_RELEASE}".encode())
+    digest.update(b" services")
+    for path in sources:
+        digest.update(path.relative_to(SOURCES).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

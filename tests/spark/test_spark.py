@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import operator
 import os
-import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +127,14 @@ def test_read_covers_every_queue_with_the_design_columns(spark: object) -> None:
 
 
 def test_rayq_source_reads_only_the_used_columns_and_matches_python_tasks(
-    spark: object, monkeypatch: pytest.MonkeyPatch
+    spark: object, monkeypatch: pytest.MonkeyPatch, need_jar: Callable[[object], None]
 ) -> None:
-    """Given a JDK to build rayq's Spark source, when a topic is read, then Spark scans it
-    with rayq's DataSource V2 reader asking for the columns the query uses (none for a
-    count), and the rows are those that Python tasks (mapInArrow) read."""
+    """Given rayq's Spark jar (packaged, or compiled with a JDK), when a topic is read,
+    then Spark scans it with rayq's DataSource V2 reader asking for the columns the query
+    uses (none for a count), and the rows are those that Python tasks (mapInArrow) read."""
     from pyspark.sql import functions as F
 
-    if shutil.which("javac") is None:
-        pytest.skip("no JDK on this machine: Spark reads use Python tasks (tested elsewhere)")
+    need_jar(spark)
     assert rqspark.has_source(spark)
     rayq.Admin().create_topic("pruned", queues=2)
     send("pruned", 120)
@@ -156,15 +154,14 @@ def test_rayq_source_reads_only_the_used_columns_and_matches_python_tasks(
 
 
 def test_executors_read_bodies_from_the_commit_log_and_check_them(
-    spark: object, monkeypatch: pytest.MonkeyPatch
+    spark: object, monkeypatch: pytest.MonkeyPatch, need_jar: Callable[[object], None]
 ) -> None:
     """Given rayq's Spark source, when the executor runs on the page readers' node, then
     the readers leave the records in the commit log and the tasks read them from its
     files. A record damaged there fails the task's CRC check: the task asks for that page
     whole, and the read leaves the record out as the Python tasks do (a count, which the
     readers answer whole, too)."""
-    if shutil.which("javac") is None:
-        pytest.skip("no JDK on this machine: Spark reads use Python tasks (tested elsewhere)")
+    need_jar(spark)
     rayq.Admin().create_topic("local", queues=2)
     sent = send("local", 200)
     df = rqspark.read(spark, "local").select("queue_id", "queue_offset", "body")
@@ -242,14 +239,17 @@ def test_write_round_trip(spark: object) -> None:
     assert got[7].tags == "t1" and got[7].keys == ["k7"]
 
 
-def test_executors_on_the_brokers_node_hand_rows_over_in_shared_memory(spark: object) -> None:
+def test_executors_on_the_brokers_node_hand_rows_over_in_shared_memory(
+    spark: object, need_jar: Callable[[object], None]
+) -> None:
     """Given rayq's Spark sink and the broker on the executor's node, when a DataFrame is
     written, then every put's rows come through a shared-memory slot (none through Ray),
     no slot file is left behind, and each row arrives once. A restarted broker no longer
     holds the executor's slots: the puts are sent again through Ray, and the next write
     still delivers each row once."""
-    if shutil.which("javac") is None or not os.path.isdir("/dev/shm"):
-        pytest.skip("no JDK (writes use Python tasks) or no /dev/shm on this machine")
+    need_jar(spark)
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
     rayq.Admin().create_topic("handover", queues=2)
     broker = ray.get_actor(broker_actor_name("broker-a"), namespace=NAMESPACE)
 
@@ -287,7 +287,7 @@ def test_executors_on_the_brokers_node_hand_rows_over_in_shared_memory(spark: ob
 
 @pytest.mark.parametrize("sink", ["jvm", "python"])
 def test_retried_tasks_do_not_duplicate(
-    spark: object, sink: str, monkeypatch: pytest.MonkeyPatch
+    spark: object, sink: str, monkeypatch: pytest.MonkeyPatch, need_jar: Callable[[object], None]
 ) -> None:
     """Given a write whose first attempt of partition 0 dies after some of its puts were
     appended (20 KB rows: Python tasks put 4 MiB, the JVM here every 64 rows), when
@@ -297,8 +297,8 @@ def test_retried_tasks_do_not_duplicate(
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    if sink == "jvm" and not rqspark.has_source(spark):
-        pytest.skip("no JDK on this machine to build rayq's Spark sink")
+    if sink == "jvm":
+        need_jar(spark)
     if sink == "python":
         monkeypatch.setattr(rqspark, "has_source", lambda _spark: False)
     monkeypatch.setattr(rqspark, "JVM_PUT_BYTES", 64 * 20_000)  # the JVM: puts of 64 rows
@@ -327,11 +327,12 @@ def test_retried_tasks_do_not_duplicate(
     assert sorted(got) == sorted(f"row#{i}" for i in range(2000))  # none twice
 
 
-def test_sink_errors_raised_in_tasks_are_rayq_errors(spark: object) -> None:
+def test_sink_errors_raised_in_tasks_are_rayq_errors(
+    spark: object, need_jar: Callable[[object], None]
+) -> None:
     """A row the broker refuses (a reserved property) fails the write with the broker's
     InvalidMessageError, raised again on the driver."""
-    if not rqspark.has_source(spark):
-        pytest.skip("no JDK on this machine to build rayq's Spark sink")
+    need_jar(spark)
     rows = spark.createDataFrame(  # type: ignore[attr-defined]
         [(b"x", {"DELAY": "3"})], "body binary, props map<string, string>"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import yaml
@@ -22,10 +23,31 @@ def test_ray_validates_cluster_yaml() -> None:
     validate_config(prepare_config(copy.deepcopy(config)))  # what `ray up` runs
 
 
-def test_every_node_gets_java_rayq_spark_and_token_auth() -> None:
+def installs(command: str, package: str) -> bool:
+    """Whether ``command`` installs the Debian ``package`` whenever the tool it gives is
+    missing: its guard (``command -v <tool> || ...``), if any, names that tool."""
+    if not re.search(rf"apt-get install -y (\S+ )*{re.escape(package)}\b", command):
+        return False
+    tool = "javac" if "-jdk" in package else "java"
+    guard = re.match(r"\s*command -v (\S+)[^|]*\|\|", command)
+    return guard is None or guard.group(1) == tool
+
+
+def test_every_node_gets_what_rayqs_spark_jar_needs() -> None:
+    """Either a JDK (rayq compiles its Spark jar on first use when the package has none),
+    or a JRE and a wheel (built where a JDK is, it carries the jar): never a JRE alone
+    with a package that may lack the jar. A JRE on the node must not skip the JDK."""
+    setup = load()["setup_commands"]
+    [pip] = [c for c in setup if "pip install" in c]
+    assert "[spark]" in pip
+    jdk = any(installs(c, "openjdk-17-jdk-headless") for c in setup)
+    jre = any(installs(c, "openjdk-17-jre-headless") for c in setup)
+    wheel = re.search(r"""pip install [^#]*\.whl\[spark\]""", pip) is not None
+    assert jdk or (jre and wheel), setup
+
+
+def test_token_auth_on_every_node() -> None:
     config = load()
-    setup = " ".join(config["setup_commands"])
-    assert "java" in setup and "[spark]" in setup
     starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
     assert all("RAY_AUTH_MODE=token" in c for c in starts if "start" in c and "stop" not in c)
     assert "~/.ray/auth_token" in config["file_mounts"]
