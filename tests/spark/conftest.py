@@ -46,7 +46,7 @@ def _need_jar(spark: Any) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def need_jar() -> Callable[[Any], None]:
     """``need_jar(spark)``: returns when ``spark`` has rayq's Spark source and sink."""
     return _need_jar

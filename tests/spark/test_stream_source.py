@@ -28,15 +28,16 @@ ROWS = "b string, topic string, broker string, queue_id int, queue_offset long"
 
 
 @pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def spark(
+    tmp_path_factory: pytest.TempPathFactory, need_jar: Callable[[Any], None]
+) -> Iterator[Any]:
     if ray.is_initialized():
         pytest.skip("Ray is already initialized in this process; this module starts its own")
     ray.init(address="local", num_cpus=2, namespace=NAMESPACE, log_to_driver=False)
     cluster = rayq.start(tmp_path_factory.mktemp("store"), namespace=NAMESPACE)
     try:
         session = rqspark.session("rayq-stream-tests", num_executors=1, executor_cores=2)
-        if not rqspark.has_source(session):
-            pytest.fail("rayq's Spark source is missing: Structured Streaming needs it")
+        need_jar(session)  # Structured Streaming is rayq's JVM source (tests/spark/conftest.py)
         yield session
     finally:
         rqspark.stop_session()

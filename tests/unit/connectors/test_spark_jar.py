@@ -188,6 +188,7 @@ def session_configs(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]
     monkeypatch.setattr(rqspark, "_ray_logs_dir", lambda: None)
     monkeypatch.setattr(rqspark, "quiet_children", contextlib.nullcontext)
     monkeypatch.setattr(rqspark, "_session", None)
+    monkeypatch.setattr(rqspark.spark_bridge, "install", lambda spark: got.update(bridge="on"))
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     yield got
     monkeypatch.setattr(rqspark, "_session", None)
@@ -224,3 +225,4 @@ def test_session_with_a_packaged_jar_needs_no_jdk(
     assert warnings_in(caplog) == []
     assert session_configs["spark.jars"] == str(jar)
     assert session_configs["spark.driver.extraClassPath"] == str(jar)
+    assert session_configs["bridge"] == "on"  # readStream/writeStream plan through it
