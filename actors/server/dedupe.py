@@ -19,9 +19,11 @@ queue)``, the last sequence it appended:
 Epochs (Kafka's producer epochs): a producer id ``<family>~<epoch>`` (store/properties.py
 ``producer_epoch``) is one epoch of the producer ``family``, and the table keeps one
 entry per (family, topic, queue) with its latest epoch. A batch of a newer epoch starts
-the family over (from sequence 0, the entry replaced); one of an older epoch is a
-duplicate (offsets -1): a family's epochs write one after the other, each complete
-before the next starts. Spark's writes (connectors/stream_sink.py) are such families,
+the family over (from sequence 0, the entry replaced); one of an older epoch is
+refused (FENCED, as Kafka fences a producer's old epochs): a family's epochs write one
+after the other, each complete before the next starts, so an older epoch is a zombie
+or an epoch counter that went back (a stream restarted without its checkpoint under
+the same name), never data still to store. Spark's writes (connectors/stream_sink.py) are such families,
 one per query (or ``write_id``) and partition, one epoch per micro-batch, so a query
 costs the table one entry per partition however many batches it runs, where a producer
 id per batch would add one per batch and partition until they expire. Any other
@@ -77,6 +79,7 @@ class Verdict(enum.Enum):
     DUPLICATE = "DUPLICATE"
     OVERLAP = "OVERLAP"
     OUT_OF_ORDER = "OUT_OF_ORDER"
+    FENCED = "FENCED"  # an epoch older than the family's latest
 
 
 class SequenceEntry(msgspec.Struct, array_like=True):
@@ -108,7 +111,8 @@ class ProducerSequences:
     def check(
         self, producer_id: str, topic: str, queue_id: int, first: int, last: int
     ) -> tuple[Verdict, Any]:
-        """What to do with batch ``[first, last]``; with DUPLICATE, the cached answer (or None)."""
+        """What to do with batch ``[first, last]``; with DUPLICATE, the cached answer (or
+        None); with FENCED, the family's latest epoch."""
         if not 0 <= first <= last:
             raise InvalidMessageError(f"sequence range [{first}, {last}] is not valid")
         family, epoch = P.producer_epoch(producer_id)
@@ -116,8 +120,8 @@ class ProducerSequences:
         entry = self.table.get(key)
         if entry is None or epoch > entry.epoch:  # a new producer, or its next epoch
             return (Verdict.NEW if first == 0 else Verdict.OUT_OF_ORDER), None
-        if epoch < entry.epoch:  # an epoch that ended: all of it was appended
-            return Verdict.DUPLICATE, None
+        if epoch < entry.epoch:  # an epoch that ended (a zombie, or a counter gone back)
+            return Verdict.FENCED, entry.epoch
         if first == entry.last + 1:
             return Verdict.NEW, None
         if first > entry.last + 1:

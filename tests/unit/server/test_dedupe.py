@@ -19,6 +19,7 @@ from rayq.actors.server.dedupe import (
 from rayq.store import InnerMessage, MessageStore, StoreConfig
 from rayq.store.batch import encode_batch
 from rayq.store.errors import InvalidMessageError
+from rayq.testing import FakeCluster, FakeTransport
 
 CONFIG = StoreConfig.for_tests()
 
@@ -125,8 +126,8 @@ def test_torn_batch_is_appended_again(tmp_path: Path) -> None:
 def test_epochs_of_a_family_share_one_entry() -> None:
     """Given producer ids ``<family>~<epoch>`` (Spark's: one epoch per micro-batch), a
     newer epoch starts the family over from 0, the current one follows the sequence
-    rules, and an older one is a duplicate; the table keeps one entry per family and
-    queue however many epochs wrote."""
+    rules, and an older one is fenced; the table keeps one entry per family and queue
+    however many epochs wrote."""
     seqs = ProducerSequences("/nonexistent")
     for epoch in range(1000):
         pid = f"spark-q-3~{epoch}"
@@ -138,7 +139,7 @@ def test_epochs_of_a_family_share_one_entry() -> None:
     assert seqs.check("spark-q-3~999", "T", 0, 0, 9)[0] is Verdict.DUPLICATE  # a re-run
     assert seqs.check("spark-q-3~999", "T", 0, 10, 14) == (Verdict.DUPLICATE, "r")
     assert seqs.check("spark-q-3~999", "T", 0, 5, 19)[0] is Verdict.OVERLAP
-    assert seqs.check("spark-q-3~500", "T", 0, 0, 99)[0] is Verdict.DUPLICATE  # ended
+    assert seqs.check("spark-q-3~500", "T", 0, 0, 99) == (Verdict.FENCED, 999)  # ended
     assert seqs.check("spark-q-3~1000", "T", 0, 5, 9)[0] is Verdict.OUT_OF_ORDER  # from 0
     assert seqs.check("spark-q-4~999", "T", 0, 0, 9)[0] is Verdict.NEW  # another family
     # not an epoch: a family of its own (Producer(idempotent=True) ids have no "~")
@@ -157,7 +158,7 @@ def test_epochs_replay_from_the_log(tmp_path: Path) -> None:
     with MessageStore(root, CONFIG) as store:
         seqs = open_sequences(root / "config", store.commitlog, 0)
         assert seqs.table["f|T|0"] == SequenceEntry(2, 0, 2)
-        assert not _append(store, seqs, _batch("f~1", 0, 5))
+        assert seqs.check("f~1", "T", 0, 0, 4)[0] is Verdict.FENCED
         assert not _append(store, seqs, _batch("f~2", 0, 3))
         assert _append(store, seqs, _batch("f~2", 3, 2))
         assert store.max_offset("T", 0) == 15
@@ -196,3 +197,21 @@ def test_idle_producers_expire_when_the_table_is_persisted(tmp_path: Path) -> No
     reloaded = ProducerSequences(tmp_path)
     reloaded.load(0, 0)
     assert set(reloaded.table) == {"busy|T|0"}
+
+
+def test_the_broker_drops_a_re_run_epoch_and_refuses_an_older_one(tmp_path: Path) -> None:
+    """Through a broker's put: a re-sent batch of the current epoch is answered without
+    being appended, the next epoch starts from 0, and an older epoch is refused with
+    InvalidMessageError naming the fence; nothing it carried is stored."""
+    with FakeCluster(tmp_path) as cluster:
+        client = FakeTransport(cluster).broker("broker-a")
+
+        def put(pid: str, first: int, n: int) -> list[int]:
+            return client.put(_batch(pid, first, n)).result(5).queue_offsets
+
+        assert put("f~1", 0, 3) == [0, 1, 2]
+        assert put("f~1", 0, 3) == [0, 1, 2]  # a re-run: the cached answer, no copies
+        assert put("f~2", 0, 2) == [3, 4]
+        with pytest.raises(InvalidMessageError, match="fenced.*epoch 2"):
+            put("f~1", 3, 2)
+        assert cluster.server().store.max_offset("T", 0) == 5
