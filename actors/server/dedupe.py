@@ -23,11 +23,11 @@ the family over (from sequence 0, the entry replaced); one of an older epoch is
 refused (FENCED, as Kafka fences a producer's old epochs): a family's epochs write one
 after the other, each complete before the next starts, so an older epoch is a zombie
 or an epoch counter that went back (a stream restarted without its checkpoint under
-the same name), never data still to store. Spark's writes (connectors/stream_sink.py) are such families,
-one per query (or ``write_id``) and partition, one epoch per micro-batch, so a query
-costs the table one entry per partition however many batches it runs, where a producer
-id per batch would add one per batch and partition until they expire. Any other
-producer id is its own family at epoch 0.
+the same name), never data still to store. Spark's writes (connectors/stream_sink.py)
+are such families, one per query (or ``write_id``) and partition, one epoch per
+micro-batch, so a query costs the table one entry per partition however many batches
+it runs, where a producer id per batch would add one per batch and partition until
+they expire. Any other producer id is its own family at epoch 0.
 
 Durability: each record of such a batch carries the properties ``__PID`` (the
 producer id) and ``__PSEQ`` (``first-last``), identical for the whole batch so the

@@ -212,6 +212,6 @@ def test_the_broker_drops_a_re_run_epoch_and_refuses_an_older_one(tmp_path: Path
         assert put("f~1", 0, 3) == [0, 1, 2]
         assert put("f~1", 0, 3) == [0, 1, 2]  # a re-run: the cached answer, no copies
         assert put("f~2", 0, 2) == [3, 4]
-        with pytest.raises(InvalidMessageError, match="fenced.*epoch 2"):
+        with pytest.raises(InvalidMessageError, match=r"fenced.*epoch 2"):
             put("f~1", 3, 2)
         assert cluster.server().store.max_offset("T", 0) == 5
