@@ -59,6 +59,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             num_executors=1,
             executor_cores=2,
             executor_memory="1g",
+            # a failing task is tried twice (not 4 times): failing batches end sooner
+            configs={"spark.task.maxFailures": "2"},
             fault_tolerant_mode=False,  # the sink's tasks call the brokers themselves
         )
         if not rqspark.has_source(session):
@@ -141,7 +143,8 @@ def test_round_trip_through_rayq_source_and_sink(spark: Any, tmp_path: Path) -> 
         )
     source = spark.readStream.format("rayq").option("topic", "trip-in")
     source = source.option("namespace", NAMESPACE).option("startingOffsets", "earliest")
-    df = source.load().selectExpr("body", "tags as t", "keys as k", "properties as p")
+    columns = ["queue_offset", "body", "tags as t", "keys as k", "properties as p", "msg_id"]
+    df = source.load().selectExpr(*columns)  # the sink sends only the columns it names
     query = sink(df, "trip-out", tmp_path / "ck", tags="t", keys="k", properties="p")
     query.awaitTermination(120)
     assert query.exception() is None
