@@ -6,6 +6,7 @@ in RocketMQ; several keys are joined by a space.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from .errors import InvalidMessageError
@@ -40,6 +41,11 @@ SHARDING_KEY: Final[str] = "__SHARDINGKEY"
 PRODUCER_ID: Final[str] = "__PID"
 PRODUCER_SEQ: Final[str] = "__PSEQ"
 MAX_PRODUCER_ID_LENGTH: Final[int] = 128
+# A producer id ``<family>~<epoch>`` (a decimal epoch) is epoch ``epoch`` of the producer
+# ``family``: the broker keeps one sequence per family and queue, and a newer epoch starts
+# it over (actors/server/dedupe.py). Spark's writes use them, one epoch per micro-batch.
+EPOCH_MARK: Final[str] = "~"
+_EPOCH_ID = re.compile(r"(.+)~(0|[1-9][0-9]{0,17})")
 
 _BROKER_SETS_IT: Final[str] = "the broker sets it (send-back, dead letters, delayed delivery)"
 # Property name -> why a user may not set it (and what to do instead).
@@ -83,6 +89,15 @@ def sequence_properties(producer_id: str, first: int, last: int) -> dict[str, st
     """The properties every record of an idempotent batch carries."""
     check_producer_id(producer_id)
     return {PRODUCER_ID: producer_id, PRODUCER_SEQ: f"{first}-{last}"}
+
+
+def producer_epoch(producer_id: str) -> tuple[str, int]:
+    """(family, epoch) of a producer id: ``"<family>~<epoch>"`` split, any other id is
+    its own family at epoch 0."""
+    m = _EPOCH_ID.fullmatch(producer_id)
+    if m is None:
+        return producer_id, 0
+    return m.group(1), int(m.group(2))
 
 
 def check_producer_id(producer_id: object) -> str:

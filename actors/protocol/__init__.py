@@ -69,6 +69,7 @@ from rayq.actors.protocol.broker import (
     TransactionChecksRequest,
     UpdateGroupRequest,
     ViewMessageRequest,
+    WriteGrant,
 )
 from rayq.actors.protocol.coordinator import (
     BrokerEntry,
@@ -294,6 +295,7 @@ __all__ = [
     "TransactionStatus",
     "UpdateGroupRequest",
     "ViewMessageRequest",
+    "WriteGrant",
     "broker_actor_name",
     "check",
     "check_json",

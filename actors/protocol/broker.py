@@ -352,6 +352,20 @@ class ReadArrowRequest(_Request, frozen=True, kw_only=True):
     grant: ReadGrant | None = None  # instead of a signature (ACL): a range signed once
 
 
+class WriteGrant(_Request, frozen=True, kw_only=True):
+    """Leave to append to one queue as the producer ``producer_id`` or any of its epochs
+    (``<producer_id>~<epoch>``, actors/server/dedupe.py), signed once by a client with
+    ACL credentials (method ``write_grant``, which needs PUB on the topic) and carried by
+    every ``put_arrow`` of that producer (``ArrowPutRequest.grant``): Spark's JVM tasks,
+    which do not sign, write a micro-batch with the grants its driver planned
+    (connectors/stream_sink.py). Good for the ACL's timestamp window from when it was
+    signed."""
+
+    topic: Text
+    queue_id: QueueId
+    producer_id: Annotated[str, Meta(min_length=1, max_length=128)]
+
+
 class ArrowPutRequest(_Request, frozen=True, kw_only=True):
     """Rows for one queue, as Arrow (Spark's JVM writes: rayq/connectors/jvm), appended as the
     idempotent batches of ``producer_id`` from sequence ``first_sequence``
@@ -370,6 +384,7 @@ class ArrowPutRequest(_Request, frozen=True, kw_only=True):
     properties: Text | None = None
     rows_file: Annotated[str, Meta(max_length=64, pattern=ROWS_FILE_PATTERN)] = ""
     rows_length: Annotated[int, Meta(ge=0, le=1 << 31)] = 0
+    grant: WriteGrant | None = None  # ACL: the producer's queue, signed once (the JVM's)
 
 
 class MaxOffsetRequest(_Request, frozen=True, kw_only=True):

@@ -23,7 +23,8 @@ entries admit nobody there (a warning says so when a file has some); a socket tr
 that sees its peer's address passes it. Otherwise a request's ``auth`` must name a known
 account, carry a timestamp within ``acl_timestamp_window_ms`` of the broker's clock
 (replay protection) and the right signature (actors/protocol/auth.py); then each resource it
-touches must grant the perm needed: PUB on the topic to send; SUB on the topic and
+touches must grant the perm needed: PUB on the topic to send (and to sign a
+``write_grant``, the leave Spark's JVM tasks append with); SUB on the topic and
 the group to pull, commit or query offsets, lock queues or send messages back; SUB on
 the topic for reads by topic (stats, bounds, message queries, Arrow reads). Admin
 operations (create/delete topics, group config changes and deletion, offset resets,
@@ -185,6 +186,8 @@ def _needs(method: str, req: Any) -> list[tuple[str, str, int]]:
     """(kind, name, perm) the request needs: kind "topic" or "group"."""
     group = getattr(req, "group", None)
     if method == "put":
+        return [("topic", req.topic, PUB)]
+    if method == "write_grant":  # put_arrow's leave to append (protocol WriteGrant)
         return [("topic", req.topic, PUB)]
     if method == "put_half":
         return [("topic", req.batch.topic, PUB)]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rayq.actors.protocol import (
+    ArrowPutRequest,
     BrokerInfo,
     FlushTargets,
     QueueData,
@@ -62,9 +63,11 @@ from rayq.store import SYSTEM_CLOCK, MessageStore
 from rayq.store.epochs import EpochHistory
 from rayq.store.errors import (
     GroupNotFoundError,
+    PermissionDeniedError,
     TopicNotFoundError,
 )
 from rayq.store.names import validate_group
+from rayq.store.properties import producer_epoch
 
 
 def acl_service(config: BrokerConfig, store_dir: Path) -> AclService | None:
@@ -167,6 +170,31 @@ class BrokerServer(
         calls, which show none); only it is matched against the whitelist."""
         if self.acl is not None:
             self.acl.check(method, request, peer)
+
+    def authorize_arrow_put(self, put: ArrowPutRequest) -> None:
+        """ACL for a ``put_arrow`` (Spark's JVM tasks, which do not sign): its ``grant``
+        must cover its topic, queue and producer (the producer or one of its epochs) and
+        be signed by an account with PUB on the topic (``write_grant``). Nothing if ACL
+        is off; else PermissionDeniedError."""
+        if self.acl is None:
+            return
+        grant = put.grant
+        if grant is None:
+            raise PermissionDeniedError(
+                "put_arrow: ACL is on and the request carries no write grant (Spark's rayq "
+                "sink signs one on the driver with the options accessKey and secretKey)",
+                method="put_arrow",
+            )
+        family, _ = producer_epoch(put.producer_id)
+        covered = grant.producer_id in (put.producer_id, family)
+        if not covered or (grant.topic, grant.queue_id) != (put.topic, put.queue_id):
+            raise PermissionDeniedError(
+                f"put_arrow: the grant covers producer {grant.producer_id!r} on "
+                f"{grant.topic}/{grant.queue_id}, not producer {put.producer_id!r} on "
+                f"{put.topic}/{put.queue_id}",
+                method="put_arrow",
+            )
+        self.acl.check("write_grant", grant)
 
     def topic_config(self, topic: str, create: bool = False) -> TopicConfig:
         check_not_system(topic)

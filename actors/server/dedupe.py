@@ -16,6 +16,19 @@ queue)``, the last sequence it appended:
   one would make the earlier one look like a duplicate. A producer that gave up on
   a batch starts a new producer id.
 
+Epochs (Kafka's producer epochs): a producer id ``<family>~<epoch>`` (store/properties.py
+``producer_epoch``) is one epoch of the producer ``family``, and the table keeps one
+entry per (family, topic, queue) with its latest epoch. A batch of a newer epoch starts
+the family over (from sequence 0, the entry replaced); one of an older epoch is
+refused (FENCED, as Kafka fences a producer's old epochs): a family's epochs write one
+after the other, each complete before the next starts, so an older epoch is a zombie
+or an epoch counter that went back (a stream restarted without its checkpoint under
+the same name), never data still to store. Spark's writes (connectors/stream_sink.py)
+are such families, one per query (or ``write_id``) and partition, one epoch per
+micro-batch, so a query costs the table one entry per partition however many batches
+it runs, where a producer id per batch would add one per batch and partition until
+they expire. Any other producer id is its own family at epoch 0.
+
 Durability: each record of such a batch carries the properties ``__PID`` (the
 producer id) and ``__PSEQ`` (``first-last``), identical for the whole batch so the
 encoder's fast path holds. The table is snapshotted to
@@ -24,7 +37,12 @@ commit-log offset it covers; on open it is brought up to date by replaying the
 commit log from that offset. A batch counts only if all of its records survived
 recovery (a torn tail makes it "not appended": its retry is appended again, never
 lost). A snapshot past the recovered end of the log is dropped and the table is
-rebuilt from the whole log. Entries unused for ``EXPIRY_MS`` are forgotten.
+rebuilt from the whole log.
+
+Expiry (Kafka's ``producer.id.expiration.ms``): an entry no batch has touched for
+``EXPIRY_MS`` (7 days) is forgotten when the table is next persisted, so the table holds
+the producers of the last week, not every producer ever seen. A batch of a forgotten
+producer is taken as new: a retry (or a Spark batch re-run) after a week appends again.
 Batches without a producer id never touch this module.
 """
 
@@ -61,11 +79,13 @@ class Verdict(enum.Enum):
     DUPLICATE = "DUPLICATE"
     OVERLAP = "OVERLAP"
     OUT_OF_ORDER = "OUT_OF_ORDER"
+    FENCED = "FENCED"  # an epoch older than the family's latest
 
 
 class SequenceEntry(msgspec.Struct, array_like=True):
     last: int
     updated_ms: int
+    epoch: int = 0  # of the family (a snapshot written before epochs has none: 0)
 
 
 class SequenceFile(msgspec.Struct, kw_only=True):
@@ -73,8 +93,8 @@ class SequenceFile(msgspec.Struct, kw_only=True):
     table: dict[str, SequenceEntry] = {}
 
 
-def _key(producer_id: str, topic: str, queue_id: int) -> str:
-    return f"{producer_id}|{topic}|{queue_id}"
+def _key(family: str, topic: str, queue_id: int) -> str:
+    return f"{family}|{topic}|{queue_id}"
 
 
 class ProducerSequences:
@@ -91,13 +111,17 @@ class ProducerSequences:
     def check(
         self, producer_id: str, topic: str, queue_id: int, first: int, last: int
     ) -> tuple[Verdict, Any]:
-        """What to do with batch ``[first, last]``; with DUPLICATE, the cached answer (or None)."""
+        """What to do with batch ``[first, last]``; with DUPLICATE, the cached answer (or
+        None); with FENCED, the family's latest epoch."""
         if not 0 <= first <= last:
             raise InvalidMessageError(f"sequence range [{first}, {last}] is not valid")
-        key = _key(producer_id, topic, queue_id)
+        family, epoch = P.producer_epoch(producer_id)
+        key = _key(family, topic, queue_id)
         entry = self.table.get(key)
-        if entry is None:
+        if entry is None or epoch > entry.epoch:  # a new producer, or its next epoch
             return (Verdict.NEW if first == 0 else Verdict.OUT_OF_ORDER), None
+        if epoch < entry.epoch:  # an epoch that ended (a zombie, or a counter gone back)
+            return Verdict.FENCED, entry.epoch
         if first == entry.last + 1:
             return Verdict.NEW, None
         if first > entry.last + 1:
@@ -119,8 +143,9 @@ class ProducerSequences:
         result: Any,
         now_ms: int,
     ) -> None:
-        key = _key(producer_id, topic, queue_id)
-        self.table[key] = SequenceEntry(last, now_ms)
+        family, epoch = P.producer_epoch(producer_id)
+        key = _key(family, topic, queue_id)
+        self.table[key] = SequenceEntry(last, now_ms, epoch)
         self._results[key] = (first, last, result)
         self.dirty = True
 
@@ -154,7 +179,7 @@ class ProducerSequences:
         self, topics: list[str], queue_ids: list[int], properties: list[bytes], now_ms: int
     ) -> None:
         """Update the table from records read back from the log (in log order)."""
-        pending: dict[tuple[str, int, int], int] = {}
+        pending: dict[tuple[str, str, int, int, int], int] = {}
         for topic, qid, props in zip(topics, queue_ids, properties, strict=True):
             if b"__PID" not in props:
                 continue
@@ -162,13 +187,15 @@ class ProducerSequences:
             if m is None:
                 continue
             pid, first, last = m.group(1).decode(), int(m.group(2)), int(m.group(3))
-            key = _key(pid, topic, qid)
-            seen = pending.get((key, first, last), 0) + 1
-            pending[(key, first, last)] = seen
+            batch = (pid, topic, qid, first, last)
+            seen = pending.get(batch, 0) + 1
+            pending[batch] = seen
             if seen == last - first + 1:  # every record of the batch survived
+                family, epoch = P.producer_epoch(pid)
+                key = _key(family, topic, qid)
                 entry = self.table.get(key)
-                if entry is None or entry.last < last:
-                    self.table[key] = SequenceEntry(last, now_ms)
+                if entry is None or (entry.epoch, entry.last) < (epoch, last):
+                    self.table[key] = SequenceEntry(last, now_ms, epoch)
                     self.dirty = True
 
 

@@ -207,13 +207,13 @@ class BrokerEndpoint(PopEndpoint):
         this process cannot read answers ``{"rows": 0, "resend": true}``."""
         started = time.perf_counter()
         put = check_json(req, b.ArrowPutRequest)
+        self.server.authorize_arrow_put(put)  # its grant (ACL): the JVM signs nothing
         stream = self.shared_rows.rows_of(put.rows_file, put.rows_length, rows)
         if stream is None:
             return b'{"rows": 0, "resend": true}'
         batches = self.server.arrow_batches(put, stream)  # copied out of a slot
         del stream
         for n, batch in enumerate(batches):
-            self.server.authorize("put", batch)
             if n == 0:
                 await earlier_batches(self.server.sequences, batch)
             await self._append(batch, started, own=True)

@@ -101,6 +101,13 @@ class SendProcessor(ProcessorBase):
                 f"sequences {first}..{last_seq} of producer {pid!r} overlap what "
                 f"{batch.topic}/{batch.queue_id} already has"
             )
+        if verdict is Verdict.FENCED:
+            raise InvalidMessageError(
+                f"producer {pid!r} is fenced on {batch.topic}/{batch.queue_id}: epoch "
+                f"{cached} of its family has written there since, and epochs write one "
+                "after the other (a zombie task, or a batch id that went back: a stream "
+                "restarted without its checkpoint under the same write id)"
+            )
         if verdict is Verdict.OUT_OF_ORDER:
             raise BrokerBusyError(
                 f"sequence {first} of producer {pid!r} on {batch.topic}/{batch.queue_id} is "

@@ -18,7 +18,10 @@ after ``process(df, batch_id)`` returns. ``write`` sends
 each partition to one queue with idempotent puts (producer id per write and
 partition, sequence numbers per row), so re-run tasks do not duplicate messages:
 through rayq's Spark sink (Arrow batches from the JVM, encoded by the broker) or
-Python tasks, by the same rule as ``read``.
+Python tasks, by the same rule as ``read``. ``write_id`` (and ``batch_id``) make those
+producer ids the caller's, so a write run again, or a stream's batch re-run, adds
+nothing. Spark's own ``df.writeStream.format("rayq")`` is the same sink driven by
+Structured Streaming (rayq/connectors/stream_sink.py).
 """
 
 from __future__ import annotations
@@ -33,18 +36,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import msgspec
 import pyarrow as pa
 import ray
 
-from rayq.actors.protocol import ClientRequest, broker_actor_name
+from rayq.actors.protocol import broker_actor_name
 from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.config import ClientConfig
-from rayq.actors.protocol.rows import SHARED_DIR
-from rayq.connectors import spark_bridge, spark_jar
+from rayq.connectors import spark_bridge, spark_jar, stream_sink
 from rayq.connectors.arrow_io import (
-    MAX_PUTS_IN_FLIGHT,
-    PUT_ATTEMPTS,
     Columns,
     check_columns,
     ensure_ray,
@@ -102,7 +101,7 @@ MAX_MESSAGES_PER_PARTITION = 262_144
 PAGE_BYTES = 16 * 1024 * 1024
 # Arrow bytes per put of rayq's Spark sink (the broker cuts them into batches of
 # ClientConfig.batch_max_bytes of records: actors/broker.py put_arrow).
-JVM_PUT_BYTES = 8 * 1024 * 1024
+JVM_PUT_BYTES = stream_sink.JVM_PUT_BYTES
 # session()'s one warning when rayq has no Spark jar and no JDK to compile one.
 NO_JAR_WARNING = (
     "rayq's Spark jar is not installed and there is no JDK (javac) to compile it: Spark "
@@ -209,25 +208,6 @@ def spark_schema() -> Any:
             T.StructField("reconsume_times", T.IntegerType()),
         ]
     )
-
-
-def _arrow_schema_of(schema: Any) -> pa.Schema:
-    """The Arrow types of a Spark schema's columns, as far as ``write`` cares (the
-    types it accepts map exactly; anything else maps to a stand-in named after it)."""
-    from pyspark.sql import types as T
-
-    def arrow(t: Any) -> pa.DataType:
-        if isinstance(t, T.BinaryType):
-            return pa.binary()
-        if isinstance(t, T.StringType):
-            return pa.string()
-        if isinstance(t, T.ArrayType):
-            return pa.list_(arrow(t.elementType))
-        if isinstance(t, T.MapType):
-            return pa.map_(arrow(t.keyType), arrow(t.valueType))
-        return pa.struct([(t.simpleString(), pa.null())])  # fails every check, by name
-
-    return pa.schema([(f.name, arrow(f.dataType)) for f in schema.fields])
 
 
 def _ray_logs_dir() -> str | None:
@@ -359,13 +339,15 @@ def stream(
     namespace: str | None = None,
     config: ClientConfig | None = None,
 ) -> StreamingQuery:
-    """Start a micro-batch query: every ``trigger_interval`` seconds, up to
-    ``max_messages_per_trigger`` new messages as one DataFrame to ``process(df, batch_id)``
-    (read when ``process`` runs an action on it, in partitions as ``read`` makes them: one
-    for a small batch; the engine itself runs no Spark job);
-    the group's offsets are committed after it returns (see rayq/connectors/streaming.py). With ACL
-    on, ``config=ClientConfig(credentials=...)`` signs the offset queries and commits and
-    every task's reads."""
+    """Start a micro-batch query, foreachBatch style: every ``trigger_interval`` seconds,
+    up to ``max_messages_per_trigger`` new messages as one DataFrame to
+    ``process(df, batch_id)`` (read when ``process`` runs an action on it, in partitions as
+    ``read`` makes them: one for a small batch; the engine itself runs no Spark job);
+    the group's offsets are committed after it returns (see rayq/connectors/streaming.py).
+    A batch re-run after a crash has its batch id and ranges, so ``process`` writing with
+    ``write(df, topic, write_id=<a name for this query>, batch_id=batch_id)`` stores each
+    message once. With ACL on, ``config=ClientConfig(credentials=...)`` signs the offset
+    queries and commits and every task's reads."""
     if not callable(process):
         raise ConfigError(f"process must be callable as process(df, batch_id), got {process!r}")
     check_max("max_messages_per_partition", max_messages_per_partition)
@@ -406,16 +388,29 @@ def write(
     tags_col: str | None = None,
     properties_col: str | None = None,
     *,
+    write_id: str | None = None,
+    batch_id: int | None = None,
     group: str = "rayq-spark-writer",
     namespace: str | None = None,
     config: ClientConfig | None = None,
 ) -> int:
-    """Send every row of ``df`` to ``topic``; returns the number of rows written.
+    """Send every row of ``df`` to ``topic``; returns the number of rows of ``df`` (each
+    stored once).
 
     ``body_col`` is binary or string; ``keys_col`` string (space-separated) or
     array<string>; ``tags_col`` string; ``properties_col`` map<string, string>. Each
     partition goes to one write queue (spread over brokers) with idempotent puts, signed
     with ``config.credentials`` when ACL is on.
+
+    ``write_id`` (letters, digits, ``.``, ``_``, ``-``) names the write's idempotent
+    producers, ``spark-<write_id>-<partition>``: written again with the same ``write_id``,
+    a DataFrame whose partitions hold the same rows in the same order adds nothing
+    (without one, each call is a new write). ``batch_id``: the write is batch
+    ``batch_id`` of a stream of writes under ``write_id`` (``foreachBatch``, or
+    :func:`stream`'s ``process``), whose batch ids only grow and each of which completes
+    before the next starts: a batch re-run after a failure adds only what it had not
+    written, the broker keeps one producer entry per partition for the whole stream,
+    and a batch id older than one written already is refused (InvalidMessageError).
     """
     validate_topic(topic)
     validate_group(group)
@@ -428,39 +423,25 @@ def write(
     ):
         if name is not None and not isinstance(name, str):
             raise InvalidMessageError(f"{arg} must be a column name, got {name!r}")
-    check_columns(_arrow_schema_of(df.schema), cols)
+    _check_batch_id(write_id, batch_id)
+    wid = stream_sink.check_write_id(write_id) if write_id is not None else uuid.uuid4().hex[:12]
+    check_columns(stream_sink.arrow_schema_of(df.schema), cols)
     _check_no_null_bodies(df, body_col)
     ctx = ClientContext(config, namespace)
     credentials = ctx.config.credentials
-    queues = sorted(ctx.write_queues(topic, refresh=True))
-    if not queues:
+    targets = stream_sink.write_targets(ctx.write_queues(topic, refresh=True))
+    if not targets:
         raise InvalidMessageError(f"topic {topic!r} has no writeable queue")
     ns, address = ctx.namespace, _ray_address()
-    write_id = uuid.uuid4().hex[:12]
-    targets = [(q.broker_name, q.queue_id) for q in queues]
-    # Spread partitions over brokers first: interleave the queues of the brokers.
-    targets.sort(key=lambda t: (t[1], t[0]))
     needed = [c for c in (body_col, keys_col, tags_col, properties_col) if c]
 
     if _through_jvm(df.sparkSession, credentials):
-        nodes = _broker_nodes(ctx)
-        plan = [[broker_actor_name(broker), qid, nodes.get(broker, "")] for broker, qid in targets]
-        options = {
-            "namespace": ns,
-            "topic": topic,
-            "group": group,
-            "write_id": write_id,
-            "targets": json.dumps(plan),
-            "put_bytes": str(JVM_PUT_BYTES),
-            "rows_dir": SHARED_DIR if os.path.isdir(SHARED_DIR) else "",
-            "in_flight": str(MAX_PUTS_IN_FLIGHT),
-            "attempts": str(PUT_ATTEMPTS),
-            **{
-                role: name
-                for role, name in msgspec.structs.asdict(cols).items()
-                if name is not None
-            },
-        }
+        nodes = stream_sink.broker_nodes(ctx)
+        plan = [[broker_actor_name(b), qid, nodes.get(b, ""), ""] for b, qid in targets]
+        options = stream_sink.jvm_write_options(ns, topic, group, wid, plan, cols, JVM_PUT_BYTES)
+        options["call_id"] = uuid.uuid4().hex  # the rows written are kept under it
+        if batch_id is not None:
+            options["batch_id"] = str(batch_id)
         return _raising_task_errors(lambda: _sink_write(df.select(*needed), options))
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -476,7 +457,7 @@ def write(
             topic,
             broker,
             qid,
-            f"spark-{write_id}-{part}",
+            stream_sink.producer_id(wid, part, batch_id),
             cols,
             ns,
             group,
@@ -491,19 +472,20 @@ def write(
     return _raising_task_errors(run)
 
 
-def _broker_nodes(ctx: ClientContext) -> dict[str, str]:
-    """The Ray node of each live master (where a JVM task on the same node hands its rows
-    over in shared memory: actors/server/shared_rows.py)."""
-    req = ClientRequest(client_id=ctx.client_id)
-    entries = ctx.coordinator.broker_table(req).result(ctx.timeout_s).brokers
-    return {e.broker_name: e.node_id for e in entries if e.broker_id == 0 and not e.lost}
+def _check_batch_id(write_id: object, batch_id: object) -> None:
+    if batch_id is None:
+        return
+    if write_id is None:
+        raise ConfigError("batch_id needs a write_id (the stream of writes it belongs to)")
+    if not isinstance(batch_id, int) or isinstance(batch_id, bool) or not 0 <= batch_id < 10**18:
+        raise ConfigError(f"batch_id must be an int in 0..10^18, got {batch_id!r}")
 
 
 def _sink_write(df: Any, options: dict[str, str]) -> int:
     """``df`` appended through rayq's Spark sink (rayq/connectors/jvm RayqWrite): the executors'
     JVMs send Arrow batches to the brokers (no Python tasks); the rows it wrote."""
     df.write.format(spark_jar.SOURCE_CLASS).options(**options).mode("append").save()
-    written = df.sparkSession._jvm.io.rayq.spark.RayqWrite.written(options["write_id"])
+    written = df.sparkSession._jvm.io.rayq.spark.RayqWrite.written(options["call_id"])
     return int(written)
 
 

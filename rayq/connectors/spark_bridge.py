@@ -143,3 +143,5 @@ def forget(spark: Any) -> None:
 
 
 __all__ = ["Bridge", "handler", "install"]
+
+from rayq.connectors import stream_sink  # noqa: E402, F401  (its "sink.*" handlers: after handler)

@@ -15,6 +15,7 @@ import pytest
 
 import rayq
 from rayq.actors.protocol import (
+    ArrowPutRequest,
     ClientRequest,
     CommitOffsetsRequest,
     ConsumeFromWhere,
@@ -41,7 +42,9 @@ from rayq.actors.protocol import (
     RoutesRequest,
     StreamPlanRequest,
     TopicRequest,
+    WriteGrant,
     check,
+    check_json,
     to_wire,
 )
 from rayq.actors.protocol.auth import Credentials, Signer
@@ -308,6 +311,43 @@ def test_a_signed_batch_split_into_chunks_verifies_once_joined(acl_file: Path) -
     swapped = msgspec.structs.replace(joined, records=b"".join(reversed(chunks)))
     with pytest.raises(PermissionDeniedError, match="bad signature"):
         service.check("put", swapped)
+
+
+def test_jvm_puts_need_a_write_grant_for_their_queue_and_producer(cluster: FakeCluster) -> None:
+    """``put_arrow`` (Spark's JVM tasks, which do not sign) carries a WriteGrant the driver
+    signed: it passes for its topic, queue and producer (or an epoch of it) when its
+    signer has PUB on the topic, and is refused without a grant, for another queue,
+    topic or producer, when changed after signing, signed by a SUB-only account or with
+    a wrong secret, or old."""
+    server = cluster.server()
+
+    def put(grant: WriteGrant | None, **fields: Any) -> ArrowPutRequest:
+        req = {"topic": "orders", "queue_id": 0, "producer_id": "spark-q-3~7", **fields}
+        return ArrowPutRequest(first_sequence=0, group="g", body="body", grant=grant, **req)
+
+    def grant(creds: Credentials, **fields: Any) -> WriteGrant:
+        req = {"topic": "orders", "queue_id": 0, "producer_id": "spark-q-3", **fields}
+        return Signer(creds).sign("write_grant", WriteGrant(**req))
+
+    ok = grant(PUB_ONLY)
+    server.authorize_arrow_put(put(ok))
+    server.authorize_arrow_put(put(ok, producer_id="spark-q-3~8"))  # any epoch of it
+    server.authorize_arrow_put(put(ok, producer_id="spark-q-3"))
+    wire = check(to_wire(put(ok)), ArrowPutRequest)  # as the JVM sends it: JSON
+    server.authorize_arrow_put(check_json(msgspec.json.encode(wire), ArrowPutRequest))
+    for refused, why in [
+        (put(None), "no write grant"),
+        (put(ok, queue_id=1), "grant covers"),
+        (put(ok, topic="other"), "grant covers"),
+        (put(ok, producer_id="spark-q-4~7"), "grant covers"),
+        (put(ok, producer_id="spark-q-3x"), "grant covers"),
+        (put(msgspec.structs.replace(ok, queue_id=1), queue_id=1), "bad signature"),
+        (put(grant(SUB_ONLY)), "no PUB permission on topic 'orders'"),
+        (put(grant(Credentials(access_key="writer", secret_key="wrong-0000"))), "bad signature"),
+        (put(Signer(PUB_ONLY, clock=lambda: time.time() - 600).sign("write_grant", ok)), "time"),
+    ]:
+        with pytest.raises(PermissionDeniedError, match=why):
+            server.authorize_arrow_put(refused)
 
 
 def test_unsigned_request_is_refused(cluster: FakeCluster) -> None:

@@ -54,7 +54,21 @@ public final class RayqSource implements TableProvider, DataSourceRegister {
     if (props.containsKey("tasks") || props.containsKey("targets")) { // planned in Python
       return new RayqTable(schema, false);
     }
+    if (writing()) { // writeStream's start(): the sink's checks, against the query's columns
+      Planners.call("sink.check", props, Map.of("schema", schema.json()));
+      return new RayqTable(schema, true);
+    }
     Planners.call("source.check", props, Map.of()); // a clear error at load() or start()
     return new RayqTable(schema == null ? SCHEMA : schema, true);
+  }
+
+  /**
+   * Whether Spark makes the table for a {@code writeStream} ({@code DataStreamWriter.start}):
+   * getTable is told nothing else of the direction (Spark passes the query's schema, as
+   * {@link #supportsExternalMetadata} allows, where a read passes {@link #inferSchema}'s).
+   */
+  private static boolean writing() {
+    return StackWalker.getInstance().walk(
+        frames -> frames.anyMatch(f -> f.getClassName().endsWith(".DataStreamWriter")));
   }
 }

@@ -38,7 +38,8 @@ final class RayqTable implements SupportsRead, SupportsWrite {
   @Override
   public Set<TableCapability> capabilities() {
     if (streaming) {
-      return EnumSet.of(TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ);
+      return EnumSet.of(
+          TableCapability.MICRO_BATCH_READ, TableCapability.BATCH_READ, TableCapability.STREAMING_WRITE);
     }
     return EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE);
   }
@@ -53,6 +54,6 @@ final class RayqTable implements SupportsRead, SupportsWrite {
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-    return new RayqWrite(info.schema(), info.options());
+    return new RayqWrite(info.schema(), info.options(), info.queryId());
   }
 }

@@ -8,28 +8,31 @@ import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * An append of a DataFrame's rows to a topic (rayq/spark.py makes the options): each task
  * writes its partition to one queue as an idempotent producer (RayqWriter). The rows
- * written are kept under the option {@code write_id} for the driver to collect
- * ({@link #written}).
+ * written are kept under the option {@code call_id} for the driver to collect
+ * ({@link #written}). A stream's appends are {@link #toStreaming}'s.
  */
 public final class RayqWrite implements WriteBuilder, Write, BatchWrite {
   private static final Map<String, Long> WRITTEN = new ConcurrentHashMap<>();
   private final StructType schema;
   private final CaseInsensitiveStringMap options;
+  private final String queryId;
 
-  RayqWrite(StructType schema, CaseInsensitiveStringMap options) {
+  RayqWrite(StructType schema, CaseInsensitiveStringMap options, String queryId) {
     this.schema = schema;
     this.options = options;
+    this.queryId = queryId;
   }
 
-  /** The rows the write {@code writeId} wrote (-1 if it did not commit); forgotten after. */
-  public static long written(String writeId) {
-    Long rows = WRITTEN.remove(writeId);
+  /** The rows the write of option {@code call_id} wrote (-1 if not committed); forgotten after. */
+  public static long written(String callId) {
+    Long rows = WRITTEN.remove(callId);
     return rows == null ? -1 : rows;
   }
 
@@ -49,6 +52,11 @@ public final class RayqWrite implements WriteBuilder, Write, BatchWrite {
   }
 
   @Override
+  public StreamingWrite toStreaming() {
+    return new RayqStreamingWrite(schema, options.asCaseSensitiveMap(), queryId);
+  }
+
+  @Override
   public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
     return new RayqWriterFactory(schema, options.asCaseSensitiveMap());
   }
@@ -64,7 +72,7 @@ public final class RayqWrite implements WriteBuilder, Write, BatchWrite {
     for (WriterCommitMessage m : messages) {
       rows += ((RayqWriter.Committed) m).rows;
     }
-    WRITTEN.put(options.get("write_id"), rows);
+    WRITTEN.put(options.getOrDefault("call_id", options.get("write_id")), rows);
   }
 
   @Override

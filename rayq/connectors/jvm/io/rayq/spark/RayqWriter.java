@@ -11,16 +11,21 @@ import java.io.IOException;
 import java.nio.channels.Channels;
 import java.nio.channels.WritableByteChannel;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -29,8 +34,10 @@ import org.slf4j.LoggerFactory;
  * One task's rows to one queue: Arrow batches of about {@code put_bytes} of rows (as
  * Spark holds them: {@code UnsafeRow} sizes), each sent with
  * the broker method {@code put_arrow} (actors/broker.py), which encodes and appends them
- * as the idempotent batches of producer {@code spark-<write id>-<partition>} from the
- * sequence number of the batch's first row. Batches are cut by the rows' sizes alone, so
+ * as the idempotent batches of producer {@code spark-<write id>-<partition>} (or epoch
+ * {@code <batch>} of it, {@code ~<batch>}: a micro-batch) from the sequence number of the
+ * batch's first row. With ACL on, each put carries the partition's write grant, signed by
+ * the driver. Batches are cut by the rows' sizes alone, so
  * a re-run task sends the same batches and the broker drops those it has. Up to
  * {@code in_flight} puts are in flight; a put that fails with a retriable rayq error is
  * sent again after a back-off, with the puts behind it, in order (the broker refuses a
@@ -88,6 +95,10 @@ final class RayqWriter implements DataWriter<InternalRow> {
   private final int inFlight;
   private final int attempts;
   private final ArrowWriter arrow;
+  private final JsonNode grant; // the driver's signed WriteGrant (ACL), or null
+  private final int[] ordinals; // the columns written, in the row
+  private final DataType[] types;
+  private final GenericInternalRow projected; // null: every column is written
   private final ArrayDeque<Put> puts = new ArrayDeque<>();
   private String rowsDir; // slots here when the broker is on this node, else ""
   private PyActorHandle broker;
@@ -97,21 +108,57 @@ final class RayqWriter implements DataWriter<InternalRow> {
   private long batchBytes;
   private long written;
 
-  RayqWriter(StructType schema, Map<String, String> options, int partitionId) {
+  /**
+   * Partition {@code partitionId}'s writer; {@code epoch}: the micro-batch (a stream's
+   * writes: producer {@code spark-<write id>-<partition>~<epoch>}, one epoch of the
+   * partition's producer), or -1 (the option {@code batch_id} if given, else none).
+   */
+  RayqWriter(StructType schema, Map<String, String> options, int partitionId, long epoch) {
     this.options = options;
-    this.producerId = "spark-" + options.get("write_id") + "-" + partitionId;
+    if (epoch < 0 && options.containsKey("batch_id")) {
+      epoch = Long.parseLong(options.get("batch_id"));
+    }
+    String family = "spark-" + options.get("write_id") + "-" + partitionId;
+    this.producerId = epoch < 0 ? family : family + "~" + epoch;
     JsonNode targets = parse(options.get("targets"));
     JsonNode target = targets.get(partitionId % targets.size());
     this.actor = target.get(0).asText();
     this.queueId = target.get(1).asInt();
     String node = target.size() > 2 ? target.get(2).asText() : "";
+    String signed = target.size() > 3 ? target.get(3).asText() : "";
+    this.grant = signed.isEmpty() ? null : parse(signed);
     boolean local = !node.isEmpty()
         && node.equalsIgnoreCase(Ray.getRuntimeContext().getCurrentNodeId().toString());
     this.rowsDir = local ? options.getOrDefault("rows_dir", "") : "";
     this.putBytes = Long.parseLong(options.get("put_bytes"));
     this.inFlight = Integer.parseInt(options.get("in_flight"));
     this.attempts = Integer.parseInt(options.get("attempts"));
-    this.arrow = ArrowWriter.create(schema, "UTC", true);
+    this.ordinals = ordinals(schema, options);
+    this.types = new DataType[ordinals.length];
+    StructType written = new StructType();
+    for (int i = 0; i < ordinals.length; i++) {
+      types[i] = schema.fields()[ordinals[i]].dataType();
+      written = written.add(schema.fields()[ordinals[i]]);
+    }
+    boolean all = ordinals.length == schema.size();
+    for (int i = 0; all && i < ordinals.length; i++) {
+      all = ordinals[i] == i;
+    }
+    this.projected = all ? null : new GenericInternalRow(new Object[ordinals.length]);
+    this.arrow = ArrowWriter.create(all ? schema : written, "UTC", true);
+  }
+
+  /** The ordinals of the message's columns (options body .. properties) in {@code schema}. */
+  private static int[] ordinals(StructType schema, Map<String, String> options) {
+    List<Integer> out = new ArrayList<>();
+    for (String role : new String[] {"body", "keys", "tags", "properties"}) {
+      String column = options.get(role);
+      if (column != null && !out.contains(schema.fieldIndex(column))) {
+        out.add(schema.fieldIndex(column));
+      }
+    }
+    Collections.sort(out);
+    return out.stream().mapToInt(Integer::intValue).toArray();
   }
 
   private static JsonNode parse(String json) {
@@ -124,7 +171,15 @@ final class RayqWriter implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) throws IOException {
-    arrow.write(row);
+    if (projected == null) {
+      arrow.write(row);
+    } else { // a stream's rows carry more columns than the message's: those only
+      Object[] values = projected.values();
+      for (int i = 0; i < ordinals.length; i++) {
+        values[i] = row.isNullAt(ordinals[i]) ? null : row.get(ordinals[i], types[i]);
+      }
+      arrow.write(projected);
+    }
     nextSequence++;
     batchRows++;
     batchBytes += row instanceof UnsafeRow ? ((UnsafeRow) row).getSizeInBytes() : ROW_BYTES;
@@ -204,6 +259,9 @@ final class RayqWriter implements DataWriter<InternalRow> {
     if (slot != null) {
       req.put("rows_file", slot.path.toString());
       req.put("rows_length", slot.length);
+    }
+    if (grant != null) {
+      req.put("grant", grant);
     }
     return JSON.writeValueAsBytes(req);
   }
