@@ -50,8 +50,7 @@ def handler(name: str) -> Callable[[Handler], Handler]:
 class Bridge:
     """The Python object behind the JVM interface ``io.rayq.spark.Planner``."""
 
-    def __init__(self, slots: Callable[[], int]) -> None:
-        self._slots = slots
+    def __init__(self) -> None:
         self._sources: dict[str, SourcePlanner] = {}
         self._lock = threading.Lock()
 
@@ -60,7 +59,7 @@ class Bridge:
         with self._lock:
             planner = self._sources.get(key)
             if planner is None:
-                planner = SourcePlanner(parse_options(options), self._slots())
+                planner = SourcePlanner(parse_options(options))
                 self._sources[key] = planner
             return planner
 
@@ -133,7 +132,7 @@ def install(spark: Any) -> None:
 
     gateway = spark.sparkContext._gateway
     ensure_callback_server_started(gateway)
-    bridge = Bridge(lambda: spark.sparkContext.defaultParallelism)
+    bridge = Bridge()
     spark._jvm.io.rayq.spark.Planners.register(bridge)
     _installed.add(id(spark))
 

@@ -84,6 +84,7 @@ class SourceOptions(msgspec.Struct, frozen=True):
     credentials: Credentials | None = None
     group: str = ""
     page_bytes: int = 16 * 1024 * 1024
+    min_partitions: int = 0  # tasks a batch is dealt to at least (0: a queue's range each)
 
 
 def parse_options(raw: Mapping[str, str], *, sink: bool = False) -> SourceOptions:
@@ -135,6 +136,7 @@ def parse_options(raw: Mapping[str, str], *, sink: bool = False) -> SourceOption
         credentials=Credentials(access_key=access, secret_key=secret or "") if access else None,
         group=validate_group(group) if group else "",
         page_bytes=_count(opts, "pagebytes", "pageBytes", 16 * 1024 * 1024),
+        min_partitions=_count(opts, "minpartitions", "minPartitions", 0),
     )
 
 
@@ -195,11 +197,8 @@ def dump_offsets(offsets: Offsets) -> str:
 class SourcePlanner:
     """The answers one streaming source gets (one per option set; see the module doc)."""
 
-    def __init__(
-        self, options: SourceOptions, slots: int = 2, transport: Transport | None = None
-    ) -> None:
+    def __init__(self, options: SourceOptions, transport: Transport | None = None) -> None:
         self.options = options
-        self.slots = slots
         config = ClientConfig(credentials=options.credentials) if options.credentials else None
         self.ctx = ClientContext(config, options.namespace, transport)
         self._signer = Signer(options.credentials) if options.credentials else None
@@ -353,10 +352,14 @@ class SourcePlanner:
                     ranges.append((topic, OffsetRange(key[0], key[1], first, stop)))
         tasks: list[list[list[Any]]] = []
         readers: dict[str, list[str]] = {}
+        # Tasks from the ranges and the options alone (not the session's cores): a batch
+        # run again after a restart gets the same partitions, which an exactly-once sink
+        # needs (the same rows in the same order), as Kafka's source keeps one partition
+        # per Kafka partition unless minPartitions asks for more.
         by_topic = pack(
             [msgspec.structs.replace(r, committed=i) for i, (_, r) in enumerate(ranges)],
             self.options.max_per_partition,
-            self.slots,
+            max(self.options.min_partitions, len(ranges)),
         )
         for n, task in enumerate(by_topic):
             out = []

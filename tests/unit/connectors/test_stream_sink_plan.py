@@ -108,7 +108,7 @@ def test_jvm_write_options() -> None:
 
 def test_the_bridge_answers_the_sinks_calls() -> None:
     assert {"sink.check", "sink.plan"} <= set(spark_bridge._handlers)
-    bridge = spark_bridge.Bridge(lambda: 2)
+    bridge = spark_bridge.Bridge()
     answer = json.loads(bridge.call("sink.check", json.dumps({}), json.dumps({"schema": "{}"})))
     assert answer == {"error": "ConfigError", "message": answer["message"]}
     assert "option topic" in answer["message"]

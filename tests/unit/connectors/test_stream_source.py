@@ -41,7 +41,7 @@ def readers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def planner(cluster: FakeCluster, **options: str) -> SourcePlanner:
-    return SourcePlanner(parse_options(options), slots=2, transport=FakeTransport(cluster))
+    return SourcePlanner(parse_options(options), transport=FakeTransport(cluster))
 
 
 def send(cluster: FakeCluster, topic: str, per_queue: dict[int, int]) -> None:
@@ -217,3 +217,21 @@ def test_a_batch_read_goes_from_starting_to_ending_offsets(cluster: FakeCluster)
     assert ranges(startingOffsets='{"orders": {"broker-a": {"0": 1}}}', endingOffsets=ending) == [
         (0, 1, 4)
     ]  # queue 1 starts at its latest when startingOffsets leaves it out
+
+
+def test_tasks_depend_on_the_batch_and_the_options_only(cluster: FakeCluster) -> None:
+    """A batch planned again (a restart, another session) gets the same tasks: one per
+    queue's range unless minPartitions asks for more, never the session's cores."""
+    send(cluster, "orders", {0: 9000, 1: 9000, 2: 100})
+    start = {"orders": {("broker-a", q): 0 for q in range(3)}}
+    end = {"orders": {("broker-a", 0): 9000, ("broker-a", 1): 9000, ("broker-a", 2): 100}}
+
+    def tasks(**options: str) -> list[list[tuple[int, int, int]]]:
+        plan = planner(cluster, topic="orders", **options).plan(start, end)
+        return [[(r[2], r[3], r[4]) for r in task] for task in plan["tasks"]]
+
+    assert tasks() == tasks()
+    assert len(tasks()) == 3
+    assert len(tasks(minPartitions="4")) == 4  # (a task reads 4,096 messages at least)
+    with pytest.raises(ConfigError, match="minPartitions"):
+        parse_options({"topic": "orders", "minPartitions": "0"})
