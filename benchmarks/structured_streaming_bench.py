@@ -56,7 +56,7 @@ def main() -> None:
 
     ray.init(num_cpus=2, log_to_driver=False)
     with tempfile.TemporaryDirectory(prefix="rayq-ss-bench-") as tmp:
-        config = rayq.BrokerConfig(store=StoreConfig(disk_max_used_space_ratio=0.99))
+        config = rayq.BrokerConfig(store=StoreConfig(commitlog_segment_size_bytes=256 << 20))
         cluster = rayq.start(Path(tmp) / "store", config=config)
         try:
             spark = rqspark.session("rayq-ss-bench", num_executors=1, executor_cores=2)
@@ -94,6 +94,16 @@ def latency(spark: Any, tmp: Path, seconds: float, rate: int, name: str, structu
             return sum(p["numInputRows"] for p in query.recentProgress)
 
         def stop() -> None:
+            busy = [p for p in query.recentProgress if p["numInputRows"]]
+            if busy:
+                parts = {
+                    k: statistics.median(p["durationMs"].get(k, 0) for p in busy)
+                    for k in busy[-1]["durationMs"]
+                }
+                print(
+                    "  per batch (medians, ms): "
+                    + ", ".join(f"{k} {v:.0f}" for k, v in sorted(parts.items()))
+                )
             query.stop()
 
     else:

@@ -96,11 +96,14 @@ def serving_replica(namespace: str, broker: str) -> str:
     return _transport(namespace).serving_replica(broker)
 
 
-def page_readers(namespace: str, broker: str, signer: Signer | None = None) -> list[str]:
+def page_readers(
+    namespace: str, broker: str, signer: Signer | None = None, *, refresh: bool = True
+) -> list[str]:
     """The actor names of the page readers of the replica serving ``broker`` now
     (actors/page_reader.py; started by the broker on the first ask); the ask signed by
-    ``signer`` if given (ACL)."""
-    client = _unsigned_handle(namespace, broker, refresh=True)  # the replica asked afresh
+    ``signer`` if given (ACL). ``refresh``: which replica serves is asked afresh (else
+    the transport's handle is used, as a client's calls do until one fails)."""
+    client = _unsigned_handle(namespace, broker, refresh=refresh)
     if signer is not None:
         client = BrokerClient(signer.wrap(client._invoke))
     return client.page_readers(PageReadersRequest()).result(CALL_TIMEOUT_S).names

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,6 +69,7 @@ logger = logging.getLogger(__name__)
 Offsets = dict[str, dict[QueueKey, int]]  # topic -> (broker, queue id) -> next offset
 EARLIEST, LATEST = -2, -1
 DEFAULT_MAX_MESSAGES_PER_PARTITION = 262_144
+RECENT_BOUNDS_S = 1.0  # how old the bounds ``plan`` takes from ``latest`` may be
 
 
 class SourceOptions(msgspec.Struct, frozen=True):
@@ -203,6 +205,7 @@ class SourcePlanner:
         self.ctx = ClientContext(config, options.namespace, transport)
         self._signer = Signer(options.credentials) if options.credentials else None
         self._committed: Offsets = {}  # the last offsets committed to the group
+        self._bounds: tuple[float, dict[str, dict[QueueKey, tuple[int, int]]]] = (-1e9, {})
 
     # ------------------------------------------------------------ topics
     def topics(self) -> list[str]:
@@ -221,7 +224,18 @@ class SourcePlanner:
     def bounds(self, topics: list[str]) -> dict[str, dict[QueueKey, tuple[int, int]]]:
         """(min, max) of every readable queue of each topic; a broker that is down is
         left out (its queues make no progress until it is back)."""
-        return {t: queue_bounds(self.ctx, t, skip_unavailable=True) for t in topics}
+        found = {t: queue_bounds(self.ctx, t, skip_unavailable=True) for t in topics}
+        self._bounds = (time.monotonic(), found)
+        return found
+
+    def recent_bounds(self, topics: list[str]) -> dict[str, dict[QueueKey, tuple[int, int]]]:
+        """``bounds``, or those ``latest`` read for this batch a moment ago (planning a
+        batch follows its ``latest`` at once; a second read is a third of a batch's
+        planning at a 1 s trigger)."""
+        at, found = self._bounds
+        if time.monotonic() - at < RECENT_BOUNDS_S and all(t in found for t in topics):
+            return {t: found[t] for t in topics}
+        return self.bounds(topics)
 
     def check(self) -> list[str]:
         """What ``load()`` and ``start()`` check: the topics exist, the coordinator takes
@@ -339,7 +353,7 @@ class SourcePlanner:
         """The batch ``(start, end]``: ``tasks``, per task its ranges as ``[page reader,
         topic, queue id, start, end, grant JSON or ""]``, and the ``namespace`` of the
         page readers."""
-        bounds = self.bounds(sorted(end))
+        bounds = self.recent_bounds(sorted(end))
         ranges: list[tuple[str, OffsetRange]] = []
         for topic in sorted(end):
             for key, stop in sorted(end[topic].items()):
@@ -366,12 +380,21 @@ class SourcePlanner:
             for r in task:
                 topic = ranges[r.committed][0]
                 if r.broker not in readers:
-                    readers[r.broker] = page_readers(self.ctx.namespace, r.broker, self._signer)
+                    readers[r.broker] = self._readers(r.broker)
                 names = readers[r.broker]
                 reader = names[n % len(names)]
                 out.append([reader, topic, r.queue_id, r.start, r.end, self._grant(topic, r)])
             tasks.append(out)
         return {"namespace": self.ctx.namespace, "tasks": tasks}
+
+    def _readers(self, broker: str) -> list[str]:
+        """The page readers serving ``broker``: asked through the transport's handle (one
+        call), and afresh, the serving replica looked up again, when that fails."""
+        ns = self.ctx.namespace
+        try:
+            return page_readers(ns, broker, self._signer, refresh=False)
+        except BrokerUnavailableError:
+            return page_readers(ns, broker, self._signer, refresh=True)
 
     def _checked(
         self, topic: str, key: QueueKey, first: int, stop: int, have: tuple[int, int] | None

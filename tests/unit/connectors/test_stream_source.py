@@ -36,7 +36,7 @@ def readers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         stream_source,
         "page_readers",
-        lambda ns, broker, signer=None: [f"{broker}-r0", f"{broker}-r1"],
+        lambda ns, broker, signer=None, refresh=True: [f"{broker}-r0", f"{broker}-r1"],
     )
 
 
@@ -235,3 +235,23 @@ def test_tasks_depend_on_the_batch_and_the_options_only(cluster: FakeCluster) ->
     assert len(tasks(minPartitions="4")) == 4  # (a task reads 4,096 messages at least)
     with pytest.raises(ConfigError, match="minPartitions"):
         parse_options({"topic": "orders", "minPartitions": "0"})
+
+
+def test_page_readers_are_asked_afresh_only_when_the_cached_replica_fails(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[bool] = []
+
+    def readers(ns: str, broker: str, signer: object = None, refresh: bool = True) -> list[str]:
+        asked.append(refresh)
+        if not refresh and len(asked) > 1:
+            raise rayq.BrokerUnavailableError("the master is gone")
+        return [f"{broker}-r{len(asked)}"]
+
+    monkeypatch.setattr(stream_source, "page_readers", readers)
+    send(cluster, "orders", {0: 2})
+    p = planner(cluster, topic="orders")
+    start, end = {"orders": {("broker-a", 0): 0}}, {"orders": {("broker-a", 0): 2}}
+    assert p.plan(start, end)["tasks"][0][0][0] == "broker-a-r1"
+    assert p.plan(start, end)["tasks"][0][0][0] == "broker-a-r3"
+    assert asked == [False, False, True]

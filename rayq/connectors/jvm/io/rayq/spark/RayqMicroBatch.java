@@ -33,6 +33,8 @@ final class RayqMicroBatch
   private final Map<String, String> options;
   private StructType required;
   private String namespace;
+  private String plannedFor; // the batch (start|end) the last plan is of
+  private InputPartition[] planned;
 
   RayqMicroBatch(StructType schema, Map<String, String> options) {
     this.required = schema;
@@ -119,12 +121,18 @@ final class RayqMicroBatch
   // ----------------------------------------------------------------- batches
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
+    String key = (start == null ? "" : start.json()) + "|" + end.json();
+    if (key.equals(plannedFor)) { // Spark asks again for the same batch while planning it
+      return planned;
+    }
     Map<String, Object> args = new HashMap<>();
     args.put("start", start == null ? "" : start.json());
     args.put("end", end.json());
     JsonNode plan = Planners.call("source.plan", options, args);
     namespace = plan.get("namespace").asText();
-    return RayqPartition.parse(plan.get("tasks"), null);
+    planned = RayqPartition.parse(plan.get("tasks"), null);
+    plannedFor = key;
+    return planned;
   }
 
   @Override
