@@ -5,10 +5,12 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriterFactory;
 import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.SupportsTruncate;
 import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
 import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
+import org.apache.spark.sql.internal.connector.SupportsStreamingUpdateAsAppend;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -16,9 +18,13 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * An append of a DataFrame's rows to a topic (rayq/spark.py makes the options): each task
  * writes its partition to one queue as an idempotent producer (RayqWriter). The rows
  * written are kept under the option {@code call_id} for the driver to collect
- * ({@link #written}). A stream's appends are {@link #toStreaming}'s.
+ * ({@link #written}). A stream's appends are {@link #toStreaming}'s. As Kafka's sink, a
+ * stream in update mode appends its updated rows, and one in complete mode appends the
+ * whole result every batch (a topic is never truncated).
  */
-public final class RayqWrite implements WriteBuilder, Write, BatchWrite {
+public final class RayqWrite
+    implements WriteBuilder, SupportsTruncate, SupportsStreamingUpdateAsAppend, Write,
+        BatchWrite {
   private static final Map<String, Long> WRITTEN = new ConcurrentHashMap<>();
   private final StructType schema;
   private final CaseInsensitiveStringMap options;
@@ -34,6 +40,11 @@ public final class RayqWrite implements WriteBuilder, Write, BatchWrite {
   public static long written(String callId) {
     Long rows = WRITTEN.remove(callId);
     return rows == null ? -1 : rows;
+  }
+
+  @Override
+  public WriteBuilder truncate() {
+    return this; // complete mode: the whole result again, appended (as Kafka's sink)
   }
 
   @Override
