@@ -68,11 +68,8 @@ docs-check: $(STAMP)
 
 # Call .venv/bin/pytest, not `python -m pytest`: the latter puts the repo root on
 # sys.path, so `import store` would wrongly succeed.
-# Two pytest-xdist workers: one module (or the Spark modules, tests/conftest.py) per
-# group, so each keeps its one Ray session; most of a module's time is waiting on its
-# actors and JVMs, which two workers on two cores overlap.
 test: $(STAMP) lint docs-check
-	$(BIN)/pytest tests -n 2 --dist loadgroup
+	$(BIN)/pytest tests
 
 test-fast: $(STAMP)
 	$(BIN)/pytest tests/unit -q

@@ -28,18 +28,3 @@ def ci() -> bool:
 settings.register_profile("rayq", deadline=None)
 settings.load_profile("rayq")
 
-
-# `make test` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``).
-# Each module is one group, so its module-scoped fixtures (one Ray session, one rayq
-# deployment, one Spark session) are made once, on one worker. Modules that start a
-# Spark session share a group, so they run one after another on one worker: two Spark
-# sessions at once would not fit 2 cores, and the shared-memory test counts every
-# executor's slot files.
-SERIAL_GROUPS = {"tests/spark/": "spark"}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        group = next((g for prefix, g in SERIAL_GROUPS.items() if path.startswith(prefix)), path)
-        item.add_marker(pytest.mark.xdist_group(group))
