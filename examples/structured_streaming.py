@@ -61,6 +61,9 @@ def start_query(spark: Any, checkpoint: Path) -> Any:
     """clicks -> per-page counts of 5-second windows (10 s watermark) -> page_counts."""
     from pyspark.sql import functions as F
 
+    # A stateful query's batches run this many tasks (Spark's default, 200, is for
+    # clusters); the checkpoint keeps the number once the query has run.
+    spark.conf.set("spark.sql.shuffle.partitions", "4")
     clicks = (
         spark.readStream.format("rayq")
         .option("topic", "clicks")
@@ -115,13 +118,7 @@ def run(seconds: float, rate: int, checkpoint: Path) -> None:
     admin.create_topic("page_counts", queues=2)
     t0 = time.monotonic()
     spark = rqspark.session(
-        "rayq-streaming-demo",
-        num_executors=1,
-        executor_cores=2,
-        executor_memory="1g",
-        # a stateful query's batches run this many tasks (Spark's default, 200, is for
-        # clusters; fixed by the checkpoint once the query has run)
-        configs={"spark.sql.shuffle.partitions": "4"},
+        "rayq-streaming-demo", num_executors=1, executor_cores=2, executor_memory="1g"
     )
     print(f"Spark session up in {time.monotonic() - t0:.1f} s")
     query = start_query(spark, checkpoint)
