@@ -27,4 +27,3 @@ def ci() -> bool:
 # deadline (200 ms by default) is off for every property test.
 settings.register_profile("rayq", deadline=None)
 settings.load_profile("rayq")
-
