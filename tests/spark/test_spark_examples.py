@@ -12,6 +12,13 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Spark's own warning when a micro-batch takes longer than the trigger interval (the
+# first batch of a stateful query does, on 2 busy cores); log4j writes it to stdout.
+FALLING_BEHIND = re.compile(
+    r"\S+ \S+ WARN ProcessingTimeExecutor .*Current batch is falling behind"
+)
+# Until writeStream.format("rayq") is merged, Spark refuses it at start().
+NO_STREAMING_SINK = "Data source rayq does not support streamed writing"
 
 
 def run_example(script: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,3 +54,39 @@ def test_spark_pipeline_counts_every_click_into_page_counts() -> None:
     assert "  page_counts: " in out
     sent, counted = summary(out)
     assert sent == counted > 0, out
+
+
+def check_streaming_run(run: subprocess.CompletedProcess[str], sink: str) -> None:
+    """structured_streaming.py ran, printed only its own lines (and Spark's warnings
+    that a batch fell behind its trigger), and counted every click it sent."""
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stderr.strip() == "", run.stderr
+    lines = [line for line in run.stdout.splitlines() if not FALLING_BEHIND.match(line)]
+    out = "\n".join(lines)
+    assert {line.split()[0] for line in lines} <= {"Spark", "batch", "page_counts:", "sent"}, out
+    assert re.match(rf"Spark session up in [\d.]+ s; sink: {sink}$", lines[0]), out
+    assert re.search(r"^batch \d+: [1-9]\d* clicks read$", out, re.MULTILINE), out
+    windows = re.findall(r"^  page_counts: (\d\d:\d\d:\d\d) ", out, re.MULTILINE)
+    assert windows and all(int(w[-2:]) % 5 == 0 for w in windows), out  # 5-second windows
+    sent, counted = summary(out)
+    assert sent == counted > 0, out
+
+
+def test_structured_streaming_counts_windows_written_from_foreach_batch() -> None:
+    """structured_streaming.py --sink foreach-batch: readStream.format("rayq") with a
+    watermark and windowed counts, written by rqspark.write from foreachBatch; the
+    PullConsumer's last counts add up to the clicks sent."""
+    run = run_example(
+        "structured_streaming.py", "--sink", "foreach-batch", "--seconds", "4", "--rate", "50"
+    )
+    check_streaming_run(run, "foreach-batch")
+
+
+def test_structured_streaming_counts_windows_written_by_the_rayq_sink() -> None:
+    """structured_streaming.py as ``make demo-streaming`` runs it: the counts written with
+    writeStream.format("rayq"). Expected to fail (xfail) while the sink is not merged:
+    then Spark refuses the query at start(), and only that failure is accepted."""
+    run = run_example("structured_streaming.py", "--seconds", "4", "--rate", "50")
+    if run.returncode != 0 and NO_STREAMING_SINK in run.stderr:
+        pytest.xfail('writeStream.format("rayq") is not merged yet')
+    check_streaming_run(run, "rayq")
