@@ -9,7 +9,7 @@ comma := ,
 # One stamp per extras set, so switching EXTRAS (e.g. to dev,spark) reinstalls.
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: venv demo demo-spark test test-fast docs docs-check bench bench-spark lint clean soak
+.PHONY: venv demo demo-spark demo-streaming test test-fast docs docs-check bench bench-spark lint clean soak
 
 venv: $(STAMP)
 
@@ -63,6 +63,10 @@ demo: $(STAMP)
 
 demo-spark: $(STAMP)
 	$(BIN)/python examples/spark_pipeline.py
+
+# Structured Streaming: readStream.format("rayq") -> windowed counts -> writeStream.format("rayq")
+demo-streaming: $(STAMP)
+	$(BIN)/python examples/structured_streaming.py
 
 # Figures print as they come and go as JSON lines to $(RESULTS) (benchmarks/results.py);
 # plot.py then draws them into docs/bench/*.png (docs/benchmarks.md shows them). ANCHORS=<file>: the
