@@ -137,7 +137,11 @@ def parse_options(raw: Mapping[str, str], *, sink: bool = False) -> SourceOption
         ),
         fail_on_data_loss=fail == "true",
         namespace=opts.get("namespace") or None,
-        credentials=Credentials(access_key=access, secret_key=secret) if access else None,
+        credentials=(
+            Credentials(access_key=access, secret_key=secret)
+            if access and secret is not None
+            else None
+        ),
         group=validate_group(group) if group else "",
         page_bytes=_count(opts, "pagebytes", "pageBytes", 16 * 1024 * 1024),
     )
