@@ -1,10 +1,12 @@
 """Producer and consumer as ``ray job submit`` scripts against a running rayq.
 
-On a Ray cluster (``ray start --head``; see docs/guide/deploy.md):
+On a Ray cluster (``ray start --head``; see docs/guide/deploy.md), from the repo root:
 
-    rayq start                                                   # once: deploy rayq
-    ray job submit --working-dir . -- python examples/producer_consumer_job.py produce
-    ray job submit --working-dir . -- python examples/producer_consumer_job.py consume
+    rayq start --store-dir /data/rayq                            # once: deploy rayq
+    ray job submit --working-dir examples -- python producer_consumer_job.py produce
+    ray job submit --working-dir examples -- python producer_consumer_job.py consume
+
+(tests/integration/test_job_submit.py runs these against a Ray head of its own.)
 
 ``produce`` sends ``--messages`` orders; ``consume`` reads them with a PullConsumer
 (group ``job-readers``) and commits, printing the lag it leaves.

@@ -91,6 +91,15 @@ def main() -> None:
             cluster.shutdown()
 
 
+def show(msgs: list[rayq.MessageExt], latest: dict[tuple[str, str], int]) -> int:
+    """Print the count updates ``msgs`` carry and keep the latest per window and page."""
+    for msg in msgs:
+        row = json.loads(msg.body)
+        latest[(row["window"], row["page"])] = row["count"]
+        print(f"  page_counts: {row['window'][11:19]} {row['page']:<12} {row['count']}")
+    return len(msgs)
+
+
 def run(seconds: float, rate: int) -> None:
     admin = rayq.Admin()
     admin.create_topic("clicks", queues=4)
@@ -127,23 +136,17 @@ def run(seconds: float, rate: int) -> None:
             if time.monotonic() >= deadline:
                 stop.set()
                 producer.join()
-            for msg in reader.poll(timeout=1.0):
-                row = json.loads(msg.body)
-                latest[(row["window"], row["page"])] = row["count"]
-                print(f"  page_counts: {row['window'][11:19]} {row['page']:<12} {row['count']}")
+            show(reader.poll(timeout=1.0), latest)
         lag_deadline = time.monotonic() + 120
         while query.exception() is None and time.monotonic() < lag_deadline:
             progress = admin.consumer_progress("page-counter")  # committed after each batch
             if progress and sum(p.lag for p in progress) == 0:
                 break
-            for msg in reader.poll(timeout=0.5):
-                row = json.loads(msg.body)
-                latest[(row["window"], row["page"])] = row["count"]
+            show(reader.poll(timeout=0.5), latest)
     finally:
         query.stop(60)
-    for msg in reader.poll(timeout=2.0):
-        row = json.loads(msg.body)
-        latest[(row["window"], row["page"])] = row["count"]
+    while show(reader.poll(timeout=2.0), latest):  # what is left, until 2 s bring nothing
+        pass
     reader.shutdown()
     if query.exception() is not None:
         raise query.exception()  # type: ignore[misc]
