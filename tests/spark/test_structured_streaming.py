@@ -307,7 +307,7 @@ def test_acl_reads_with_grants_and_refuses_bad_credentials_at_load(
     try:
         admin_keys = rayq.Credentials(access_key="root", secret_key="root-secret-123")
         rules = (
-            ACL_RULES
+            SOURCE_ACL_RULES
             + '\n[[accounts]]\naccess_key = "root"\nsecret_key = "root-secret-123"\nadmin = true\n'
         )
         for name in cluster.broker_names:
@@ -348,6 +348,7 @@ def test_acl_reads_with_grants_and_refuses_bad_credentials_at_load(
         assert "reader-secret-123" not in plan
     finally:
         cluster.shutdown()
+        rayq.connect(namespace=NAMESPACE)  # the module's deployment again
 
 
 def files(directory: Path, count: int) -> Path:
@@ -648,6 +649,7 @@ def test_acl_the_sink_writes_with_credentials_and_refuses_others_at_start(
         assert row_ids(back) == Counter(range(ROWS_PER_FILE))
     finally:
         cluster.shutdown()
+        rayq.connect(namespace=NAMESPACE)  # the module's deployment again
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "structured_streaming.py"
