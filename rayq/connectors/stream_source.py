@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from rayq.actors.protocol import CommitOffsetsRequest, ReadGrant
+from rayq.actors.protocol import ClientRequest, CommitOffsetsRequest, ReadGrant
 from rayq.actors.protocol.auth import Credentials, Signer
 from rayq.actors.protocol.config import ClientConfig
 from rayq.connectors.arrow_io import page_readers
@@ -214,8 +214,6 @@ class SourcePlanner:
             for topic in self.options.topics:
                 self.ctx.read_queues(topic, refresh=True)  # TopicNotFoundError, or ACL's
             return list(self.options.topics)
-        from rayq.actors.protocol import ClientRequest
-
         req = ClientRequest(client_id=self.ctx.client_id)
         names = self.ctx.coordinator.topics(req).result(self.ctx.timeout_s).names
         rx = re.compile(self.options.pattern)
@@ -462,7 +460,6 @@ def load_offsets(text: str) -> Offsets:
 
 
 __all__ = [
-    "DataLossError",
     "SourceOptions",
     "SourcePlanner",
     "dump_offsets",
