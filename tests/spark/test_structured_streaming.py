@@ -9,8 +9,8 @@ exactly once when a query is restarted from its checkpoint mid-batch and when a 
 retried mid-batch; ``rqspark.write(..., write_id=...)`` and ``stream``'s batches written
 once; bad input and ACL refused at ``start()`` with nothing written.
 
-And examples/structured_streaming.py (``make demo-streaming``), its query run in this
-session.
+And the Spark examples, structured_streaming.py (``make demo-streaming``) and
+spark_pipeline.py (``make demo-spark``), run in this session.
 """
 
 from __future__ import annotations
@@ -652,9 +652,6 @@ def test_acl_the_sink_writes_with_credentials_and_refuses_others_at_start(
         rayq.connect(namespace=NAMESPACE)  # the module's deployment again
 
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "structured_streaming.py"
-
-
 def test_the_structured_streaming_example_counts_every_click(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -662,10 +659,7 @@ def test_the_structured_streaming_example_counts_every_click(
     start and stop of Ray, rayq and Spark, which this module does): readStream -> a
     watermarked window count -> writeStream; the last count of each window, as the
     example's consumer reads them from page_counts, add up to the clicks it sent."""
-    spec = importlib.util.spec_from_file_location("structured_streaming_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("structured_streaming")
     example.run(4.0, 50, tmp_path / "checkpoint")
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Spark session up in"), lines
@@ -677,3 +671,38 @@ def test_the_structured_streaming_example_counts_every_click(
     assert found, lines
     sent, windows, counted = map(int, found.groups())
     assert sent == counted > 0 and windows >= 1
+
+
+def load_example(name: str) -> Any:
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_spark_pipeline_example_counts_every_click(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/spark_pipeline.py's ``run`` (``make demo-spark`` but the start and stop of
+    Ray, rayq and Spark) against a deployment of its own in this session: the driver loop
+    (``rqspark.stream``) counts clicks per page and window into page_counts, and the last
+    counts its consumer reads add up to the clicks it sent."""
+    cluster = rayq.start(tmp_path / "store", namespace=f"{NAMESPACE}-pipeline")
+    try:
+        load_example("spark_pipeline").run(3.0, 50)
+    finally:
+        cluster.shutdown()
+        rayq.connect(namespace=NAMESPACE)  # the module's deployment again
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert {line.split()[0] for line in lines} <= {"Spark", "batch", "page_counts:", "sent"}, out
+    assert out.startswith("Spark session up in"), out
+    assert re.search(r"^batch \d+: [1-9]\d* clicks", out, re.MULTILINE), out
+    assert "  page_counts: " in out
+    found = re.fullmatch(
+        r"sent (\d+) clicks; the sink's final counts add up to (\d+) .*", lines[-1]
+    )
+    assert found, out
+    assert int(found[1]) == int(found[2]) > 0, out

@@ -184,7 +184,9 @@ def session_configs(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]
     raydp = types.ModuleType("raydp")
     raydp.init_spark = init_spark  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "raydp", raydp)
-    monkeypatch.setattr(rqspark.ray, "is_initialized", lambda: True)
+    # session() asks only whether Ray is up: a stand-in module, so Ray's own logging
+    # filters (left on handlers by an earlier Ray session) still see Ray as it is
+    monkeypatch.setattr(rqspark, "ray", types.SimpleNamespace(is_initialized=lambda: True))
     monkeypatch.setattr(rqspark, "_ray_logs_dir", lambda: None)
     monkeypatch.setattr(rqspark, "quiet_children", contextlib.nullcontext)
     monkeypatch.setattr(rqspark, "_session", None)
