@@ -48,7 +48,7 @@ def test_a_slave_restarted_by_ray_resumes_from_its_own_end(dep, replication_kit,
             master, slave = dep.caught_up(timeout_s=5)
             if slave.written_offset == master.written_offset:
                 break
-        except ray.exceptions.RayError:
+        except (ValueError, ray.exceptions.RayError):  # ValueError: its name, while Ray restarts it
             time.sleep(0.2)
     assert slave.written_offset == master.written_offset > before
     assert slave.node_id == dep.slave_node.node_id
