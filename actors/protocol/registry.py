@@ -139,6 +139,14 @@ _BROKER_CLIENT: Final = (
     _op("broker", "replication", b.ReplicationRequest, b.ReplicationStats, "admin", A.ADMIN),
     _op("broker", "read_arrow", b.ReadArrowRequest, b.ArrowPage, "admin", A.SUB),
     _op("broker", "send_back", b.SendBackRequest, b.SendBackResult, "admin", A.SUB),
+    _op(
+        "broker",
+        "resend_dead_letter",
+        b.ResendDeadLetterRequest,
+        b.ResendDeadLetterReply,
+        "admin",
+        A.ADMIN,
+    ),
     # the socket data plane's addresses and key (frames.py): one Ray call, open to any
     # member of the Ray cluster as the actor itself is; the ACL checks each request on it
     _op("broker", "data_endpoint", f.DataEndpointRequest, f.DataEndpoint, "admin", A.NONE),
