@@ -35,12 +35,8 @@ from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.config import ClientConfig
 from rayq.console import pages
 from rayq.console.rates import RateMeter
-from rayq.console.sessions import (
-    DEFAULT_IDLE_S,
-    DEFAULT_MAX_AGE_S,
-    SessionTable,
-    parse_key,
-)
+from rayq.bootstrap import KEY_FILE, home, parse_key, read_key
+from rayq.console.sessions import DEFAULT_IDLE_S, DEFAULT_MAX_AGE_S, SessionTable
 from rayq.console.web import Console, LoginRequired, templates
 from rayq.store.errors import ConfigError
 from rayq.transport.base import Transport
@@ -126,24 +122,19 @@ def attach(url: str | None, key: str | bytes | None) -> bytes:
     return raw
 
 
-def _found_key(url: str) -> str:
+def _found_key(url: str) -> bytes:
     """The key ``rayq.connect`` would use for ``url``: ``$RAYQ_KEY``, else ``rayq.key``
     in ``$RAYQ_HOME`` or ``./rayq-data``."""
-    from rayq.bootstrap import KEY_FILE, home
-
-    key = os.environ.get("RAYQ_KEY", "").strip()
+    env = os.environ.get("RAYQ_KEY", "").strip()
+    if env:
+        return parse_key(env, "RAYQ_KEY")
     path = home() / KEY_FILE
-    if not key and path.exists():
-        try:
-            key = path.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the deployment key file {path}: {exc}") from None
-    if not key:
-        raise ConfigError(
-            f"no key for {url}: pass key= (the hex digits of the deployment's rayq.key), "
-            f"set $RAYQ_KEY, or point $RAYQ_HOME at its store directory"
-        )
-    return key
+    if path.exists():
+        return read_key(path)
+    raise ConfigError(
+        f"no key for {url}: pass key= (the hex digits of the deployment's {KEY_FILE}), "
+        f"set RAYQ_KEY, or set RAYQ_HOME to the deployment's store directory"
+    )
 
 
 def serve(

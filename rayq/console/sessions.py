@@ -21,30 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rayq.bootstrap import parse_key
 from rayq.store.errors import ConfigError, InvalidRequestError, PermissionDeniedError
 
-KEY_BYTES: Final[int] = 32  # a deployment key: 32 bytes, written as 64 hex digits
 DEFAULT_IDLE_S: Final[float] = 30 * 60.0
 DEFAULT_MAX_AGE_S: Final[float] = 8 * 3600.0
 PENDING_RESETS_MAX: Final[int] = 16  # dry-run plans a session keeps for confirmation
-
-
-def parse_key(key: str | bytes, where: str = "the key") -> bytes:
-    """The deployment key from its 64 hex digits (or its 32 bytes); ConfigError else."""
-    if isinstance(key, bytes) and len(key) == KEY_BYTES:
-        return key
-    text = key.decode(errors="replace") if isinstance(key, bytes) else key
-    if isinstance(text, str):
-        try:
-            raw = bytes.fromhex(text.strip())
-        except ValueError:
-            raw = b""
-        if len(raw) == KEY_BYTES:
-            return raw
-    raise ConfigError(
-        f"{where} is not a deployment key: it must be the {2 * KEY_BYTES} hex digits of the "
-        "rayq.key file that `rayq start` writes in its store directory"
-    )
 
 
 def check_login_key(expected: bytes, given: str) -> None:

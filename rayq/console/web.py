@@ -153,5 +153,6 @@ async def show(
     try:
         data = await run_in_threadpool(build, *args)
     except RayqError as exc:
-        return render(request, template, status_of(exc), **{**context, "error": str(exc)})
+        # the caller's own error (why its action failed) first, if it has one
+        return render(request, template, status_of(exc), **{"error": str(exc), **context})
     return render(request, template, status, **{**context, **data})

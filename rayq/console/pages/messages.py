@@ -41,16 +41,16 @@ async def message(request: Request) -> Response:
 def find(admin: Any, form: Mapping[str, str]) -> dict[str, Any]:
     """The messages a lookup form asks for: ``by`` is id, key or time."""
     by = form.get("by", "")
+    if by not in BY:
+        raise InvalidRequestError(f"look messages up by one of {', '.join(BY)}, got {by!r}")
     if by == "id":
         return {"found": [admin.view_message(text(form, "msg_id", "the message id"))]}
     topic = text(form, "topic", "the topic")
     max_num = integer(form, "max_num", "max messages", lo=1, hi=MAX_NUM_MAX, default=32)
     if by == "key":
         return {"found": admin.query_message(topic, text(form, "key", "the key"), max_num=max_num)}
-    if by == "time":
-        at_ms = timestamp_ms(form.get("time", ""), "the time")
-        return {"found": by_time(admin, topic, at_ms, max_num), "at_ms": at_ms}
-    raise InvalidRequestError(f"look messages up by one of {', '.join(BY)}, got {by!r}")
+    at_ms = timestamp_ms(form.get("time", ""), "the time")
+    return {"found": by_time(admin, topic, at_ms, max_num), "at_ms": at_ms}
 
 
 def by_time(admin: Any, topic: str, at_ms: int, max_num: int) -> list[Any]:

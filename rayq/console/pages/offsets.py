@@ -160,8 +160,13 @@ def _currents(plan: list[OffsetChange]) -> list[tuple[Any, int]]:
 
 
 def _choices(admin: Any, group: str) -> dict[str, Any]:
-    own = sorted({p.queue.topic for p in admin.consumer_progress(group)})
-    others = [t for t in sorted(admin.topics()) if not t.startswith(SYSTEM_PREFIXES)]
+    """The form's topic suggestions: the group's topics first, then the others (none
+    when this login may not list them: the form works without)."""
+    try:
+        own = sorted({p.queue.topic for p in admin.consumer_progress(group)})
+        others = [t for t in sorted(admin.topics()) if not t.startswith(SYSTEM_PREFIXES)]
+    except RayqError:
+        own, others = [], []
     return {"topics": own + [t for t in others if t not in own], "reset_to": RESET_TO}
 
 
