@@ -33,9 +33,9 @@ from starlette.staticfiles import StaticFiles
 
 from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.config import ClientConfig
+from rayq.bootstrap import KEY_FILE, home, parse_key, read_key
 from rayq.console import pages
 from rayq.console.rates import RateMeter
-from rayq.bootstrap import KEY_FILE, home, parse_key, read_key
 from rayq.console.sessions import DEFAULT_IDLE_S, DEFAULT_MAX_AGE_S, SessionTable
 from rayq.console.web import Console, LoginRequired, templates
 from rayq.store.errors import ConfigError

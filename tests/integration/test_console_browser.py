@@ -103,29 +103,33 @@ def console(cluster: rayq.Cluster, data: dict[str, Any]) -> Iterator[str]:
     """The console's base URL: ``serve`` in a process of its own, ended by its PID."""
     port = free_port()
     key = (cluster.store_dir / KEY_FILE).read_text().strip()
-    code = (
-        "import rayq.console, sys; "
-        "rayq.console.serve('127.0.0.1', int(sys.argv[1]), url=sys.argv[2], key=sys.argv[3])"
-    )
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(port), cluster.url, key],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"the console did not start: {log.read().decode()[-2000:]}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        end(proc.pid, proc)
-        log.close()
+    # the key from $RAYQ_KEY (not on a command line, which `ps` shows)
+    code = "import rayq.console, sys; rayq.console.serve(port=int(sys.argv[1]), url=sys.argv[2])"
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(port), cluster.url],
+            env={**os.environ, "RAYQ_KEY": key},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        try:
+            wait_listening(port, proc, log)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            end(proc.pid, proc)
+
+
+def wait_listening(port: int, proc: subprocess.Popen[bytes], log: Any) -> None:
+    """Back once ``port`` takes connections; fails with the console's stderr if its
+    process ended or 60 s passed."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            pytest.fail(f"the console did not start: {log.read().decode()[-2000:]}")
+        time.sleep(0.1)
 
 
 def end(pid: int, proc: subprocess.Popen[bytes] | None = None) -> None:
