@@ -33,7 +33,7 @@ from starlette.staticfiles import StaticFiles
 
 from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.config import ClientConfig
-from rayq.bootstrap import KEY_FILE, home, parse_key, read_key
+from rayq.bootstrap import KEY_FILE, connect, discover, home, parse_key, read_key
 from rayq.console import pages
 from rayq.console.rates import RateMeter
 from rayq.console.sessions import DEFAULT_IDLE_S, DEFAULT_MAX_AGE_S, SessionTable
@@ -102,12 +102,10 @@ def create_app(
 
 def attach(url: str | None, key: str | bytes | None) -> bytes:
     """Connect this process as the module doc says; the deployment key logins must give."""
-    import rayq
-
     if url is None and key is not None:
         return parse_key(key, "key")
     if url is None:
-        found = rayq.discover()
+        found = discover()
         if found is None:
             raise ConfigError(
                 "no rayq deployment to serve: pass url= and key= (rayq console --url "
@@ -118,7 +116,7 @@ def attach(url: str | None, key: str | bytes | None) -> bytes:
     if key is None:
         key = _found_key(url)
     raw = parse_key(key, "key")
-    rayq.connect(url, key=raw)
+    connect(url, key=raw)
     return raw
 
 
