@@ -9,7 +9,7 @@ comma := ,
 # One stamp per extras set, so switching EXTRAS (e.g. to dev,spark) reinstalls.
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: venv demo demo-spark demo-streaming test test-fast docs docs-check bench bench-spark lint clean soak
+.PHONY: venv demo demo-spark demo-streaming test test-fast docs docs-check bench bench-spark lint clean soak screenshots
 
 venv: $(STAMP)
 
@@ -96,6 +96,11 @@ demo-spark: $(STAMP)
 
 demo-streaming: $(STAMP)
 	$(BIN)/python examples/structured_streaming.py
+
+# The web console's screenshots in docs/images/console-*.png (docs/guide/console.md): a
+# deployment of its own with some data, the console, a headless Chromium.
+screenshots: $(STAMP)
+	$(BIN)/python docs/screenshots.py --out docs/images
 
 # Figures print as they come and go as JSON lines to $(RESULTS) (benchmarks/results.py);
 # plot.py then draws them into docs/bench/*.png (docs/benchmarks.md shows them). ANCHORS=<file>: the
