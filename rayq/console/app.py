@@ -37,7 +37,7 @@ from rayq.bootstrap import KEY_FILE, connect, discover, home, parse_key, read_ke
 from rayq.console import pages
 from rayq.console.rates import RateMeter
 from rayq.console.sessions import DEFAULT_IDLE_S, DEFAULT_MAX_AGE_S, SessionTable
-from rayq.console.web import Console, LoginRequired, templates
+from rayq.console.web import Console, LoginRequired, SecurityHeaders, templates
 from rayq.store.errors import ConfigError
 from rayq.transport.base import Transport
 
@@ -83,6 +83,7 @@ def create_app(
     app = Starlette(
         routes=[*pages.routes(), Mount("/static", app=static, name="static")],
         middleware=[
+            Middleware(SecurityHeaders),
             # the cookie holds only a random session id, signed with a key of this
             # process: a console restart ends every session
             Middleware(

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rayq.actors.protocol.auth import Credentials
 from rayq.console.forms import show_time
@@ -117,6 +117,36 @@ class LoginRequired:
             return
         scope.setdefault("state", {})["session"] = session
         await self.app(scope, receive, send)
+
+
+HEADERS = [
+    # no framing (a confirm button cannot be clicked through another site's page), no
+    # script or style from elsewhere, forms post here only, nothing cached or referred
+    (b"content-security-policy", b"default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+class SecurityHeaders:
+    """ASGI middleware: ``HEADERS`` on every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 async def form_of(request: Request) -> Mapping[str, str]:

@@ -78,7 +78,12 @@ def _open_admin(console: Console, key: str, access_key: str, secret_key: str) ->
 
 def _next(raw: str | None) -> str:
     """Where to go after logging in: a path of this site, else the cluster page."""
-    if raw and raw.startswith("/") and not raw.startswith("//") and not raw.startswith("/login"):
+    if (
+        raw
+        and raw.startswith("/")
+        and not raw.startswith(("//", "/login"))
+        and "\\" not in raw  # browsers read /\ as //, another host
+    ):
         return raw
     return "/"
 

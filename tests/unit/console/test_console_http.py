@@ -87,6 +87,10 @@ def client(deployment: FakeCluster) -> Iterator[TestClient]:
         yield c
 
 
+def creds(account: Credentials) -> dict[str, str]:
+    return {"access_key": account.access_key, "secret_key": account.secret_key}
+
+
 def login(client: TestClient, creds: Credentials | None = ADMIN, key: str = KEY) -> Any:
     fields = {"key": key}
     if creds is not None:
@@ -174,9 +178,13 @@ def test_login_needs_the_deployment_key_and_with_acl_a_valid_account(client: Tes
     assert page.status_code == 403 and "both the access key and the secret key" in error(page)
     assert client.get("/topics").status_code == 303  # none of these opened a session
 
-    page = login(client)
-    assert page.status_code == 303 and page.headers["location"] == "/"
-    assert client.get("/topics").status_code == 200
+    for elsewhere in ("//evil.example", "/\\evil.example", "https://evil.example"):
+        page = client.post("/login", data={"key": KEY, **creds(ADMIN), "next": elsewhere})
+        assert page.status_code == 303 and page.headers["location"] == "/"  # only paths here
+    page = client.get("/topics")
+    assert page.status_code == 200
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
 
 
 def test_logout_and_expiry_end_the_session_and_a_copied_cookie_opens_nothing(
