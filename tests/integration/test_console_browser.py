@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,6 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
 
 import rayq
@@ -329,6 +331,29 @@ def test_bad_forms_show_why_and_change_nothing(
     button = logged_in.find_element(By.CSS_SELECTOR, "button.resend")
     click(logged_in, button)
     assert "not a dead letter of group 'cg'" in error(logged_in)
+    assert {p.queue: p.committed_offset for p in admin.consumer_progress("cg")} == before
+
+
+def test_over_http_the_live_console_answers_with_the_right_status(
+    console: str, cluster: rayq.Cluster, data: dict[str, Any]
+) -> None:
+    """The statuses a browser does not show: 303 to the login page and 401 without a
+    session, 403 for a forged form, 400 for a bad value; nothing changes."""
+    admin = data["admin"]
+    before = {p.queue: p.committed_offset for p in admin.consumer_progress("cg")}
+    with httpx2.Client(base_url=console, follow_redirects=False, timeout=30) as http:
+        assert http.get("/groups/cg").status_code == 303
+        page = http.post("/groups/cg/reset", data={"topic": "orders", "to": "earliest"})
+        assert page.status_code == 401
+        key = (cluster.store_dir / KEY_FILE).read_text().strip()
+        assert http.post("/login", data={"key": key}).status_code == 303
+        page = http.post("/groups/cg/reset", data={"topic": "orders", "to": "earliest"})
+        assert page.status_code == 403  # no CSRF token
+        token = re.search(r'name="csrf" value="([^"]+)"', http.get("/groups/cg/reset").text)
+        assert token is not None
+        fields = {"csrf": token.group(1), "topic": "orders", "to": "offset", "value": "ten"}
+        assert http.post("/groups/cg/reset", data=fields).status_code == 400
+        assert http.get("/messages?by=key&topic=orders&key=").status_code == 400
     assert {p.queue: p.committed_offset for p in admin.consumer_progress("cg")} == before
 
 
