@@ -152,4 +152,5 @@ def serve(
         raise ConfigError(f"port must be an int in 0..65535, got {port!r}")
     app = create_app(url=url, key=key, credentials=credentials)
     logger.info("rayq console on http://%s:%d/ (log in with the deployment key)", host, port)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # uvicorn says where it listens (and errors); no line per request
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
