@@ -6,8 +6,8 @@ Every metric is declared once, in ``SPECS``. Ray's exporter prefixes each name w
 scraped as ``ray_rayq_put_messages_total``; ``Spec.exported`` is that name and
 ``EXPORTED_FAMILIES`` lists them all (the dashboard test checks its queries against
 it). Ray adds its own labels (``SessionName``, ``NodeAddress``, ``WorkerId``...); ours
-are few and bounded: broker, topic, group, slave (a broker id), mode. Never a
-message, key or client id.
+are few and bounded: broker, topic, group, slave (a broker id), mode, queue_id. Never
+a message, key or client id.
 
 The hot paths (a put, a pull, a listener call) only add to a ``Tally``
 (store/tally.py): a dict lookup, no Ray call. The broker's and consumer's
@@ -23,10 +23,18 @@ its rebalances directly (a few a minute at most).
     coordinator rayq_rebalances                                       (actors/coordinator.py)
     consumer    rayq_consumed_messages, rayq_consume_failed_messages,
                 rayq_listener_latency_seconds                         (actors/consumer.py)
+    clients     rayq_client_send_latency_seconds, rayq_client_send_errors,
+                rayq_client_receive_lag_messages,
+                rayq_client_listener_seconds                          (rayq/metrics.py)
+
+Every counter whose labels are known exists from the start at 0 (``zero_counter``):
+a broker's per topic and group for those it holds (at start and as they appear), a
+push consumer's per subscribed topic, a client's send errors per topic it sends to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Final, Literal
 
 import msgspec
@@ -184,7 +192,47 @@ SPECS: Final[tuple[Spec, ...]] = (
         ("group",),
         LISTENER_BOUNDARIES,
     ),
+    # Client side (rayq/metrics.py): recorded by any Ray driver or worker that
+    # runs producers or consumers, push consumer actors included.
+    Spec(
+        "rayq_client_send_latency_seconds",
+        "histogram",
+        "A producer's send of one batch (one message for send()), its retries included.",
+        ("topic",),
+        LATENCY_BOUNDARIES,
+    ),
+    Spec(
+        "rayq_client_send_errors",
+        "counter",
+        "Producer sends that failed once their retries were spent (a batch counts once).",
+        ("topic",),
+    ),
+    Spec(
+        "rayq_client_receive_lag_messages",
+        "gauge",
+        "Messages left in a queue after a consumer's last pull of it (max offset minus "
+        "the next offset).",
+        ("group", "topic", "broker", "queue_id"),
+    ),
+    Spec(
+        "rayq_client_listener_seconds",
+        "histogram",
+        "One call of a push consumer's listener, as its client process sees it.",
+        ("group",),
+        LISTENER_BOUNDARIES,
+    ),
 )
+
+# A broker's counters per topic and per group (created at 0 for those it knows).
+PER_TOPIC_COUNTERS: Final = (
+    "rayq_put_messages",
+    "rayq_put_bytes",
+    "rayq_pull_messages",
+    "rayq_pull_bytes",
+)
+PER_GROUP_COUNTERS: Final = ("rayq_retry_messages", "rayq_dlq_messages")
+# A push consumer's counters per subscribed topic.
+CONSUMER_COUNTERS: Final = ("rayq_consumed_messages", "rayq_consume_failed_messages")
 
 SPEC_BY_NAME: Final[dict[str, Spec]] = {s.name: s for s in SPECS}
 EXPORTED_FAMILIES: Final[frozenset[str]] = frozenset(s.exported for s in SPECS)
@@ -231,6 +279,31 @@ def record_tally(
                 hist.observe(value, tags)
 
 
+def zero_counter(name: str, tags: dict[str, str]) -> None:
+    """Create the series ``tags`` of the counter ``name`` at 0, so that it is exported (and
+    Grafana shows 0, not "No data") before its first event. Ray's ``Counter.inc`` refuses
+    0; ``_record`` is what ``inc`` records through (checked by test_metrics.py)."""
+    record = getattr(metric(name), "_record", None)
+    if record is not None:
+        record(0, tags)
+
+
+class ZeroSeeds:
+    """The counter series created at 0 so far by one actor: each (counter, labels) once."""
+
+    def __init__(self, fixed: dict[str, str]) -> None:
+        self.fixed = fixed
+        self._done: set[tuple[str, tuple[str, ...]]] = set()
+
+    def seed(self, counters: tuple[str, ...], keys: Iterable[tuple[str, ...]]) -> None:
+        """``counters`` at 0 for each label key (the labels after ``fixed``, in order)."""
+        for key in keys:
+            for name in counters:
+                if (name, key) not in self._done:
+                    zero_counter(name, _tags(name, self.fixed, key))
+                    self._done.add((name, key))
+
+
 def _tags(name: str, fixed: dict[str, str], key: tuple[str, ...]) -> dict[str, str]:
     rest = [t for t in SPEC_BY_NAME[name].tags if t not in fixed]
     return {**fixed, **dict(zip(rest, key, strict=False))}
@@ -267,6 +340,7 @@ class BrokerMetrics:
         self.lags = GaugeSet("rayq_consumer_lag_messages", self.fixed)
         self.replica_bytes = GaugeSet("rayq_replication_lag_bytes", self.fixed)
         self.replica_seconds = GaugeSet("rayq_replication_lag_seconds", self.fixed)
+        self.zeros = ZeroSeeds(self.fixed)
 
     def report(
         self,
@@ -275,9 +349,14 @@ class BrokerMetrics:
         parked: int,
         disk_ratio: float,
         replicas: dict[str, tuple[int, float]],
+        topics: Iterable[str] = (),
+        groups: Iterable[str] = (),
     ) -> None:
         """Drain the tallies into Ray; set the gauges. ``replicas``: slave id ->
-        (lag in bytes, lag in seconds)."""
+        (lag in bytes, lag in seconds). The counters of the ``topics`` and ``groups`` the
+        broker knows are created at 0 first (once each)."""
+        self.zeros.seed(PER_TOPIC_COUNTERS, ((t,) for t in topics))
+        self.zeros.seed(PER_GROUP_COUNTERS, ((g,) for g in groups))
         record_tally(
             self.puts,
             self.fixed,

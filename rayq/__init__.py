@@ -6,7 +6,8 @@ General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.s
   (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer, SimpleConsumer and
   their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
   Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
-  ``cli/``, ``testing/`` (an in-process cluster over the real server objects).
+  ``cli/``, ``testing/`` (an in-process cluster over the real server objects),
+  ``metrics`` (client-side metrics, in-process and through Ray).
   ``rayq.cluster`` starts or attaches to a deployment. Reaches the server only
   through ``rayq.actors.protocol`` and a transport; never opens store files.
 * ``rayq.actors`` (folder ``actors/``): the server side. ``protocol/`` is the wire
@@ -98,6 +99,9 @@ _LAZY = {
     "ServiceState": "rayq.service_state",
     "connect": "rayq.cluster",
     "start": "rayq.cluster",
+    "ClientMetrics": "rayq.metrics",
+    "LatencyHistogram": "rayq.metrics",
+    "client_metrics": "rayq.metrics",
 }
 
 
@@ -128,6 +132,7 @@ __all__ = [
     "BrokerUnavailableError",
     "ClientConfig",
     "ClientError",
+    "ClientMetrics",
     "ClosedError",
     "Cluster",
     "ConfigError",
@@ -149,6 +154,7 @@ __all__ = [
     "InvalidReceiptHandleError",
     "InvalidRequestError",
     "InvalidTopicError",
+    "LatencyHistogram",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -184,6 +190,7 @@ __all__ = [
     "TransactionProducer",
     "TransactionStatus",
     "all_error_classes",
+    "client_metrics",
     "connect",
     "start",
 ]

@@ -69,6 +69,7 @@ from rayq.actors.protocol import (
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.protocol.enums import AllocateStrategy
 from rayq.actors.protocol.limits import DEFAULT_MAX_RECONSUME_TIMES
+from rayq.metrics import RECORDER
 from rayq.consumer.offset_store import offsets_path
 from rayq.consumer.pull_offsets import PullOffsets
 from rayq.consumer.selector import MessageSelector, check_sql_brokers, filter_type, to_filter
@@ -393,6 +394,7 @@ class PullConsumer:
             )
         s.offset = resp.next_offset
         s.epoch = epoch_after(s.epoch, resp)
+        RECORDER.lag(self.group, mq, resp.max_offset - resp.next_offset)
         if resp.status is not PullStatus.FOUND:
             return []
         msgs = decode_records(resp.buffer, broker_name=mq.broker_name)

@@ -58,6 +58,7 @@ from rayq.actors.protocol import (
     QueueCommit,
     epoch_after,
 )
+from rayq.metrics import RECORDER
 from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull import PULL_STALE_GRACE_S
 from rayq.consumer.selector import filter_type
@@ -387,6 +388,7 @@ class PullRounds:
             self._offset_illegal(mq, pq, resp)
             return False
         pq.epoch = epoch_after(pq.epoch, resp)
+        RECORDER.lag(self.group, mq, resp.max_offset - resp.next_offset)
         pq.found = found = resp.status is PullStatus.FOUND
         pq.backlog = found and resp.records_left
         if found:

@@ -121,7 +121,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         # (topic,): consumed, failed; listener call times (the actor reports them)
         self.tally = Tally()
         self.runner = ListenerRunner(
-            listener, orderly, config.consume_message_batch_max_size, self.tally
+            listener, orderly, config.consume_message_batch_max_size, self.tally, group
         )
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
