@@ -10,7 +10,7 @@ listener time per group, gathered in this process by every producer and consumer
 Readable in this process, Ray or not (a process attached with ``rayq.connect`` over
 sockets, a web service): ``rayq.client_metrics()`` returns a snapshot of the totals
 since the process started. In a Ray driver or worker they also go to Ray's metrics
-(declared in actors/metrics.py, scraped as ``ray_rayq_client_*``), exported by one
+(declared in actors/protocol/metrics.py, scraped as ``ray_rayq_client_*``), exported by one
 daemon thread every ``REPORT_INTERVAL_S``: the hot path never calls Ray. A send adds
 to a bucket under a lock (well under a microsecond) and, while exporting, keeps the
 sample for the next export; a pull sets one dict entry.
@@ -22,18 +22,19 @@ import bisect
 import logging
 import sys
 import threading
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
-from rayq.actors.metrics import (
+from rayq.actors.protocol import MessageQueue
+from rayq.actors.protocol.metrics import (
     LATENCY_BOUNDARIES,
     LISTENER_BOUNDARIES,
     REPORT_INTERVAL_S,
-    metric,
-    zero_counter,
+    SPEC_BY_NAME,
+    make_metric,
+    record_zero,
 )
-from rayq.actors.protocol import MessageQueue
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +216,23 @@ class Recorder:
         self._stop.set()
         if self._exporter is not None:
             self._exporter.join(timeout=REPORT_INTERVAL_S * 2)
+
+
+_made: dict[str, Any] = {}  # one Ray metric object per name and process
+
+
+def metric(name: str) -> Any:
+    """The Ray metric object of the client metric ``name`` (made on first use)."""
+    found = _made.get(name)
+    if found is None:
+        from ray.util import metrics as ray_metrics
+
+        found = _made[name] = make_metric(SPEC_BY_NAME[name], ray_metrics)
+    return found
+
+
+def zero_counter(name: str, tags: dict[str, str]) -> None:
+    record_zero(metric(name), tags)
 
 
 def _take(buckets: _Buckets) -> list[float]:

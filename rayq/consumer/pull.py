@@ -69,7 +69,6 @@ from rayq.actors.protocol import (
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.protocol.enums import AllocateStrategy
 from rayq.actors.protocol.limits import DEFAULT_MAX_RECONSUME_TIMES
-from rayq.metrics import RECORDER
 from rayq.consumer.offset_store import offsets_path
 from rayq.consumer.pull_offsets import PullOffsets
 from rayq.consumer.selector import MessageSelector, check_sql_brokers, filter_type, to_filter
@@ -85,6 +84,7 @@ from rayq.consumer.start_offsets import (
     fresh_start_offsets,
     queue_ends,
 )
+from rayq.metrics import RECORDER
 from rayq.service_state import ServiceState
 from rayq.store.codec import decode_records
 from rayq.store.errors import (

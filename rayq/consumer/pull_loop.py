@@ -58,10 +58,10 @@ from rayq.actors.protocol import (
     QueueCommit,
     epoch_after,
 )
-from rayq.metrics import RECORDER
 from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull import PULL_STALE_GRACE_S
 from rayq.consumer.selector import filter_type
+from rayq.metrics import RECORDER
 from rayq.store.errors import RayqError
 from rayq.transport.base import Reply
 
