@@ -141,6 +141,11 @@ class Recorder:
         self._exporting()
         self._lags[(group, queue)] = max(messages, 0)  # one dict store: atomic
 
+    def drop_lag(self, group: str, queue: MessageQueue) -> None:
+        """The consumer no longer reads ``queue`` (revoked, dropped): its lag goes (to
+        Ray as 0, once)."""
+        self._lags.pop((group, queue), None)
+
     def listened(self, group: str, seconds: float) -> None:
         keep = self._exporting()
         with self._lock:
@@ -205,9 +210,17 @@ class Recorder:
             if total > (before or 0):
                 metric(SEND_ERRORS).inc(total - (before or 0), {"topic": topic})
             self._exported_errors[topic] = total
-        gauge = metric(RECEIVE_LAG) if lags else None
+        self._export_lags(lags)
+
+    def _export_lags(self, lags: dict[tuple[str, MessageQueue], int]) -> None:
+        """Set the lags that changed; a queue no longer read here goes to 0, once."""
+        if not lags and not self._exported_lags:
+            return
+        gauge = metric(RECEIVE_LAG)
+        for key in self._exported_lags.keys() - lags.keys():
+            gauge.set(0, _lag_tags(*key))
         for key, value in lags.items():
-            if gauge is not None and self._exported_lags.get(key) != value:
+            if self._exported_lags.get(key) != value:
                 gauge.set(value, _lag_tags(*key))
         self._exported_lags = lags
 

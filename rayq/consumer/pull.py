@@ -576,6 +576,7 @@ class PullConsumer:
 
     def _drop(self, mq: MessageQueue) -> None:
         self._cancel(self._queues.pop(mq))
+        RECORDER.drop_lag(self.group, mq)
 
     def _set_topic_queues(
         self, topic: str, mqs: list[MessageQueue], tf: TagFilter | SqlFilter

@@ -60,6 +60,7 @@ from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull_loop import PullRounds
 from rayq.consumer.selector import to_filter
 from rayq.consumer.start_offsets import fresh_start_offsets
+from rayq.metrics import RECORDER
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
 from rayq.store.errors import GroupNotFoundError
@@ -269,6 +270,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for mq in mqs:
             pq = self.queues.pop(mq)
             pq.drop()
+            RECORDER.drop_lag(self.group, mq)
             for task in self.tasks.pop(mq, []):
                 task.cancel()
             self.offsets.forget(mq)

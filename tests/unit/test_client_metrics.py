@@ -158,6 +158,13 @@ def test_an_export_hands_over_only_what_is_new(ray_calls, monkeypatch) -> None:
     recorder.export()
     assert ray_calls == [(client.SEND_ERRORS, "inc", 2, {"topic": "t"})]
     assert recorder.snapshot().send_latency_seconds["t"].count == 2  # totals are kept
+    ray_calls.clear()
+    recorder.drop_lag("g", queue)  # revoked: its gauge goes to 0 once, then is left alone
+    recorder.export()
+    recorder.export()
+    lag_tags = {"group": "g", "topic": "t", "broker": "broker-a", "queue_id": "3"}
+    assert ray_calls == [(client.RECEIVE_LAG, "set", 0, lag_tags)]
+    assert "g" not in recorder.snapshot().receive_lag_messages
 
 
 def test_every_client_metric_is_declared_with_the_labels_it_is_recorded_with() -> None:
