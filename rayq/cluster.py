@@ -46,6 +46,7 @@ from rayq.actors.protocol.config import (
 )
 from rayq.actors.protocol.server_key import ServerKey, Signed
 from rayq.actors.pull_hold import spawn_hold
+from rayq.bootstrap import KEY_FILE, URL_FILE, deployment_key, home, remove_url, write_url
 from rayq.store.errors import BrokerUnavailableError, ConfigError, RayqError, StoreLockedError
 from rayq.store.message_store import ensure_unlocked
 from rayq.transport.choice import forget_transports
@@ -55,8 +56,6 @@ from rayq.transport.namespace import set_current_namespace
 logger = logging.getLogger(__name__)
 START_LOGGER = "rayq.start"  # the one line saying where the stores are (``announce``)
 
-HOME_ENV = "RAYQ_HOME"
-DEFAULT_HOME = "rayq-data"
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
@@ -82,6 +81,9 @@ class Cluster:
         self.store_dir = store_dir
         self._owns_ray = owns_ray
         self._closed = False
+        # where clients outside Ray connect (rayq.connect(url, key=...)): the bootstrap
+        # endpoint; its key is in <store_dir>/rayq.key ("": not known)
+        self.url = ""
 
     def server_actor(self, actor_name: str) -> Any:
         """``server_actor(actor_name, namespace)`` for this deployment."""
@@ -100,6 +102,10 @@ class Cluster:
         _stop(COORDINATOR_NAME, self.namespace, None)
         _wait_gone(self.namespace)
         forget_transports(self.namespace)
+        if self.store_dir is not None and self.url:
+            with contextlib.suppress(OSError):
+                if (self.store_dir / URL_FILE).read_text().strip() == self.url:
+                    remove_url(self.store_dir)
         if self._owns_ray:
             ray.shutdown()
 
@@ -189,8 +195,7 @@ def running_actors(namespace: str) -> list[str]:
 def default_store_dir() -> Path:
     """Where ``start()`` keeps its stores when given no ``store_dir``: ``$RAYQ_HOME`` if
     set, else ``./rayq-data`` in the working directory (absolute: brokers run elsewhere)."""
-    home = os.environ.get(HOME_ENV, "")
-    return (Path(home) if home else Path(DEFAULT_HOME)).absolute()
+    return home().absolute()
 
 
 def broker_nodes() -> dict[str, str]:
@@ -229,6 +234,11 @@ def start(
     ``rayq_broker:<replica>`` resource: ``<name>`` a master, ``<name>#<id>`` its slave
     (``brokers`` and ``slaves`` ignored). Raises ConfigError, and leaves it alone, if a
     deployment already runs in ``namespace`` (attach to it with :func:`connect`).
+
+    The coordinator serves the bootstrap endpoint for clients outside Ray
+    (``Cluster.url``, ``rayq://host:port``); its key is kept in ``<store_dir>/rayq.key``
+    (made once, mode 0600) and the URL written to ``<store_dir>/rayq.url``
+    (rayq/bootstrap.py).
     """
     if placement not in ("local", "resource"):
         raise ConfigError(f"placement must be 'local' or 'resource', got {placement!r}")
@@ -281,10 +291,16 @@ def start(
     node_id = ray.get_runtime_context().get_node_id()
     key = ServerKey.new()  # this deployment's: every server actor holds it (server_key.py)
     _KEYS[namespace] = key
+    # the key clients outside Ray prove at the bootstrap endpoint (rayq/bootstrap.py)
+    access_key = deployment_key(root)
     # the coordinator checks its client operations with the brokers' ACL rules: acl_file,
     # else <store dir>/config/plain_acl.toml (root here; a broker's is under root/<name>)
-    coordinator = spawn_coordinator(namespace, _head_node_id() or node_id, key, base, str(root))
+    coordinator = spawn_coordinator(
+        namespace, _head_node_id() or node_id, key, base, str(root), access_key=access_key
+    )
     _started(coordinator.ready.remote(), "the coordinator")
+    url = _ask(coordinator.bootstrap.remote(), "the bootstrap endpoint")
+    write_url(root, url)
     if placement == "resource":
         pinned = broker_nodes()
         if not pinned:
@@ -342,8 +358,9 @@ def start(
     announce(
         f"rayq started: {len(names)} broker(s) {names}, stores under {root}"
         + (" (store_dir= or $RAYQ_HOME to change)" if store_dir is None else "")
+        + f"; clients outside Ray connect to {url} (key in {root / KEY_FILE})"
     )
-    return Cluster(
+    cluster = Cluster(
         namespace,
         names,
         root,
@@ -351,6 +368,8 @@ def start(
         [*names, *[r for r in replicas if r not in names]],
         server_key=key,
     )
+    cluster.url = url
+    return cluster
 
 
 def _check_stores_free(root: Path, config: BrokerConfig, brokers: int, slaves: int) -> None:
@@ -436,6 +455,16 @@ def resource_plan(pinned: dict[str, str], port: int) -> list[tuple[str, int, int
     ]
 
 
+def _ask(ref: Any, what: str) -> Any:
+    """``ref``'s value, within START_TIMEOUT_S (``_started``)."""
+    try:
+        return ray.get(ref, timeout=START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise BrokerUnavailableError(
+            f"rayq.start: {what} did not answer within {START_TIMEOUT_S:.0f} s"
+        ) from None
+
+
 def _started(refs: Any, what: str) -> None:
     """Wait for server actors to answer, at most START_TIMEOUT_S (an actor that cannot be
     placed or whose process cannot start would otherwise hang ``start`` forever)."""
@@ -448,8 +477,9 @@ def _started(refs: Any, what: str) -> None:
         ) from None
 
 
-def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
-    """Attach this Ray driver to a running rayq deployment in ``namespace``."""
+def connect_ray(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
+    """Attach this Ray driver to a running rayq deployment in ``namespace``
+    (``rayq.connect`` with a namespace: rayq/bootstrap.py)."""
     if not ray.is_initialized():
         ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
     try:
@@ -490,4 +520,6 @@ def _asdict(cfg: BrokerConfig) -> dict[str, Any]:
     return msgspec.to_builtins(cfg)
 
 
-__all__ = ["Cluster", "connect", "start"]
+connect = connect_ray  # the name rayq.cluster had before rayq.connect took URLs too
+
+__all__ = ["Cluster", "connect", "connect_ray", "start"]
