@@ -187,10 +187,24 @@ class Recorder:
 
     def _export_loop(self) -> None:
         while not self._stop.wait(REPORT_INTERVAL_S):
+            ray = sys.modules.get("ray")
+            if ray is None or not ray.is_initialized():  # between two Ray sessions
+                self._between_sessions()
+                continue
             try:
                 self.export()
             except Exception:  # metrics must never stop a client; the next round tries
                 logger.exception("client metrics: export to Ray failed")
+
+    def _between_sessions(self) -> None:
+        """Ray was shut down: drop the samples kept for it and its metric objects; a
+        later session gets new ones, and every series again from 0."""
+        with self._lock:
+            for buckets in [*self._sends.values(), *self._listeners.values()]:
+                buckets.pending = []
+        _made.clear()
+        self._exported_errors = {}
+        self._exported_lags = {}
 
     def export(self) -> None:
         """Hand what gathered since the last export to Ray's metrics."""

@@ -188,3 +188,26 @@ def test_without_ray_nothing_is_exported(monkeypatch: pytest.MonkeyPatch) -> Non
     recorder.sent("t", 0.001)
     assert recorder._exporter is None
     assert recorder._sends["t"].pending == []
+
+
+def test_between_two_ray_sessions_the_samples_kept_for_ray_are_dropped(
+    ray_calls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ray.shutdown the exporter drops what it kept for Ray and its metric objects;
+    the next session starts every series again (the in-process totals stay)."""
+    recorder = client.Recorder()
+    monkeypatch.setattr(recorder, "_exporting", lambda: True)
+    recorder.sent("t", 0.001)
+    recorder.send_failed("t")
+    recorder.export()
+    client._made["stale"] = object()
+    recorder.sent("t", 0.002)
+    recorder._between_sessions()
+    assert recorder._sends["t"].pending == [] and "stale" not in client._made
+    ray_calls.clear()
+    recorder.export()
+    assert ray_calls == [
+        (client.SEND_ERRORS, "zero", 0, {"topic": "t"}),
+        (client.SEND_ERRORS, "inc", 1, {"topic": "t"}),
+    ]
+    assert recorder.snapshot().send_latency_seconds["t"].count == 2
