@@ -14,7 +14,9 @@ Run: ``.venv/bin/python benchmarks/client_metrics_bench.py [--part fake|ray|both
 Each round sends ``--sends`` messages of 100 B one by one with ``send`` (one sample per
 message: the most the recorder is asked to do), then as many with ``send_async``
 (a sample per batch). "off" replaces the recorder's hot-path methods with no-ops. The
-median of the rounds is printed for each, and the ratio on/off (1.00 = no cost).
+median of the rounds is printed for each, with this process's CPU time per message
+(all its threads, the exporter's included: less sensitive to a busy machine than the
+rate), and the ratios on/off (1.00 = no cost).
 Also printed: the cost of one ``RECORDER.sent`` call in ns.
 """
 
@@ -52,32 +54,36 @@ def recorder(on: bool) -> Iterator[None]:
             delattr(RECORDER, name)
 
 
-def one_round(producer: rayq.Producer, sends: int) -> tuple[float, float]:
-    """(sync msgs/s, async msgs/s) of one round."""
-    started = time.perf_counter()
+def one_round(producer: rayq.Producer, sends: int) -> tuple[float, float, float, float]:
+    """(sync msgs/s, its CPU us/msg, async msgs/s, its CPU us/msg) of one round. CPU:
+    this process's, all its threads (the exporter's included)."""
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(sends):
         producer.send(rayq.Message(TOPIC, BODY))
     sync_rate = sends / (time.perf_counter() - started)
-    started = time.perf_counter()
+    sync_cpu = (time.process_time() - cpu) / sends * 1e6
+    started, cpu = time.perf_counter(), time.process_time()
     futures = [producer.send_async(rayq.Message(TOPIC, BODY)) for _ in range(sends)]
     for f in futures:
         f.result()
-    return sync_rate, sends / (time.perf_counter() - started)
+    async_rate = sends / (time.perf_counter() - started)
+    return sync_rate, sync_cpu, async_rate, (time.process_time() - cpu) / sends * 1e6
 
 
 def compare(producer: rayq.Producer, rounds: int, sends: int, label: str) -> None:
     one_round(producer, sends // 4)  # warm up: routes, connections
-    rates: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    rates: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
     for i in range(rounds * 2):
         on = i % 4 in (0, 3)  # on, off, off, on, ...: neither goes first every time
         with recorder(on):
             rates[on].append(one_round(producer, sends))
-    for kind, idx in (("send", 0), ("send_async", 1)):
-        on = statistics.median(r[idx] for r in rates[True])
-        off = statistics.median(r[idx] for r in rates[False])
+    for kind, idx in (("send", 0), ("send_async", 2)):
+        on, off = (statistics.median(r[idx] for r in rates[k]) for k in (True, False))
+        cpu_on, cpu_off = (statistics.median(r[idx + 1] for r in rates[k]) for k in (True, False))
         print(
-            f"{label:5} {kind:10} metrics on {on:>9,.0f} msgs/s   off {off:>9,.0f} msgs/s"
-            f"   on/off {on / off:.3f}"
+            f"{label:5} {kind:10} metrics on {on:>9,.0f} msgs/s {cpu_on:7.1f} CPU us/msg   "
+            f"off {off:>9,.0f} msgs/s {cpu_off:7.1f} CPU us/msg   on/off {on / off:.3f} "
+            f"(CPU {cpu_on / cpu_off:.3f})"
         )
 
 
