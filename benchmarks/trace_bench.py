@@ -16,6 +16,7 @@ were written, not only buffered.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -23,17 +24,48 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import psutil
 import ray
 
 import rayq
+from rayq.trace import dispatcher as trace_dispatcher
 
 TOPIC = "trace-bench"
 
 
-def rate(fn: Callable[[], int]) -> float:
-    started = time.perf_counter()
-    n = fn()
-    return n / (time.perf_counter() - started)
+def cpu_s() -> tuple[float, float]:
+    """CPU seconds used so far by this process (the producers and the trace
+    dispatcher) and by its child processes (Ray's: the broker and its helpers)."""
+    me = psutil.Process()
+    own = sum(me.cpu_times()[:2])
+    children = 0.0
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            children += sum(child.cpu_times()[:2])
+    return own, children
+
+
+class Run:
+    """Rates and CPU per message of one side (trace on or off) over the rounds."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+        self.client_s = self.server_s = 0.0
+        self.messages = 0
+
+    def time(self, fn: Callable[[], int]) -> None:
+        own, children = cpu_s()
+        started = time.perf_counter()
+        n = fn()
+        self.rates.append(n / (time.perf_counter() - started))
+        own2, children2 = cpu_s()
+        self.client_s += own2 - own
+        self.server_s += children2 - children
+        self.messages += n
+
+    def cpu_us(self) -> str:
+        per = 1e6 / self.messages
+        return f"client {self.client_s * per:5.1f} us, Ray processes {self.server_s * per:5.1f} us"
 
 
 def singles(producer: rayq.Producer, body: bytes, n: int) -> Callable[[], int]:
@@ -60,20 +92,20 @@ def compare(
     name: str, plain: Callable[[], int], traced: Callable[[], int], rounds: int
 ) -> tuple[float, float]:
     """Median msgs/s of ``plain`` and ``traced`` over ``rounds`` alternating rounds."""
-    off: list[float] = []
-    on: list[float] = []
+    off, on = Run(), Run()
     for r in range(rounds):
         if r % 2:
-            on.append(rate(traced))
-            off.append(rate(plain))
+            on.time(traced)
+            off.time(plain)
         else:
-            off.append(rate(plain))
-            on.append(rate(traced))
-    off_m, on_m = statistics.median(off), statistics.median(on)
+            off.time(plain)
+            on.time(traced)
+    off_m, on_m = statistics.median(off.rates), statistics.median(on.rates)
     print(
-        f"{name:<34} trace off {off_m:>9,.0f} msgs/s   trace on {on_m:>9,.0f} msgs/s   "
+        f"{name:<28} trace off {off_m:>9,.0f} msgs/s   trace on {on_m:>9,.0f} msgs/s   "
         f"ratio {on_m / off_m:.3f}"
     )
+    print(f"{'':<28} CPU per message: off {off.cpu_us()}; on {on.cpu_us()}")
     return off_m, on_m
 
 
@@ -82,7 +114,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sends per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--part", choices=["all", "single", "batch"], default="all")
+    parser.add_argument(
+        "--linger-ms", type=int, default=None, help="the trace dispatcher's (default: its own)"
+    )
     args = parser.parse_args()
+    if args.linger_ms is not None:
+        trace_dispatcher.LINGER_MS = args.linger_ms  # type: ignore[misc]
     n_single, n_batch = (500, 40) if args.quick else (3000, 200)
     store = tempfile.mkdtemp(prefix="rayq-bench-trace-")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -96,19 +134,24 @@ def main() -> None:
         for p in (plain, traced):  # warm: routes, connections, the trace topic
             batches(p, body, 20, 100)()
             singles(p, body, 200)()
-        print(f"{args.rounds} alternating rounds, {args.size} B bodies, one broker")
-        compare(
-            f"sync send x {n_single}",
-            singles(plain, body, n_single),
-            singles(traced, body, n_single),
-            args.rounds,
+        print(
+            f"{args.rounds} alternating rounds, {args.size} B bodies, one broker, trace "
+            f"dispatcher lingering {trace_dispatcher.LINGER_MS} ms"
         )
-        compare(
-            f"send_batch 100 x {n_batch}",
-            batches(plain, body, n_batch, 100),
-            batches(traced, body, n_batch, 100),
-            args.rounds,
-        )
+        if args.part in ("all", "single"):
+            compare(
+                f"sync send x {n_single}",
+                singles(plain, body, n_single),
+                singles(traced, body, n_single),
+                args.rounds,
+            )
+        if args.part in ("all", "batch"):
+            compare(
+                f"send_batch 100 x {n_batch}",
+                batches(plain, body, n_batch, 100),
+                batches(traced, body, n_batch, 100),
+                args.rounds,
+            )
         last = traced.send(rayq.Message(TOPIC, body))
         tracer = traced._tracer
         assert tracer is not None

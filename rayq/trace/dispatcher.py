@@ -90,16 +90,17 @@ class TraceDispatcher:
         capacity: int = CAPACITY_RECORDS,
         batch_records: int = BATCH_RECORDS,
         batch_messages: int = BATCH_MESSAGES,
-        linger_ms: int = LINGER_MS,
+        linger_ms: int | None = None,
         name: str = "rayq-trace",
     ) -> None:
         self.sink, self.topic = sink, topic
         self.capacity, self.batch_records = capacity, batch_records
-        self.batch_messages, self.linger_s = batch_messages, linger_ms / 1000
+        self.batch_messages = batch_messages
+        self.linger_s = (LINGER_MS if linger_ms is None else linger_ms) / 1000
         self._buffer: deque[TraceRecord | Pending] = deque()
         self._wake = threading.Event()
         self._done = threading.Condition()
-        self._submitted = self._written = self._dropped = self._failed = 0
+        self._written = self._dropped = self._failed = 0
         self._taken = 0  # records the thread took from the buffer (under _done)
         self._finished = 0  # of those, the ones written or failed (under _done)
         self._topic_ready = False
@@ -115,10 +116,8 @@ class TraceDispatcher:
         buffer = self._buffer
         if len(buffer) >= self.capacity or self._closing:
             with self._done:
-                self._submitted += 1
                 self._dropped += 1
             return False
-        self._submitted += 1  # racy under threads; stats only, flush counts handled
         buffer.append(item)
         n = len(buffer)
         if n == 1 or n >= self.batch_records:
@@ -154,7 +153,7 @@ class TraceDispatcher:
     def stats(self) -> TraceStats:
         with self._done:
             return TraceStats(
-                submitted=self._submitted,
+                submitted=self._taken + len(self._buffer) + self._dropped,
                 written=self._written,
                 dropped=self._dropped,
                 failed=self._failed,
@@ -181,20 +180,18 @@ class TraceDispatcher:
         records = [
             item if isinstance(item, SendTrace | ConsumeTrace) else item.record() for item in taken
         ]
-        written = failed = 0
+        written = 0  # records (or parts of one) in trace messages the broker stored
         try:
-            if not self._topic_usable():
-                failed = len(records)
-            for chunk in self._messages(records) if not failed else []:
+            for chunk in self._messages(records) if self._topic_usable() else []:
                 try:
                     self.sink.send_batch([m for m, _ in chunk])
                     written += sum(n for _, n in chunk)
                 except RayqError as exc:
-                    failed += sum(n for _, n in chunk)
                     logger.warning("writing %d trace messages failed: %s", len(chunk), exc)
         except Exception:  # a bug must not stop the thread
-            failed = len(records) - written
             logger.exception("writing trace records failed")
+        written = min(written, len(records))  # a record cut in two counts once
+        failed = len(records) - written
         with self._done:
             self._written += written
             self._failed += failed
@@ -299,7 +296,11 @@ def acquire(
     with _registry_lock:
         entry = _registry.get(key)
         if entry is None:
-            plain = msgspec.structs.replace(config, trace_enable=False)
+            # the trace producer traces nothing, and sends its bodies as they are:
+            # compressing them cost more CPU than their bytes cost the broker
+            plain = msgspec.structs.replace(
+                config, trace_enable=False, compress_over_bytes=config.max_message_size_bytes
+            )
             sink = make_sink(plain, namespace, transport)
             entry = _registry[key] = [TraceDispatcher(sink, config.trace_topic), 0]
         entry[1] += 1
