@@ -50,7 +50,7 @@ TRACE_TOPIC_QUEUES: Final[int] = 4
 CAPACITY_RECORDS: Final[int] = 20_000  # records buffered at most; more are dropped
 BATCH_RECORDS: Final[int] = 512  # the thread wakes at once when this many wait
 BATCH_MESSAGES: Final[int] = 64  # trace messages per send_batch
-LINGER_MS: Final[int] = 5
+LINGER_MS: Final[int] = 20
 FLUSH_TIMEOUT_S: Final[float] = 10.0
 RETRY_TOPIC_S: Final[float] = 5.0
 

@@ -194,27 +194,28 @@ def send_events(record: SendTrace, msg_id: str) -> list[TraceEvent]:
     for i, mid in enumerate(record.msg_ids):
         if mid != msg_id:
             continue
-        common = {
-            "msg_id": mid,
-            "topic": record.topic,
-            "group": record.group,
-            "client_id": record.client_id,
-            "keys": _keys(record.keys[i]),
-            "tags": record.tags[i],
-            "broker": record.broker,
-            "queue_id": record.queue_id,
-            "queue_offset": record.queue_offsets[i],
-            "status": record.status,
-        }
-        out.append(
-            TraceEvent(kind="send", timestamp_ms=record.born_ms, cost_ms=record.cost_ms, **common)
+        send = TraceEvent(
+            kind="send",
+            msg_id=mid,
+            topic=record.topic,
+            group=record.group,
+            client_id=record.client_id,
+            keys=_keys(record.keys[i]),
+            tags=record.tags[i],
+            broker=record.broker,
+            queue_id=record.queue_id,
+            queue_offset=record.queue_offsets[i],
+            timestamp_ms=record.born_ms,
+            cost_ms=record.cost_ms,
+            status=record.status,
         )
+        out.append(send)
         if record.status in _END_STATES:
             continue
         # The broker stored it while the send was on its way: midway, as RocketMQ's
         # trace estimates it (Admin.trace puts the stored message's own time instead).
         stored_ms = record.born_ms + record.cost_ms // 2
-        out.append(TraceEvent(kind="store", timestamp_ms=stored_ms, cost_ms=0, **common))
+        out.append(msgspec.structs.replace(send, kind="store", timestamp_ms=stored_ms, cost_ms=0))
     return out
 
 
