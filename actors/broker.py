@@ -185,6 +185,9 @@ class BrokerActor:
     async def send_back(self, req: b.SendBackRequest) -> b.SendBackResult:
         return await self.endpoint.send_back(req)
 
+    async def resend_dead_letter(self, req: b.ResendDeadLetterRequest) -> b.ResendDeadLetterReply:
+        return await self.endpoint.resend_dead_letter(req)
+
     # ------------------------------------------------ server operations
 
     # Each with Access SERVER_KEY in the registry takes the caller's ``proof`` of the

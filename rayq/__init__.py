@@ -90,6 +90,7 @@ _LAZY = {
     "SimpleConsumer": "rayq.consumer.simple",
     "PullStatus": "rayq.actors.protocol.enums",
     "QueueProgress": "rayq.actors.protocol.broker",
+    "OffsetChange": "rayq.admin.offset_reset",
     "QueueStats": "rayq.actors.protocol.broker",
     "SendResult": "rayq.actors.protocol.broker",
     "SendStatus": "rayq.actors.protocol.enums",
@@ -98,7 +99,8 @@ _LAZY = {
     "TransactionProducer": "rayq.producer.transaction",
     "TransactionStatus": "rayq.actors.protocol.enums",
     "ServiceState": "rayq.service_state",
-    "connect": "rayq.cluster",
+    "connect": "rayq.bootstrap",
+    "discover": "rayq.bootstrap",
     "start": "rayq.cluster",
 }
 
@@ -160,6 +162,7 @@ __all__ = [
     "MessageStore",
     "MessageTooLargeError",
     "NotMasterError",
+    "OffsetChange",
     "PermissionDeniedError",
     "PoolStatus",
     "Producer",
@@ -188,5 +191,6 @@ __all__ = [
     "TransactionStatus",
     "all_error_classes",
     "connect",
+    "discover",
     "start",
 ]

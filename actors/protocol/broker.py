@@ -89,6 +89,23 @@ class SendBackRequest(_Request, frozen=True, kw_only=True):
     max_reconsume_times: Annotated[int, Meta(ge=-1, le=1024)] = -1
 
 
+class ResendDeadLetterRequest(_Request, frozen=True, kw_only=True):
+    """Send the dead letter of ``group`` at ``commitlog_offset`` of the broker called to
+    the group's retry topic, its reconsume count at 0 (``Admin.resend_dead_letter``)."""
+
+    group: Text
+    commitlog_offset: Annotated[int, Meta(ge=0, le=2**63 - 1)]
+
+
+class ResendDeadLetterReply(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the resent copy went: the group's retry topic, its queue and offset."""
+
+    topic: str
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+
+
 class SendBackResult(msgspec.Struct, frozen=True, kw_only=True):
     """Per item, in order: the topic the copy went to (``%RETRY%<group>`` or
     ``%DLQ%<group>``), its msg id and its new reconsume times."""

@@ -139,6 +139,14 @@ _BROKER_CLIENT: Final = (
     _op("broker", "replication", b.ReplicationRequest, b.ReplicationStats, "admin", A.ADMIN),
     _op("broker", "read_arrow", b.ReadArrowRequest, b.ArrowPage, "admin", A.SUB),
     _op("broker", "send_back", b.SendBackRequest, b.SendBackResult, "admin", A.SUB),
+    _op(
+        "broker",
+        "resend_dead_letter",
+        b.ResendDeadLetterRequest,
+        b.ResendDeadLetterReply,
+        "admin",
+        A.ADMIN,
+    ),
     # the socket data plane's addresses and key (frames.py): one Ray call, open to any
     # member of the Ray cluster as the actor itself is; the ACL checks each request on it
     _op("broker", "data_endpoint", f.DataEndpointRequest, f.DataEndpoint, "admin", A.NONE),
@@ -194,6 +202,7 @@ _COORDINATOR_SERVER: Final = (
     _op("coordinator", "register_broker", i.BrokerInfo, bool, "", K, S),
     _op("coordinator", "unregister_broker", str, None, "", K, S),
     _op("coordinator", "ready", None, bool, "", A.NONE, S),
+    _op("coordinator", "bootstrap", None, str, "", A.NONE, S),
     # a push consumer's Consumer actor: its own driver (start, stats, shutdown) and the
     # coordinator (rejoin after a restart; park to learn of its death; assign and revoke,
     # which take (generation, queues) as two arguments, so no one request type). The

@@ -272,6 +272,13 @@ class BrokerEndpoint(PopEndpoint):
         self.tallies.send_backs.count((req.group,), len(result.topics) - dead, dead)
         return result
 
+    async def resend_dead_letter(self, req: b.ResendDeadLetterRequest) -> b.ResendDeadLetterReply:
+        req = check(req, b.ResendDeadLetterRequest)
+        result = await self._serve(self.server.resend_dead_letter, req, b.ResendDeadLetterRequest)
+        self.wake([(result.topic, result.queue_id)])
+        self.notify_append()
+        return result
+
     # ------------------------------------------------------------ pulls
 
     async def pull(

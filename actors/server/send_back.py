@@ -83,6 +83,24 @@ def send_back_message(
     )
 
 
+def resend_message(msg: MessageExt, retry: str, retry_queues: int) -> InnerMessage:
+    """The record that sends the dead letter ``msg`` to the retry topic ``retry`` of its
+    group: due at once (no delay level), its reconsume count at 0, the DLQ's marks
+    removed and the original topic and first msg id kept (``RETRY_TOPIC``,
+    ``ORIGIN_MESSAGE_ID``), so the group's consumers see the message as first sent."""
+    inner = msg.to_inner()
+    props = inner.properties
+    for name in (*_PARKING, P.DLQ_ORIGIN_TOPIC, P.DLQ_ORIGIN_MESSAGE_ID):
+        props.pop(name, None)
+    return msgspec.structs.replace(
+        inner,
+        topic=retry,
+        queue_id=msg.queue_offset % max(retry_queues, 1),
+        properties=props,
+        reconsume_times=0,
+    )
+
+
 def prepare_send_back(
     store: MessageStore,
     group: str,

@@ -16,6 +16,8 @@ from rayq.actors.protocol import (
     ArrowPutRequest,
     BatchSendResult,
     HalfSendRequest,
+    ResendDeadLetterReply,
+    ResendDeadLetterRequest,
     SendBackRequest,
     SendBackResult,
     SendStatus,
@@ -23,7 +25,11 @@ from rayq.actors.protocol import (
 from rayq.actors.protocol.config import ClientConfig
 from rayq.actors.server.dedupe import Verdict
 from rayq.actors.server.processor_base import ProcessorBase
-from rayq.actors.server.send_back import GROUP_TOPIC_QUEUE_NUMS, prepare_send_back
+from rayq.actors.server.send_back import (
+    GROUP_TOPIC_QUEUE_NUMS,
+    prepare_send_back,
+    resend_message,
+)
 from rayq.actors.server.table_files import is_writeable
 from rayq.store import SYSTEM_CLOCK, EncodedBatch, PutStatus
 from rayq.store.arrow_puts import Columns, check_bodies, check_columns, encoded_puts
@@ -42,6 +48,7 @@ from rayq.store.message import PutResult
 from rayq.store.names import (
     TRANS_HALF_TOPIC,
     check_client_write_topic,
+    dlq_topic,
     retry_topic,
     validate_group,
     validate_topic,
@@ -261,6 +268,39 @@ class SendProcessor(ProcessorBase):
             topics=[m.topic for m in msgs],
             msg_ids=result.msg_ids,
             reconsume_times=[m.reconsume_times for m in msgs],
+        )
+
+    def resend_dead_letter(self, request: ResendDeadLetterRequest) -> ResendDeadLetterReply:
+        """A dead letter of ``request.group`` (at its commit-log offset) to the group's
+        retry topic, to be consumed again by that group only (``resend_message``).
+        InvalidRequestError, writing nothing, when no dead letter of the group is there."""
+        self._check_master("takes no resends")
+        group = self.group_or_defaults(request.group)
+        dlq = dlq_topic(request.group)
+        msg = self.store.lookup_message(request.commitlog_offset, decompress=False)
+        if msg is None or msg.topic != dlq:
+            where = "no message" if msg is None else f"a message of {msg.topic!r}"
+            raise InvalidRequestError(
+                f"broker {self.name}: commit-log offset {request.commitlog_offset} holds "
+                f"{where}, not a dead letter of group {request.group!r} (those are in {dlq!r}: "
+                "list them with Admin.dead_letters)",
+                group=request.group,
+            )
+        retry = retry_topic(request.group)
+        known = self.tables.topics.get(retry)
+        queues = max(group.retry_queue_nums, 1)
+        if known is not None:
+            queues = max(min(queues, known.write_queue_nums), 1)
+        copy = resend_message(msg, retry, queues)
+        self.ensure_system_topic(retry, max(group.retry_queue_nums, 1))
+        with self.writing:
+            result = self.schedule.put([copy])
+        raise_for_put(result)
+        return ResendDeadLetterReply(
+            topic=retry,
+            msg_id=result.msg_ids[0],
+            queue_id=copy.queue_id,
+            queue_offset=result.queue_offsets[0],
         )
 
 

@@ -25,6 +25,7 @@ from rayq.actors.protocol import (
     BrokerStatus,
     BrokerStatusRequest,
     ClientRequest,
+    CompareAndSetOffsetsRequest,
     CreateTopicRequest,
     DeleteGroupRequest,
     GetMessageRequest,
@@ -39,10 +40,13 @@ from rayq.actors.protocol import (
     QueueStats,
     ReplicationRequest,
     ReplicationStats,
+    ResendDeadLetterRequest,
     ResetOffsetsRequest,
     RoutesRequest,
     ScheduleStats,
     ScheduleStatsRequest,
+    SendResult,
+    SendStatus,
     TopicRequest,
     TopicRoute,
     UpdateGroupRequest,
@@ -50,7 +54,9 @@ from rayq.actors.protocol import (
 )
 from rayq.actors.protocol.config import ClientConfig, replica_name
 from rayq.actors.protocol.records import PERM_ALL, PERM_READ, PERM_WRITE, SubscriptionGroupConfig
+from rayq.admin.dead_letters import read_dead_letters
 from rayq.admin.health import ActorHealth, HealthLimits, coordinator_health, replica_health
+from rayq.admin.offset_reset import OffsetChange, check_reset, pick, target
 from rayq.store.clock import SYSTEM_CLOCK
 from rayq.store.errors import (
     BrokerUnavailableError,
@@ -58,11 +64,12 @@ from rayq.store.errors import (
     GroupNotFoundError,
     InvalidMessageError,
     InvalidOffsetError,
+    InvalidRequestError,
     RayqError,
     TopicNotFoundError,
 )
 from rayq.store.message import MessageExt
-from rayq.store.names import check_trace_topic, validate_group, validate_topic
+from rayq.store.names import check_trace_topic, dlq_topic, validate_group, validate_topic
 from rayq.trace.lookup import trace_of
 from rayq.trace.records import TraceEvent
 from rayq.transport.base import BrokerClient, Reply, Transport
@@ -354,6 +361,147 @@ class Admin:
             }
         )
         return {MessageQueue(topic, b, q): r.offset for (b, q), r in sorted(found.items())}
+
+    def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        to: str,
+        value: int | None = None,
+        *,
+        broker: str | None = None,
+        queue_id: int | None = None,
+        execute: bool = False,
+    ) -> list[OffsetChange]:
+        """Kafka's ``--reset-offsets``: move ``group``'s committed offsets on ``topic``
+        ``to`` "earliest", "latest", "offset" (``value``), "shift" (by +/- ``value``) or
+        "time" (``value`` ms since the epoch), on every read queue, a broker's
+        (``broker``) or one (``broker``, ``queue_id``); targets are clamped to each
+        queue's bounds (rayq/admin/offset_reset.py). Returns each queue's change. Without
+        ``execute=True`` nothing changes (a dry run).
+
+        GroupNotFoundError for a group no broker knows (no config, nothing committed on
+        ``topic``), TopicNotFoundError, InvalidOffsetError for a queue the topic does not
+        have or a bad ``to``/``value``. The change is made per broker only if the group's
+        offsets there are still what the plan read (InvalidRequestError otherwise, that
+        broker unchanged): stop the group's consumers first, they commit their own
+        positions again."""
+        validate_group(group)
+        validate_topic(topic)
+        check_reset(to, value)
+        if not isinstance(execute, bool):
+            raise InvalidOffsetError(f"execute must be a bool, got {execute!r}")
+        queues = pick(self._route(topic).read_queues(), topic, broker, queue_id)
+        brokers = sorted({q.broker_name for q in queues})
+        committed = self._gather(
+            {
+                b: lambda c: c.query_offsets(
+                    QueryOffsetsRequest(group=group, topic=topic, client_id=self.client_id)
+                )
+                for b in brokers
+            }
+        )
+        if not any(o.offsets for o in committed.values()) and group not in self.groups():
+            raise GroupNotFoundError(
+                f"consumer group {group!r} does not exist: no broker has its config and it "
+                f"has committed nothing on {topic!r}",
+                group=group,
+            )
+        bounds = self._gather(
+            {
+                b: lambda c: c.queue_bounds(TopicRequest(topic=topic, client_id=self.client_id))
+                for b in brokers
+            }
+        )
+        at_time = self.offsets_at(topic, value) if to == "time" and value is not None else {}
+        plan = []
+        for q in queues:
+            current = committed[q.broker_name].offsets.get(q.queue_id, -1)
+            lo_hi = bounds[q.broker_name].bounds.get(q.queue_id, (0, 0))
+            goal = target(to, value, current, lo_hi, at_time.get(q, lo_hi[1]))
+            plan.append(OffsetChange(q, current, goal))
+        if execute:
+            self._apply_reset(group, topic, plan)
+        return plan
+
+    def _apply_reset(self, group: str, topic: str, plan: list[OffsetChange]) -> None:
+        per_broker: dict[str, list[OffsetChange]] = {}
+        for change in plan:
+            per_broker.setdefault(change.queue.broker_name, []).append(change)
+        done = self._gather(
+            {
+                b: bind(
+                    lambda c, cs: c.compare_and_set_offsets(
+                        CompareAndSetOffsetsRequest(
+                            group=group,
+                            topic=topic,
+                            expected={x.queue.queue_id: x.current for x in cs},
+                            offsets={x.queue.queue_id: x.target for x in cs},
+                            client_id=self.client_id,
+                        )
+                    ),
+                    changes,
+                )
+                for b, changes in per_broker.items()
+            }
+        )
+        moved = sorted(b for b, d in done.items() if not d.existed)
+        if moved:
+            raise InvalidRequestError(
+                f"the committed offsets of group {group!r} on {topic!r} changed on "
+                f"{moved} while resetting (a consumer of the group is running?): those "
+                "brokers were left as they were; stop the group's consumers and run the "
+                "reset again",
+                group=group,
+            )
+
+    # -------------------------------------------------------- dead letters
+    def dead_letters(self, group: str, max_num: int = 100) -> list[MessageExt]:
+        """The dead letters of ``group`` (its ``%DLQ%<group>`` topic), oldest first, at
+        most ``max_num``; [] when it has none. GroupNotFoundError for an unknown group."""
+        validate_group(group)
+        _check_int("max_num", max_num, 1, QUERY_MAX_NUM)
+        route = self._ctx.route(dlq_topic(group), refresh=True)
+        if route is None:
+            if group not in self.groups():
+                raise GroupNotFoundError(
+                    f"consumer group {group!r} does not exist on any broker", group=group
+                )
+            return []
+        return read_dead_letters(self._ctx, group, route.read_queues(), max_num)
+
+    def resend_dead_letter(self, group: str, msg_id: str) -> SendResult:
+        """Send the dead letter ``msg_id`` of ``group`` to the group's retry topic, so that
+        group (and no other) consumes it again, its reconsume count at 0. The dead letter
+        stays in the DLQ. InvalidRequestError when ``msg_id`` is no dead letter of
+        ``group``."""
+        validate_group(group)
+        if not isinstance(msg_id, str) or not msg_id:
+            raise InvalidMessageError(f"msg_id must be a non-empty str, got {msg_id!r}")
+        dlq = dlq_topic(group)
+        found = (
+            self.query_message(dlq, msg_id, max_num=1)
+            if self._ctx.route(dlq, refresh=True) is not None
+            else []
+        )
+        if not found:
+            raise InvalidRequestError(
+                f"message {msg_id!r} is not a dead letter of group {group!r} (nothing with "
+                f"that id in {dlq!r}; list them with Admin.dead_letters or `rayq dlq list`)",
+                group=group,
+            )
+        letter = found[0]
+        req = ResendDeadLetterRequest(
+            group=group, commitlog_offset=letter.commitlog_offset, client_id=self.client_id
+        )
+        sent = self._gather({letter.broker_name: lambda c: c.resend_dead_letter(req)})
+        reply = sent[letter.broker_name]
+        return SendResult(
+            status=SendStatus.SEND_OK,
+            msg_id=reply.msg_id,
+            queue=MessageQueue(reply.topic, letter.broker_name, reply.queue_id),
+            queue_offset=reply.queue_offset,
+        )
 
     # ----------------------------------------------------------- messages
     def query_message(

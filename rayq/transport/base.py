@@ -78,6 +78,8 @@ from rayq.actors.protocol import (
     RecordStreamPlanRequest,
     ReplicationRequest,
     ReplicationStats,
+    ResendDeadLetterReply,
+    ResendDeadLetterRequest,
     ResetOffsetsRequest,
     RouteReply,
     RouteRequest,
@@ -254,6 +256,9 @@ class BrokerClient(_Client):
 
     def send_back(self, req: SendBackRequest) -> Reply[SendBackResult]:
         return self._invoke("send_back", req)
+
+    def resend_dead_letter(self, req: ResendDeadLetterRequest) -> Reply[ResendDeadLetterReply]:
+        return self._invoke("resend_dead_letter", req)
 
     def pop(self, req: PopRequest) -> Reply[PopResponse]:
         return self._invoke("pop", req)
