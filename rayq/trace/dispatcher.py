@@ -33,14 +33,7 @@ import msgspec
 from rayq.actors.protocol.config import ClientConfig
 from rayq.store import Message
 from rayq.store.errors import RayqError, TopicNotFoundError
-from rayq.trace.records import (
-    TRACE_TAG,
-    ConsumeTrace,
-    SendTrace,
-    TraceRecord,
-    encode_body,
-    split_records,
-)
+from rayq.trace.records import TRACE_TAG, ConsumeTrace, SendTrace, TraceRecord, pack_messages
 from rayq.transport.base import Transport
 
 logger = logging.getLogger(__name__)
@@ -211,8 +204,8 @@ class TraceDispatcher:
         """The trace messages of ``records`` (each with how many records it holds), in
         chunks of ``batch_messages``."""
         msgs = [
-            (Message(self.topic, encode_body(part), tags=TRACE_TAG, keys=keys), len(part))
-            for part, keys in split_records(records)
+            (Message(self.topic, body, tags=TRACE_TAG, keys=keys), n)
+            for body, keys, n in pack_messages(records)
         ]
         n = self.batch_messages
         return [msgs[i : i + n] for i in range(0, len(msgs), n)]

@@ -46,9 +46,13 @@ import msgspec
 logger = logging.getLogger(__name__)
 
 TRACE_TAG: Final[str] = "rayq-trace"
-# A trace message names at most this many message ids in its KEYS (33 characters each,
-# well within the 32 KiB of properties a message may carry).
-KEYS_PER_MESSAGE: Final[int] = 256
+# A trace message names at most this many message ids in its KEYS (33 characters each:
+# 3.2 KB, within any broker's max_properties_size_bytes, 4 KiB in StoreConfig.for_tests,
+# 32 KiB by default).
+KEYS_PER_MESSAGE: Final[int] = 96
+# A trace message's body stays under this (uncompressed JSON), well within any broker's
+# max_message_size_bytes (16 KiB in StoreConfig.for_tests, 4 MiB by default).
+BODY_MAX_BYTES: Final[int] = 12 * 1024
 # The order of events of one time: a send before its store before its consumes.
 _KIND_ORDER: Final[dict[str, int]] = {"send": 0, "store": 1, "consume": 2}
 
@@ -183,6 +187,23 @@ def split_records(
         yield packed, list(keys)
 
 
+def pack_messages(
+    records: Sequence[TraceRecord],
+    keys_max: int = KEYS_PER_MESSAGE,
+    body_max: int = BODY_MAX_BYTES,
+) -> Iterator[tuple[bytes, list[str], int]]:
+    """``records`` as trace messages: (body, keys, how many records it holds), each
+    naming at most ``keys_max`` ids with a body of at most ``body_max`` bytes (a
+    message that came out larger is packed again with as many ids as fit)."""
+    for part, keys in split_records(records, keys_max):
+        body = encode_body(part)
+        if len(body) <= body_max or len(keys) == 1:
+            yield body, keys, len(part)
+            continue
+        fit = max(1, len(keys) * body_max // len(body) * 9 // 10)
+        yield from pack_messages(part, fit, body_max)
+
+
 def _keys(joined: str) -> list[str]:
     return joined.split(" ") if joined else []
 
@@ -272,6 +293,7 @@ __all__ = [
     "decode_body",
     "encode_body",
     "in_time_order",
+    "pack_messages",
     "send_events",
     "split_records",
     "timeline",

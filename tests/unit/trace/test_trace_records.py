@@ -16,11 +16,14 @@ from rayq.store.errors import BrokerUnavailableError, PermissionDeniedError
 from rayq.testing import wait_until
 from rayq.trace.dispatcher import TraceDispatcher, TraceStats
 from rayq.trace.records import (
+    BODY_MAX_BYTES,
+    KEYS_PER_MESSAGE,
     TRACE_TAG,
     ConsumeTrace,
     SendTrace,
     decode_body,
     encode_body,
+    pack_messages,
     split_records,
     timeline,
 )
@@ -118,6 +121,16 @@ def test_records_are_packed_into_messages_of_at_most_keys_max_ids() -> None:
         assert timeline(rebuilt, mid) == timeline(records, mid)
 
 
+def test_messages_stay_under_the_body_limit_and_keep_every_event() -> None:
+    """Records too large together are packed into more, smaller messages."""
+    records = [send_record([f"s{i}" for i in range(40)]) for _ in range(3)]
+    packed = list(pack_messages(records, keys_max=96, body_max=2048))
+    assert len(packed) > 3
+    assert all(len(body) <= 2048 for body, _, _ in packed)
+    rebuilt = [r for body, _, _ in packed for r in decode_body(body)]
+    assert timeline(rebuilt, "s7") == timeline(records, "s7")
+
+
 def test_the_same_id_twice_in_one_message_is_one_key() -> None:
     [(_, keys)] = split_records([send_record(["A"]), consume_record(["A"], 2)])
     assert keys == ["A"]
@@ -170,7 +183,8 @@ def test_records_are_written_in_batches_as_trace_messages_keyed_by_their_ids() -
     assert all(len(batch) <= 2 for batch in sink.batches)
     assert len(msgs) < 600  # many records per trace message
     assert all(m.topic == "RMQ_SYS_TRACE_TOPIC" and m.tags == TRACE_TAG for m in msgs)
-    assert all(len(m.keys) <= 256 for m in msgs)
+    assert all(len(m.keys) <= KEYS_PER_MESSAGE for m in msgs)
+    assert all(len(m.body) <= BODY_MAX_BYTES for m in msgs)
     assert sorted(k for m in msgs for k in m.keys) == sorted(f"id{i}" for i in range(600))
     assert [r.msg_ids[0] for r in sink.records()] == [f"id{i}" for i in range(600)]
     assert d.stats() == TraceStats(submitted=600, written=600, dropped=0, failed=0)
