@@ -258,3 +258,40 @@ def msgspec_replace(cfg: ClientConfig, **changes: Any) -> ClientConfig:
     import msgspec
 
     return msgspec.structs.replace(cfg, **changes)
+
+
+def test_the_aio_consumers_share_the_traced_paths(admin: Admin, transport: FakeTransport) -> None:
+    """rayq.aio's PullConsumer polls and SimpleConsumer receives, lease changes and acks are
+    traced as the sync clients' are."""
+    with producer(transport) as p:
+        res = p.send(rayq.Message(TOPIC, b"x"))
+
+    async def main() -> None:
+        puller = rayq.aio.PullConsumer(
+            "alg",
+            consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET,
+            config=TRACED,
+            transport=transport,
+        )
+        puller.subscribe(TOPIC)
+        await puller.start()
+        got: list[MessageExt] = []
+        for _ in range(100):
+            got += await puller.poll(0.05)
+            if got:
+                break
+        await puller.shutdown()
+        simple = rayq.aio.SimpleConsumer(
+            "asg", await_duration=0, config=TRACED, transport=transport
+        )
+        simple.subscribe(TOPIC)
+        await simple.start()
+        [msg] = await simple.receive()
+        await simple.change_invisible_duration(msg, 30.0)
+        await simple.ack(msg)
+        await simple.shutdown()
+
+    asyncio.run(main())
+    steps = [(e.group, e.status) for e in admin.trace(res.msg_id) if e.kind == "consume"]
+    assert ("alg", "POLLED") in steps
+    assert [s for g, s in steps if g == "asg"] == ["RECEIVED", "CHANGE_INVISIBLE_DURATION", "ACK"]
