@@ -6,8 +6,9 @@ General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.s
   (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer, SimpleConsumer and
   their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
   Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
-  ``cli/``, ``console/`` (the web console), ``testing/`` (an in-process cluster over
-  the real server objects).
+  ``cli/``, ``console/`` (the web console), ``trace/`` (message trace: records, their
+  writer, ``Admin.trace``), ``testing/`` (an in-process cluster over the real server objects), ``metrics``
+  (client-side metrics, in-process and through Ray).
   ``rayq.cluster`` starts or attaches to a deployment. Reaches the server only
   through ``rayq.actors.protocol`` and a transport; never opens store files.
 * ``rayq.actors`` (folder ``actors/``): the server side. ``protocol/`` is the wire
@@ -94,6 +95,7 @@ _LAZY = {
     "QueueStats": "rayq.actors.protocol.broker",
     "SendResult": "rayq.actors.protocol.broker",
     "SendStatus": "rayq.actors.protocol.enums",
+    "TraceEvent": "rayq.trace",
     "TransactionListener": "rayq.producer.transaction",
     "TransactionProducer": "rayq.producer.transaction",
     "TransactionStatus": "rayq.actors.protocol.enums",
@@ -101,6 +103,9 @@ _LAZY = {
     "connect": "rayq.bootstrap",
     "discover": "rayq.bootstrap",
     "start": "rayq.cluster",
+    "ClientMetrics": "rayq.metrics",
+    "LatencyHistogram": "rayq.metrics",
+    "client_metrics": "rayq.metrics",
 }
 
 
@@ -131,6 +136,7 @@ __all__ = [
     "BrokerUnavailableError",
     "ClientConfig",
     "ClientError",
+    "ClientMetrics",
     "ClosedError",
     "Cluster",
     "ConfigError",
@@ -152,6 +158,7 @@ __all__ = [
     "InvalidReceiptHandleError",
     "InvalidRequestError",
     "InvalidTopicError",
+    "LatencyHistogram",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -184,10 +191,12 @@ __all__ = [
     "SubscriptionGroupConfig",
     "TagFilter",
     "TopicNotFoundError",
+    "TraceEvent",
     "TransactionListener",
     "TransactionProducer",
     "TransactionStatus",
     "all_error_classes",
+    "client_metrics",
     "connect",
     "discover",
     "start",

@@ -6,6 +6,7 @@ Frozen msgspec Structs with RocketMQ's defaults and field names in snake_case.
 from __future__ import annotations
 
 import enum
+import os
 from typing import Annotated, Any
 
 import msgspec
@@ -15,8 +16,9 @@ from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
 from rayq.store.config import check_fields, convert_config
+from rayq.store.config_file import config_from_toml
 from rayq.store.errors import ConfigError
-from rayq.store.names import validate_instance_name
+from rayq.store.names import TRACE_TOPIC, check_trace_topic, validate_instance_name
 
 NAMESPACE = "rayq"
 TRANSPORTS = frozenset({"", "direct", "ray"})  # ClientConfig.transport
@@ -181,6 +183,14 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     def from_dict(cls, values: dict[str, Any]) -> BrokerConfig:
         return convert_config(values, cls, "broker config")
 
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> BrokerConfig:
+        """The settings of a TOML file (RocketMQ's ``broker.conf``): every field a key,
+        the store's in a ``[store]`` table (``examples/broker.toml``). ConfigError naming
+        the file and the key for an unknown key or a bad value, and for a file that is
+        missing, unreadable or not TOML."""
+        return config_from_toml(path, cls)
+
 
 class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Producer and consumer settings (RocketMQ ``ClientConfig`` and friends)."""
@@ -222,10 +232,15 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # How broker calls travel: "direct" (the brokers' socket data plane), "ray" (actor
     # calls), or "" for the environment variable RAYQ_TRANSPORT, else "direct"
     transport: str = ""
+    # Message trace (RocketMQ msgTrace, rayq/trace/): this client records its sends and
+    # consumes to trace_topic (Admin.trace reads them); off by default.
+    trace_enable: bool = False
+    trace_topic: str = TRACE_TOPIC
 
     def __post_init__(self) -> None:
         check_fields(self)
         validate_instance_name(self.instance_name)
+        check_trace_topic(self.trace_topic)
         if self.transport not in TRANSPORTS:
             raise ConfigError(
                 f"transport={self.transport!r} is not one of {sorted(TRANSPORTS)}: "

@@ -1,6 +1,6 @@
 """The ``rayq`` command: deploy, inspect, operate and stop rayq on a running Ray cluster.
 
-    rayq start  [--brokers 1] [--store-dir DIR] [--placement local|resource]
+    rayq start  [--config FILE] [--brokers 1] [--store-dir DIR] [--placement local|resource]
                 [--wait-brokers N] [--wait-timeout S] [--slaves N]
                 [--role ASYNC_MASTER|SYNC_MASTER] [--min-in-sync-replicas K]
                 [--no-failover]
@@ -235,7 +235,18 @@ _COMMANDS: dict[tuple[str, str], tuple[str, bool, list[_Arg]]] = {
 def _add_start(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser("start", parents=[common], help="start a coordinator and brokers")
     cmd.add_argument("--brokers", type=int, default=1, help="brokers to start (1..26)")
-    cmd.add_argument("--store-dir", default=None, help="directory for the stores")
+    cmd.add_argument(
+        "--store-dir",
+        default=None,
+        help="directory for the stores (default $RAYQ_HOME or ./rayq-data)",
+    )
+    cmd.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a TOML file of BrokerConfig fields (as examples/broker.toml); the "
+        "--role, --min-in-sync-replicas and --no-failover given override it",
+    )
     cmd.add_argument(
         "--placement",
         choices=("local", "resource"),
@@ -265,16 +276,16 @@ def _add_start(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--role",
         choices=("ASYNC_MASTER", "SYNC_MASTER"),
-        default="ASYNC_MASTER",
-        help="the masters' replication role",
+        default=None,
+        help="the masters' replication role (default: the config's, else ASYNC_MASTER)",
     )
     cmd.add_argument(
         "--min-in-sync-replicas",
         type=int,
-        default=1,
+        default=None,
         metavar="K",
         help="with --role SYNC_MASTER: slaves that must have a send before it is "
-        "acknowledged (default 1)",
+        "acknowledged (default: the config's, else 1)",
     )
     cmd.add_argument(
         "--no-failover",
@@ -373,15 +384,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
+    import msgspec
+
     from rayq.actors.protocol.config import BrokerConfig, BrokerRole
     from rayq.cluster import start
 
     if args.wait_brokers:
         _wait_for_broker_nodes(args)
-    config = BrokerConfig(
-        broker_role=BrokerRole(args.role),
-        auto_failover=not args.no_failover,
-        min_in_sync_replicas=args.min_in_sync_replicas,
+    config = BrokerConfig.from_toml(args.config) if args.config else BrokerConfig()
+    overrides = {
+        "broker_role": BrokerRole(args.role) if args.role else None,
+        "auto_failover": False if args.no_failover else None,
+        "min_in_sync_replicas": args.min_in_sync_replicas,
+    }
+    config = msgspec.structs.replace(
+        config, **{k: v for k, v in overrides.items() if v is not None}
     )
     cluster = start(
         args.store_dir,

@@ -84,6 +84,7 @@ from rayq.consumer.start_offsets import (
     fresh_start_offsets,
     queue_ends,
 )
+from rayq.metrics import RECORDER
 from rayq.service_state import ServiceState
 from rayq.store.codec import decode_records
 from rayq.store.errors import (
@@ -99,10 +100,13 @@ from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
 from rayq.store.sql92 import SqlFilter
+from rayq.trace.tracer import Tracer, now_ms
 from rayq.transport.base import Reply, Transport
 from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
+
+POLLED = "POLLED"  # the trace status of a message poll returned
 
 OFFSET_MAX = 2**63 - 1  # a queue offset is a signed 64-bit int on the wire and on disk
 OFFSET_CALL_TIMEOUT_S = 30.0  # offset queries and commits
@@ -163,6 +167,8 @@ class PullConsumer:
             self._ctx, group, broadcasting=model is MessageModel.BROADCASTING
         )
         self.client_id = self._ctx.client_id
+        # message trace: each poll's messages, when trace_enable
+        self._tracer = Tracer.open(self._config, group, self.client_id, namespace, transport)
         self._subscriptions: dict[str, TagFilter | SqlFilter] = {}
         self._listeners: dict[str, QueueListener | None] = {}
         self._manual = False
@@ -272,6 +278,11 @@ class PullConsumer:
             if self._subscriptions and self.model is MessageModel.CLUSTERING:
                 with suppress(RayqError):
                     self._ctx.coordinator.leave_shares(ClientRequest(client_id=self.client_id))
+            self._close_tracer()
+
+    def _close_tracer(self) -> None:
+        if self._tracer is not None:
+            self._tracer.close()  # its trace records written first
 
     def __enter__(self) -> PullConsumer:
         return self
@@ -393,12 +404,15 @@ class PullConsumer:
             )
         s.offset = resp.next_offset
         s.epoch = epoch_after(s.epoch, resp)
+        RECORDER.lag(self.group, mq, resp.max_offset - resp.next_offset)
         if resp.status is not PullStatus.FOUND:
             return []
         msgs = decode_records(resp.buffer, broker_name=mq.broker_name)
-        if s.tag_filter.tags is None:
-            return msgs
-        return [m for m in msgs if s.tag_filter.matches_tags(m.tags)]
+        if s.tag_filter.tags is not None:
+            msgs = [m for m in msgs if s.tag_filter.matches_tags(m.tags)]
+        if self._tracer is not None:
+            self._tracer.consumed(msgs, POLLED, now_ms())
+        return msgs
 
     def _pull_failed(self, mq: MessageQueue, s: _QueueState, exc: BaseException) -> None:
         logger.warning(
@@ -574,6 +588,7 @@ class PullConsumer:
 
     def _drop(self, mq: MessageQueue) -> None:
         self._cancel(self._queues.pop(mq))
+        RECORDER.drop_lag(self.group, mq)
 
     def _set_topic_queues(
         self, topic: str, mqs: list[MessageQueue], tf: TagFilter | SqlFilter

@@ -60,12 +60,14 @@ from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull_loop import PullRounds
 from rayq.consumer.selector import to_filter
 from rayq.consumer.start_offsets import fresh_start_offsets
+from rayq.metrics import RECORDER
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
 from rayq.store.errors import GroupNotFoundError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
 from rayq.store.tally import Tally
+from rayq.trace.tracer import Tracer
 from rayq.transport.base import Transport
 from rayq.transport.context import ClientContext
 
@@ -121,7 +123,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         # (topic,): consumed, failed; listener call times (the actor reports them)
         self.tally = Tally()
         self.runner = ListenerRunner(
-            listener, orderly, config.consume_message_batch_max_size, self.tally
+            listener, orderly, config.consume_message_batch_max_size, self.tally, group
         )
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
@@ -151,6 +153,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         """Everything ``start`` does but joining the group: the client context, the
         offset store, the retry topic. (Tests then ``assign`` queues themselves.)"""
         self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
+        self.runner.tracer = Tracer.open(  # message trace: each listener call
+            self.config, self.group, self.client_id, self.namespace, self.transport
+        )
         if self.broadcasting:
             await self._check_broadcast_allowed()
             self.offsets = LocalOffsetStore(
@@ -269,6 +274,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for mq in mqs:
             pq = self.queues.pop(mq)
             pq.drop()
+            RECORDER.drop_lag(self.group, mq)
             for task in self.tasks.pop(mq, []):
                 task.cancel()
             self.offsets.forget(mq)
@@ -452,6 +458,8 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             if task is not None:
                 task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.runner.tracer is not None:
+            await asyncio.to_thread(self.runner.tracer.close)  # its records written first
 
     def stats(self) -> dict[str, Any]:
         return {

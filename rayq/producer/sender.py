@@ -35,6 +35,7 @@ from typing import Protocol
 import msgspec
 
 from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
+from rayq.metrics import RECORDER
 from rayq.producer.accumulator import Put
 from rayq.producer.routes import QueueSelector
 from rayq.producer.validation import too_large
@@ -46,6 +47,7 @@ from rayq.store.errors import (
     RayqError,
     TopicNotFoundError,
 )
+from rayq.trace.tracer import Tracer
 from rayq.transport.base import BrokerClient, Reply
 
 logger = logging.getLogger(__name__)
@@ -134,6 +136,7 @@ class Sender:
     ) -> None:
         self.name, self.policy, self._directory, self.selector = name, policy, directory, selector
         self._limits = (max_body_bytes, max_properties_bytes, batch_max_bytes)
+        self.tracer: Tracer | None = None  # message trace: told of every answered put
 
     def _start_put(self, broker_name: str, batch: EncodedBatch) -> PutCall:
         """THE broker call of the produce path: one ``Broker.put``, not waited for."""
@@ -166,14 +169,21 @@ class Sender:
         try:
             batch = self._encoded(put)
             put.started = time.monotonic()
+            if not put.born:
+                put.born = put.started
             put.call = self._start_put(put.queue.broker_name, batch)
         except RayqError as exc:
             put.call = _FailedCall(exc)
         put.deadline = put.started + self.policy.timeout_s
 
-    def succeeded(self, put: Put) -> None:
+    def succeeded(self, put: Put, res: BatchSendResult) -> None:
+        """``put`` was answered with ``res``: note the broker's latency, trace it."""
+        now = time.monotonic()
         if self.selector is not None:
-            self.selector.faults.record(put.queue.broker_name, time.monotonic() - put.started)
+            self.selector.faults.record(put.queue.broker_name, now - put.started)
+        RECORDER.sent(put.topic, now - (put.born or put.started))
+        if self.tracer is not None and put.msgs is not None:
+            self.tracer.sent(put.msgs, put.queue, res)
 
     # ---------------------------------------------------- the retry policy
     def after_failure(self, put: Put, err: BaseException) -> BaseException | None:
@@ -189,9 +199,11 @@ class Sender:
             if retriable:
                 self._note_fault(queue)
         if not retriable:
+            RECORDER.send_failed(queue.topic)
             return err
         put.attempt += 1
         if put.attempt >= self.policy.attempts:
+            RECORDER.send_failed(queue.topic)
             return self._final_error(put, err)
         if not put.movable:
             logger.info("put to %s failed (%s); retrying it there", queue, err)
@@ -205,6 +217,7 @@ class Sender:
             put.queue = self.selector.pick(queue.topic, put.avoid)
         except RayqError as pick_err:  # no route now: try the same queue once more
             if not pick_err.retriable:
+                RECORDER.send_failed(queue.topic)
                 return pick_err
             logger.info("send to %s failed (%s), no other queue now: %s", queue, err, pick_err)
             return None
@@ -256,7 +269,7 @@ class Sender:
                     raise final from None
                 await asyncio.sleep(max(0.0, put.not_before - time.monotonic()))
                 continue
-            self.succeeded(put)
+            self.succeeded(put, res)
             return res
 
     def pipeline(self, puts: Iterable[Put], depth: int) -> Iterator[tuple[Put, BatchSendResult]]:
@@ -282,5 +295,5 @@ class Sender:
                     self.launch(again)
                 continue
             inflight.popleft()
-            self.succeeded(put)
+            self.succeeded(put, res)
             yield put, res

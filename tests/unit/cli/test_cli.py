@@ -36,12 +36,13 @@ def test_start_takes_slaves_role_and_failover() -> None:
     """Replication options: slaves per broker, the masters' role, failover off."""
     parser = make_argument_parser()
     args = parser.parse_args(["start"])
-    assert (args.slaves, args.role, args.no_failover) == (0, "ASYNC_MASTER", False)
+    # None: the --config file's, else BrokerConfig's default (ASYNC_MASTER, 1)
+    assert (args.slaves, args.role, args.no_failover) == (0, None, False)
     args = parser.parse_args(["start", "--slaves", "1", "--role", "SYNC_MASTER", "--no-failover"])
     assert (args.slaves, args.role, args.no_failover) == (1, "SYNC_MASTER", True)
     with pytest.raises(SystemExit):
         parser.parse_args(["start", "--role", "SLAVE"])  # slaves come from --slaves/resources
-    assert parser.parse_args(["start"]).min_in_sync_replicas == 1
+    assert parser.parse_args(["start"]).min_in_sync_replicas is None
     args = parser.parse_args(["start", "--slaves", "2", "--min-in-sync-replicas", "2"])
     assert args.min_in_sync_replicas == 2
 
