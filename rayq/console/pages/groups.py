@@ -1,13 +1,15 @@
 """Consumer groups: the list (total lag, consumers) and one group's lag per queue
 (``Admin.consumer_progress``) and its live consumers with the queues each owns
-(``Admin.group_connections``)."""
+(``Admin.group_connections``). Listing the groups is an admin operation under ACL;
+a form opens a group by name for the other logins."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from rayq.console.web import session_of, show
@@ -15,6 +17,9 @@ from rayq.store.errors import GroupNotFoundError
 
 
 async def group_list(request: Request) -> Response:
+    wanted = request.query_params.get("open", "").strip()
+    if wanted:  # the "open a group" form: for logins that may not list the groups
+        return RedirectResponse(f"/groups/{quote(wanted, safe='')}", status_code=303)
     return await show(request, "groups.html", _groups, session_of(request).admin, nav="groups")
 
 

@@ -224,6 +224,12 @@ def test_the_brokers_acl_decides_what_a_login_may_read_and_change(
     before = committed(deployment)
     assert login(client, READER).status_code == 303
     assert client.get("/topics/orders").status_code == 200  # SUB on orders
+    page = client.get("/groups")
+    assert page.status_code == 403 and "groups by 'reader'" in error(page)  # admin only
+    page = client.get("/groups?open=cg")  # so the page opens a group by name
+    assert page.status_code == 303 and page.headers["location"] == "/groups/cg"
+    page = client.get("/groups/cg")  # its lag reads every topic's route: DENY on %DLQ%cg
+    assert page.status_code == 403 and "'reader'" in error(page)
     page = client.get("/messages?by=key&topic=orders&key=k1")
     assert page.status_code == 200 and "order 1" in page.text
     token = csrf(client)
