@@ -9,7 +9,7 @@ comma := ,
 # One stamp per extras set, so switching EXTRAS (e.g. to dev,spark) reinstalls.
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: venv demo demo-spark demo-streaming test test-fast docs docs-check bench bench-spark lint clean soak
+.PHONY: venv demo demo-spark demo-streaming test test-fast docs docs-check bench bench-spark lint clean soak screenshots
 
 venv: $(STAMP)
 
@@ -28,8 +28,22 @@ define install_jdk
 	else echo "no javac and no apt-get: the JVM Spark tests need a JDK 17 ($(JDK_PACKAGE))"; fi
 endef
 
+# The web console's browser tests (tests/integration/test_console_browser.py) drive
+# Debian's chromium with its chromedriver: installed with apt-get when missing, as the JDK.
+CHROMIUM_PACKAGES := chromium chromium-driver
+define install_chromium
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "no chromium/chromedriver: installing $(CHROMIUM_PACKAGES) (the console's browser tests)"; \
+		{ $(SUDO) apt-get update -y && \
+		  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(CHROMIUM_PACKAGES); } || \
+		echo "could not install $(CHROMIUM_PACKAGES): the console's browser tests need them"; \
+	else echo "no chromium and no apt-get: the console's browser tests need $(CHROMIUM_PACKAGES)"; fi
+endef
+
 $(STAMP): pyproject.toml
 	$(install_jdk)
+	$(install_chromium)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/pip install -e ".[$(EXTRAS)]"
@@ -82,6 +96,11 @@ demo-spark: $(STAMP)
 
 demo-streaming: $(STAMP)
 	$(BIN)/python examples/structured_streaming.py
+
+# The web console's screenshots in docs/images/console-*.png (docs/guide/console.md): a
+# deployment of its own with some data, the console, a headless Chromium.
+screenshots: $(STAMP)
+	$(BIN)/python docs/screenshots.py --out docs/images
 
 # Figures print as they come and go as JSON lines to $(RESULTS) (benchmarks/results.py);
 # plot.py then draws them into docs/bench/*.png (docs/benchmarks.md shows them). ANCHORS=<file>: the

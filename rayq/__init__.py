@@ -6,9 +6,9 @@ General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.s
   (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer, SimpleConsumer and
   their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
   Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
-  ``cli/``, ``trace/`` (message trace: records, their writer, ``Admin.trace``),
-  ``testing/`` (an in-process cluster over the real server objects), ``metrics``
-  (client-side metrics, in-process and through Ray).
+  ``cli/``, ``console/`` (the web console), ``trace/`` (message trace: records, their
+  writer, ``Admin.trace``), ``testing/`` (an in-process cluster over the real server
+  objects), ``metrics`` (client-side metrics, in-process and through Ray).
   ``rayq.cluster`` starts or attaches to a deployment. Reaches the server only
   through ``rayq.actors.protocol`` and a transport; never opens store files.
 * ``rayq.actors`` (folder ``actors/``): the server side. ``protocol/`` is the wire

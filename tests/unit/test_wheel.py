@@ -132,6 +132,9 @@ def test_the_sdist_and_the_wheels_built_from_it_carry_py_typed(tmp_path: Path) -
     with tarfile.open(sdist) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
     assert "rayq/py.typed" in names
+    # the web console's pages and style sheet (package data of rayq.console)
+    assert "rayq/console/templates/base.html" in names
+    assert "rayq/console/static/console.css" in names
     import tomllib
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
