@@ -1,0 +1,149 @@
+"""``rayq start`` and ``rayq stop`` (they join Ray: they place or end actors) and
+``rayq console`` (the web console, over the deployment's ``rayq://`` URL)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import time
+from pathlib import Path
+from typing import Any
+
+from rayq.cli.ray_join import join_ray
+from rayq.cli.registry import command
+from rayq.cli.session import Session
+from rayq.store.errors import BrokerUnavailableError, ConfigError
+
+URL_FILE = "rayq.url"
+KEY_FILE = "rayq.key"
+# ``rayq start`` options that a --config file sets instead (BrokerConfig fields)
+_CONFIG_OPTIONS = {
+    "role": "--role",
+    "min_in_sync_replicas": "--min-in-sync-replicas",
+    "no_failover": "--no-failover",
+}
+
+
+@command("start")
+def _start(session: Session, args: argparse.Namespace) -> int:
+    import rayq
+
+    config = _broker_config(args)  # bad options fail before Ray is joined
+    join_ray(args.address, args.namespace)
+    if args.wait_brokers:
+        _wait_for_broker_nodes(args)
+    cluster = rayq.start(
+        args.store_dir,
+        args.brokers,
+        namespace=args.namespace,
+        placement=args.placement,
+        slaves=args.slaves,
+        config=config,
+    )
+    print(
+        f"rayq running in Ray namespace {args.namespace!r}: brokers {cluster.broker_names} "
+        f"(replicas {cluster.replicas})"
+    )
+    store_dir = Path(cluster.store_dir) if cluster.store_dir is not None else None
+    print(f"store: {store_dir}")
+    url_file = store_dir / URL_FILE if store_dir is not None else None
+    if url_file is not None and url_file.is_file():
+        url = url_file.read_text(encoding="utf-8").strip()
+        print(f"url: {url} (key in {store_dir / KEY_FILE})")
+        print(
+            f"reach it from elsewhere with: export RAYQ_URL={url} "
+            f"RAYQ_KEY=$(cat {store_dir / KEY_FILE})"
+        )
+    return 0
+
+
+def _broker_config(args: argparse.Namespace) -> Any:
+    """``--config FILE`` (a path ``rayq.start`` reads), else a BrokerConfig from the
+    replication options; a usage error (exit 2) when both are given."""
+    given = [flag for dest, flag in _CONFIG_OPTIONS.items() if getattr(args, dest) is not None]
+    if args.config is not None:
+        if given:
+            raise _UsageError(
+                f"{', '.join(given)} cannot be combined with --config: set "
+                "broker_role, min_in_sync_replicas and auto_failover in the config file"
+            )
+        return args.config
+    from rayq.actors.protocol.config import BrokerConfig, BrokerRole
+
+    return BrokerConfig(
+        broker_role=BrokerRole(args.role or "ASYNC_MASTER"),
+        auto_failover=not args.no_failover,
+        min_in_sync_replicas=args.min_in_sync_replicas or 1,
+    )
+
+
+class _UsageError(ConfigError):
+    """A usage error found after parsing (exit code 2)."""
+
+    exit_code = 2
+
+
+@command("stop")
+def _stop(session: Session, args: argparse.Namespace) -> int:
+    from rayq.actors.protocol import ClientRequest, broker_actor_name
+    from rayq.actors.protocol.config import REPLICA_SEPARATOR
+    from rayq.cluster import Cluster, running_actors
+    from rayq.store.errors import PermissionDeniedError
+    from rayq.transport.context import CALL_TIMEOUT_S
+    from rayq.transport.ray_actors import RayTransport
+
+    join_ray(args.address, args.namespace)
+    prefix = broker_actor_name("")
+    replicas = [a[len(prefix) :] for a in running_actors(args.namespace) if a.startswith(prefix)]
+    if not replicas:
+        raise BrokerUnavailableError(
+            f"no rayq deployment in Ray namespace {args.namespace!r} (nothing to stop): "
+            "check --namespace"
+        )
+    coordinator = RayTransport(args.namespace).coordinator()
+    try:
+        brokers = coordinator.brokers(ClientRequest()).result(CALL_TIMEOUT_S).names
+    except PermissionDeniedError:  # ACL on (no credentials here): the masters' actor names
+        brokers = [r for r in replicas if REPLICA_SEPARATOR not in r]
+    slaves = [r for r in replicas if r not in brokers]
+    Cluster(args.namespace, brokers, None, owns_ray=False, replicas=[*brokers, *slaves]).shutdown()
+    print(f"rayq stopped in Ray namespace {args.namespace!r}")
+    return 0
+
+
+def _wait_for_broker_nodes(args: argparse.Namespace) -> None:
+    from rayq.cli.output import spinner
+    from rayq.cluster import broker_nodes
+
+    deadline = time.monotonic() + args.wait_timeout
+    with spinner("waiting for broker nodes"):
+        while len(found := broker_nodes()) < args.wait_brokers:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"only {len(found)} of {args.wait_brokers} broker nodes joined within "
+                    f"{args.wait_timeout:.0f} s: {sorted(found)}"
+                )
+            time.sleep(2)
+
+
+@command("console")
+def _console(session: Session, args: argparse.Namespace) -> int:
+    """Serve the web console (``rayq.console``, the ``console`` extra) until Ctrl-C."""
+    url, key = session.target()
+    if url is None:
+        raise ConfigError(
+            "the console reaches a deployment by its rayq:// URL: pass --url (or set "
+            "$RAYQ_URL), or run it where `rayq start` wrote rayq.url"
+        )
+    try:
+        console = importlib.import_module("rayq.console")
+    except ImportError as exc:
+        raise ConfigError(
+            f"the web console is not installed ({exc}): pip install 'rayq[console]'"
+        ) from None
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it: exit 0
+        console.serve(
+            host=args.host, port=args.port, url=url, key=key, credentials=session.credentials
+        )
+    return 0
