@@ -45,17 +45,19 @@ def _start(session: Session, args: argparse.Namespace) -> int:
         f"rayq running in Ray namespace {args.namespace!r}: brokers {cluster.broker_names} "
         f"(replicas {cluster.replicas})"
     )
-    store_dir = Path(cluster.store_dir) if cluster.store_dir is not None else None
-    print(f"store: {store_dir}")
-    url_file = store_dir / URL_FILE if store_dir is not None else None
-    if url_file is not None and url_file.is_file():
-        url = url_file.read_text(encoding="utf-8").strip()
-        print(f"url: {url} (key in {store_dir / KEY_FILE})")
-        print(
-            f"reach it from elsewhere with: export RAYQ_URL={url} "
-            f"RAYQ_KEY=$(cat {store_dir / KEY_FILE})"
-        )
+    if cluster.store_dir is not None:
+        _print_where(Path(cluster.store_dir))
     return 0
+
+
+def _print_where(store_dir: Path) -> None:
+    """The store and the deployment's rayq:// URL (from the files ``rayq.start`` wrote)."""
+    print(f"store: {store_dir}")
+    url_file, key_file = store_dir / URL_FILE, store_dir / KEY_FILE
+    if url_file.is_file():
+        url = url_file.read_text(encoding="utf-8").strip()
+        print(f"url: {url} (key in {key_file})")
+        print(f"elsewhere: export RAYQ_URL={url} RAYQ_KEY=$(cat {key_file})")
 
 
 def _broker_config(args: argparse.Namespace) -> Any:
