@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from rayq.actors.coordinator_ray import RayPeers
+from rayq.actors.coordinator_ray import RayPeers, serve_gateway
 from rayq.actors.handles import use_deployment_key
 from rayq.actors.placement import server_actor_options
 from rayq.actors.protocol import (
@@ -61,17 +61,19 @@ class CoordinatorActor:
         server_key: ServerKey,
         config: BrokerConfig | None = None,
         store_dir: str = "",
+        access_key: bytes = b"",
     ) -> None:
         # the deployment's key: it signs the coordinator's calls to brokers and goes to
         # the replicas it starts (failover, rejoin)
         use_deployment_key(server_key)
+        peers = RayPeers(namespace, server_key.fingerprint())
         self.service = CoordinatorService(
-            RayPeers(namespace, server_key.fingerprint()),
-            server_key=server_key,
-            acl=coordinator_acl(config, store_dir),
+            peers, server_key=server_key, acl=coordinator_acl(config, store_dir)
         )
         # An async actor's __init__ runs on its event loop: rebuild in the background.
         self.service.start_rebuild()
+        # the bootstrap endpoint for clients outside Ray (actors/server/gateway.py)
+        self.gateway = serve_gateway(self.service, peers, access_key, config or BrokerConfig())
 
     # ------------------------------------------------ server operations
     async def register_broker(self, info: BrokerInfo, proof: ServerProof | None = None) -> bool:
@@ -82,6 +84,9 @@ class CoordinatorActor:
 
     async def ready(self) -> bool:
         return await self.service.ready()
+
+    async def bootstrap(self) -> str:
+        return await self.gateway.url() if self.gateway is not None else ""
 
     # ------------------------------------------------ client operations
     async def route(self, req: RouteRequest) -> RouteReply:
@@ -139,15 +144,24 @@ def spawn_coordinator(
     server_key: ServerKey,
     config: BrokerConfig | None = None,
     store_dir: str = "",
+    access_key: bytes = b"",
 ) -> Any:
     """Start (or get) the coordinator, holding ``server_key``; pinned to ``node_id`` (the
-    head) when given. ``config``: the brokers' (its ACL settings: ``coordinator_acl``),
-    ``store_dir``: the one given to ``rayq.start``."""
+    head) when given. ``config``: the brokers' (its ACL settings: ``coordinator_acl``;
+    its bootstrap endpoint's host and port), ``store_dir``: the one given to
+    ``rayq.start``, ``access_key``: the deployment key its bootstrap endpoint asks of
+    clients outside Ray (empty: no bootstrap endpoint)."""
     from rayq.actors.protocol import COORDINATOR_NAME
 
     options = server_actor_options(COORDINATOR_NAME, namespace, node_id or "", max_concurrency=1000)
     return (
         ray.remote(CoordinatorActor)
         .options(**options)
-        .remote(namespace, server_key=server_key, config=config, store_dir=store_dir)
+        .remote(
+            namespace,
+            server_key=server_key,
+            config=config,
+            store_dir=store_dir,
+            access_key=access_key,
+        )
     )

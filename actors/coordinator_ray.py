@@ -9,8 +9,10 @@ by Ray (max_restarts) is wired up again (``start_services``). Members are called
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+from typing import Any
 
 import msgspec
 import ray
@@ -26,10 +28,14 @@ from rayq.actors.protocol import (
     MessageQueue,
     broker_actor_name,
     consumer_actor_name,
+    hold_actor_name,
 )
 from rayq.actors.protocol.config import BrokerConfig
+from rayq.actors.protocol.frames import DataEndpoint, DataEndpointRequest
 from rayq.actors.server.coordinator_peers import BrokerDied, MemberGone
-from rayq.store.errors import ClosedError, InvalidRequestError
+from rayq.actors.server.coordinator_service import CoordinatorService
+from rayq.actors.server.gateway import Gateway
+from rayq.store.errors import BrokerUnavailableError, ClosedError, InvalidRequestError
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +43,7 @@ RESTART_WAIT_S = 60.0
 CONFIG_ASK_S = 10.0  # a watched master asked for its settings
 KV_NAMESPACE = "rayq"  # the namespace of rayq's keys in Ray's GCS key-value store
 _ENCODER = msgspec.msgpack.Encoder()
+ENDPOINT_ASK_S = 10.0  # a replica asked where it listens (the bootstrap endpoint)
 REBUILD_CALL_TIMEOUT_S = 5.0  # a broker or consumer asked after a restart; slower: heartbeats
 
 
@@ -48,7 +55,8 @@ class RayPeers:
         # Ray's GCS key-value store outlives the coordinator's restarts: each master's
         # last info and settings there, under this deployment's name (its server key's
         # fingerprint), so a later ``rayq.start`` in the namespace finds none of them
-        self.kv_prefix = f"{namespace}/{deployment}/master/"
+        self.kv_root = f"{namespace}/{deployment}/"
+        self.kv_prefix = f"{self.kv_root}master/"
         self.members: dict[tuple[str, str], ConsumerHandle] = {}
         self.member_watches: dict[tuple[str, str], asyncio.Task[None]] = {}
         self.broker_watches: dict[str, asyncio.Task[None]] = {}
@@ -221,6 +229,41 @@ class RayPeers:
     ) -> None:
         await failover.place_replicas(masters, slaves, self.namespace, suspects)
 
+    # ------------------------------------------------------------ bootstrap
+    async def data_endpoint(self, replica: str, service: str) -> DataEndpoint:
+        """Where ``replica``'s ``service`` (broker or hold) listens, asked of its actor:
+        for the bootstrap endpoint's clients (actors/server/gateway.py)."""
+        name = broker_actor_name(replica) if service == "broker" else hold_actor_name(replica)
+        try:
+            handle = await asyncio.to_thread(ray.get_actor, name, namespace=self.namespace)
+            ref: Any = handle.data_endpoint.remote(DataEndpointRequest())
+            endpoint: DataEndpoint = await asyncio.wait_for(ref, ENDPOINT_ASK_S)
+            return endpoint
+        except ValueError:
+            raise BrokerUnavailableError(
+                f"no {service} {replica!r} runs in this deployment", broker=replica
+            ) from None
+        except (TimeoutError, ray.exceptions.RayError) as exc:
+            raise BrokerUnavailableError(
+                f"the {service} {replica!r} did not say where it listens: {type(exc).__name__}",
+                broker=replica,
+            ) from None
+
+    def bootstrap_port(self, configured: int) -> int:
+        """The port the bootstrap endpoint listened on before a restart, else
+        ``configured``."""
+        with contextlib.suppress(Exception):
+            raw = internal_kv._internal_kv_get(self.kv_root + "bootstrap", namespace=KV_NAMESPACE)
+            if raw:
+                return int(raw)
+        return configured
+
+    def remember_bootstrap_port(self, port: int) -> None:
+        with contextlib.suppress(Exception):
+            internal_kv._internal_kv_put(
+                self.kv_root + "bootstrap", str(port).encode(), namespace=KV_NAMESPACE
+            )
+
     # ------------------------------------------------------------ discovery
     async def broker_infos(self) -> dict[str, BrokerInfo | BaseException]:
         brokers, _ = await asyncio.to_thread(named_actors, self.namespace)
@@ -240,6 +283,49 @@ class RayPeers:
             name: a if isinstance(a, BaseException) else None
             for name, a in zip(consumers, answers, strict=True)
         }
+
+
+class GatewayRunner:
+    """The bootstrap endpoint as the coordinator actor runs it: it starts listening in
+    the background of the actor's event loop; ``url`` waits for that."""
+
+    def __init__(self, gateway: Gateway, started: concurrent.futures.Future[None]) -> None:
+        self.gateway = gateway
+        self.started = started
+
+    async def url(self) -> str:
+        await asyncio.wrap_future(self.started)  # thread-safe: any of Ray's event loops
+        return self.gateway.url
+
+
+def serve_gateway(
+    service: CoordinatorService, peers: RayPeers, access_key: bytes, config: BrokerConfig
+) -> GatewayRunner | None:
+    """Start the bootstrap endpoint (None without a key): on ``bootstrap_host`` (this
+    node's address when empty) and the port it had before a restart of the
+    coordinator, else ``bootstrap_port``."""
+    if not access_key:
+        return None
+    gateway = Gateway(service, peers.data_endpoint, access_key)
+    host = config.bootstrap_host or ray.util.get_node_ip_address()
+
+    async def listen() -> None:
+        await gateway.start(host, peers.bootstrap_port(config.bootstrap_port))
+        peers.remember_bootstrap_port(gateway.server.port)
+
+    started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def settle(task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            started.cancel()
+        elif (exc := task.exception()) is not None:
+            logger.error("coordinator: the bootstrap endpoint could not listen: %s", exc)
+            started.set_exception(exc)
+        else:
+            started.set_result(None)
+
+    asyncio.get_running_loop().create_task(listen()).add_done_callback(settle)
+    return GatewayRunner(gateway, started)
 
 
 def named_actors(namespace: str) -> tuple[dict[str, BrokerHandle], dict[str, ConsumerHandle]]:

@@ -97,7 +97,8 @@ _LAZY = {
     "TransactionProducer": "rayq.producer.transaction",
     "TransactionStatus": "rayq.actors.protocol.enums",
     "ServiceState": "rayq.service_state",
-    "connect": "rayq.cluster",
+    "connect": "rayq.bootstrap",
+    "discover": "rayq.bootstrap",
     "start": "rayq.cluster",
 }
 
@@ -187,5 +188,6 @@ __all__ = [
     "TransactionStatus",
     "all_error_classes",
     "connect",
+    "discover",
     "start",
 ]

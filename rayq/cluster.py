@@ -40,6 +40,7 @@ from rayq.actors.protocol import (
 from rayq.actors.protocol.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
 from rayq.actors.protocol.server_key import ServerKey, Signed
 from rayq.actors.pull_hold import spawn_hold
+from rayq.bootstrap import KEY_FILE, URL_FILE, deployment_key, remove_url, write_url
 from rayq.store.errors import BrokerUnavailableError, ConfigError
 from rayq.transport.namespace import current_namespace as current_namespace
 from rayq.transport.namespace import set_current_namespace
@@ -71,6 +72,9 @@ class Cluster:
         self.store_dir = store_dir
         self._owns_ray = owns_ray
         self._closed = False
+        # where clients outside Ray connect (rayq.connect(url, key=...)): the bootstrap
+        # endpoint; its key is in <store_dir>/rayq.key ("": not known)
+        self.url = ""
 
     def server_actor(self, actor_name: str) -> Any:
         """``server_actor(actor_name, namespace)`` for this deployment."""
@@ -88,6 +92,10 @@ class Cluster:
                 _stop(actor_name, self.namespace, self._server_key)
         _stop(COORDINATOR_NAME, self.namespace, None)
         _wait_gone(self.namespace)
+        if self.store_dir is not None and self.url:
+            with contextlib.suppress(OSError):
+                if (self.store_dir / URL_FILE).read_text().strip() == self.url:
+                    remove_url(self.store_dir)
         if self._owns_ray:
             ray.shutdown()
 
@@ -252,10 +260,16 @@ def start(
     node_id = ray.get_runtime_context().get_node_id()
     key = ServerKey.new()  # this deployment's: every server actor holds it (server_key.py)
     _KEYS[namespace] = key
+    # the key clients outside Ray prove at the bootstrap endpoint (rayq/bootstrap.py)
+    access_key = deployment_key(root)
     # the coordinator checks its client operations with the brokers' ACL rules: acl_file,
     # else <store dir>/config/plain_acl.toml (root here; a broker's is under root/<name>)
-    coordinator = spawn_coordinator(namespace, _head_node_id() or node_id, key, base, str(root))
+    coordinator = spawn_coordinator(
+        namespace, _head_node_id() or node_id, key, base, str(root), access_key=access_key
+    )
     _started(coordinator.ready.remote(), "the coordinator")
+    url = _ask(coordinator.bootstrap.remote(), "the bootstrap endpoint")
+    write_url(root, url)
     if placement == "resource":
         pinned = broker_nodes()
         if not pinned:
@@ -311,13 +325,16 @@ def start(
             names.append(name)
     set_current_namespace(namespace)
     logger.info(
-        "rayq started: %d broker(s) %s (replicas %s), stores under %s",
+        "rayq started: %d broker(s) %s (replicas %s), stores under %s, clients outside "
+        "Ray connect to %s (key in %s)",
         len(names),
         names,
         replicas,
         root,
+        url,
+        root / KEY_FILE,
     )
-    return Cluster(
+    cluster = Cluster(
         namespace,
         names,
         root,
@@ -325,6 +342,8 @@ def start(
         [*names, *[r for r in replicas if r not in names]],
         server_key=key,
     )
+    cluster.url = url
+    return cluster
 
 
 def _warn_few_slaves(config: BrokerConfig, plan: list[tuple[str, int, int, str]]) -> None:
@@ -372,6 +391,16 @@ def resource_plan(pinned: dict[str, str], port: int) -> list[tuple[str, int, int
     ]
 
 
+def _ask(ref: Any, what: str) -> Any:
+    """``ref``'s value, within START_TIMEOUT_S (``_started``)."""
+    try:
+        return ray.get(ref, timeout=START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise BrokerUnavailableError(
+            f"rayq.start: {what} did not answer within {START_TIMEOUT_S:.0f} s"
+        ) from None
+
+
 def _started(refs: Any, what: str) -> None:
     """Wait for server actors to answer, at most START_TIMEOUT_S (an actor that cannot be
     placed or whose process cannot start would otherwise hang ``start`` forever)."""
@@ -384,8 +413,9 @@ def _started(refs: Any, what: str) -> None:
         ) from None
 
 
-def connect(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
-    """Attach this Ray driver to a running rayq deployment in ``namespace``."""
+def connect_ray(namespace: str = NAMESPACE, *, address: str | None = None) -> None:
+    """Attach this Ray driver to a running rayq deployment in ``namespace``
+    (``rayq.connect`` with a namespace: rayq/bootstrap.py)."""
     if not ray.is_initialized():
         ray.init(address=address or "auto", namespace=namespace, log_to_driver=False)
     try:
@@ -426,4 +456,6 @@ def _asdict(cfg: BrokerConfig) -> dict[str, Any]:
     return msgspec.to_builtins(cfg)
 
 
-__all__ = ["Cluster", "connect", "start"]
+connect = connect_ray  # the name rayq.cluster had before rayq.connect took URLs too
+
+__all__ = ["Cluster", "connect", "connect_ray", "start"]

@@ -31,6 +31,7 @@ def replica_name(broker_name: str, broker_id: int) -> str:
 
 Positive = Annotated[int, Meta(gt=0)]
 NonNegative = Annotated[int, Meta(ge=0)]
+BootstrapPort = Annotated[int, Meta(ge=0, le=65535)]
 
 
 class BrokerRole(enum.Enum):
@@ -125,6 +126,12 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     transaction_timeout: Positive = 6_000
     transaction_check_interval: Positive = 60_000
     transaction_check_max: Positive = 15
+    # The deployment's bootstrap endpoint (RocketMQ's name server port), where clients
+    # outside Ray connect with ``rayq.connect("rayq://host:port", key=...)``: served by
+    # the coordinator on ``bootstrap_host`` ("": its node's address) and this port (a
+    # free one when it is taken; 0: always a free one).
+    bootstrap_port: BootstrapPort = 9876
+    bootstrap_host: str = ""
 
     def __post_init__(self) -> None:
         check_fields(self)

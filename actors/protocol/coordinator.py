@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -48,6 +48,15 @@ class ReadReplicaRequest(_Request, frozen=True, kw_only=True):
     """Which replica of ``broker_name`` serves calls now."""
 
     broker_name: Text
+
+
+class EndpointRequest(_Request, frozen=True, kw_only=True):
+    """Where ``replica``'s ``service`` listens: asked of a deployment's bootstrap endpoint
+    (actors/server/gateway.py) by a client outside Ray, answered with a
+    ``DataEndpoint``."""
+
+    replica: Text
+    service: Literal["broker", "hold"] = "broker"
 
 
 class ReadReplicaReply(msgspec.Struct, frozen=True, kw_only=True):

@@ -202,6 +202,7 @@ _COORDINATOR_SERVER: Final = (
     _op("coordinator", "register_broker", i.BrokerInfo, bool, "", K, S),
     _op("coordinator", "unregister_broker", str, None, "", K, S),
     _op("coordinator", "ready", None, bool, "", A.NONE, S),
+    _op("coordinator", "bootstrap", None, str, "", A.NONE, S),
     # a push consumer's Consumer actor: its own driver (start, stats, shutdown) and the
     # coordinator (rejoin after a restart; park to learn of its death; assign and revoke,
     # which take (generation, queues) as two arguments, so no one request type). The

@@ -77,11 +77,12 @@ class WireServer:
         self.port = 0
         self.unix_path = ""
 
-    async def start(self, host: str, unix: bool = True) -> None:
-        """Listen on ``host`` (an ephemeral TCP port) and, with ``unix``, on a Unix socket
-        in the temporary directory (removing the ones of processes that are gone)."""
+    async def start(self, host: str, unix: bool = True, port: int = 0) -> None:
+        """Listen on ``host`` (TCP ``port``, 0: an ephemeral one) and, with ``unix``, on a
+        Unix socket in the temporary directory (removing the ones of processes that are
+        gone)."""
         loop = asyncio.get_running_loop()
-        tcp = await loop.create_server(self._protocol, host, 0)
+        tcp = await loop.create_server(self._protocol, host, port)
         self._servers.append(tcp)
         self.port = tcp.sockets[0].getsockname()[1]
         if unix and hasattr(socket, "AF_UNIX"):

@@ -1,7 +1,9 @@
-"""Which transport a client uses: ``ClientConfig.transport``, else the environment
-variable ``RAYQ_TRANSPORT``, else ``DEFAULT``. ``DirectTransport`` instances are shared
-per process, Ray session and namespace: a process keeps one connection to each broker
-whatever number of clients it runs."""
+"""Which transport a client uses: the ``RemoteTransport`` of ``rayq.connect(url)`` when
+this process is connected to a deployment from outside Ray; else
+``ClientConfig.transport``, else the environment variable ``RAYQ_TRANSPORT``, else
+``DEFAULT``. ``DirectTransport`` instances are shared per process, Ray session and
+namespace: a process keeps one connection to each broker whatever number of clients it
+runs."""
 
 from __future__ import annotations
 
@@ -16,6 +18,22 @@ DEFAULT = "direct"
 ENV = "RAYQ_TRANSPORT"
 _shared: dict[tuple[str, ...], Transport] = {}
 _lock = threading.Lock()
+_remote: list[Transport] = []  # the one of ``rayq.connect(url)``, if any
+
+
+def set_remote(transport: Transport | None) -> None:
+    """Every later client of this process uses ``transport`` (None: Ray again)."""
+    with _lock:
+        old = _remote[:]
+        _remote[:] = [] if transport is None else [transport]
+    for t in old:
+        close = getattr(t, "close", None)
+        if t is not transport and close is not None:
+            close()
+
+
+def remote() -> Transport | None:
+    return _remote[0] if _remote else None
 
 
 def transport_name(configured: str) -> str:
@@ -29,6 +47,14 @@ def transport_name(configured: str) -> str:
 
 
 def make_transport(configured: str, namespace: str) -> Transport:
+    connected = remote()
+    if connected is not None:
+        if configured == "ray":
+            raise ConfigError(
+                "transport='ray' needs Ray, but this process is connected to a deployment "
+                "by URL (rayq.connect('rayq://...')): leave ClientConfig.transport unset"
+            )
+        return connected
     from rayq.transport.ray_actors import RayTransport
 
     if transport_name(configured) == "ray":

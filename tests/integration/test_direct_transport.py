@@ -6,6 +6,11 @@ new endpoint and key) with nothing acknowledged lost."""
 
 from __future__ import annotations
 
+import json
+import os
+import stat
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -84,6 +89,77 @@ def test_the_transport_is_chosen_by_config_then_environment(
         make_transport("", NAMESPACE)
     with pytest.raises(rayq.ConfigError, match="transport"):
         rayq.ClientConfig(transport="udp")
+
+
+OUTSIDE_RAY = """
+import json, sys
+import rayq
+rayq.connect(sys.argv[1])  # the key: RAYQ_KEY
+admin = rayq.Admin()
+admin.create_topic("remote", queues=2)
+with rayq.Producer("remote-pg") as producer:
+    sent = [producer.send(rayq.Message("remote", b"s%d" % i)).msg_id for i in range(5)]
+    batch = [rayq.Message("remote", b"b") for _ in range(20)]
+    sent += [r.msg_id for r in producer.send_batch(batch)]
+puller = rayq.PullConsumer("remote-cg", consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET)
+puller.subscribe("remote")
+puller.start()
+got = []
+for _ in range(100):
+    got += [m.msg_id for m in puller.poll(timeout=0.2)]
+    if len(got) >= len(sent):
+        break
+puller.commit()
+puller.shutdown()
+simple = rayq.SimpleConsumer("remote-sg")
+simple.subscribe("remote")
+simple.start()
+leased = []
+for _ in range(100):
+    batch = simple.receive(max_messages=32, invisible_duration=30.0)
+    for m in batch:
+        simple.ack(m)
+    leased += batch
+    if len(leased) >= len(sent):
+        break
+simple.shutdown()
+lag = sum(p.lag for p in admin.consumer_progress("remote-cg"))
+print(json.dumps({"sent": sorted(sent), "got": sorted(got), "leased": len(leased),
+                  "lag": lag, "ray": "ray" in sys.modules}))
+"""
+
+
+def test_a_process_outside_ray_reaches_the_deployment_by_url_and_key(
+    cluster: rayq.Cluster,
+) -> None:
+    """``rayq.connect(url)`` in a process that never imports Ray: admin, producer, pull
+    and POP consumers over the bootstrap endpoint and the brokers' sockets."""
+    assert cluster.store_dir is not None and cluster.url.startswith("rayq://")
+    key_file = cluster.store_dir / "rayq.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600  # its user's only
+    assert (cluster.store_dir / "rayq.url").read_text().strip() == cluster.url
+    env = {**os.environ, "RAYQ_KEY": key_file.read_text().strip(), "RAYQ_TRANSPORT": ""}
+    run = subprocess.run(
+        [sys.executable, "-c", OUTSIDE_RAY, cluster.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["got"] == out["sent"] and len(out["sent"]) == 25
+    assert out["leased"] == 25 and out["lag"] == 0
+    assert out["ray"] is False
+    # seen from inside Ray too: the same deployment
+    progress = rayq.Admin(namespace=NAMESPACE).consumer_progress("remote-cg")
+    assert sum(p.committed_offset for p in progress) == 25
+
+
+def test_a_wrong_key_at_the_bootstrap_endpoint_is_refused(cluster: rayq.Cluster) -> None:
+    with pytest.raises(rayq.PermissionDeniedError, match="refused the key"):
+        rayq.connect(cluster.url, key="00" * 32)
+    assert rayq.Admin(namespace=NAMESPACE).topics() is not None  # this driver: still Ray's
 
 
 @pytest.mark.parametrize("transport", ["direct", "ray"])

@@ -25,5 +25,5 @@ def test_actor_methods_are_its_registry_operations(actor: type, service: str) ->
 
 def test_coordinator_server_operations_are_registered_for_servers_only() -> None:
     server = registry.operations("coordinator", registry.Caller.SERVER)
-    assert set(server) == {"register_broker", "unregister_broker", "ready"}
+    assert set(server) == {"register_broker", "unregister_broker", "ready", "bootstrap"}
     assert not set(server) & set(registry.operations("coordinator", registry.Caller.CLIENT))
