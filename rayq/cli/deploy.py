@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rayq.bootstrap import KEY_FILE, URL_FILE
 from rayq.cli.ray_join import join_ray
 from rayq.cli.registry import command
 from rayq.cli.session import Session
 from rayq.store.errors import BrokerUnavailableError, ConfigError
 
-URL_FILE = "rayq.url"
-KEY_FILE = "rayq.key"
 # ``rayq start`` options that a --config file sets instead (BrokerConfig fields)
 _CONFIG_OPTIONS = {
     "role": "--role",
@@ -27,13 +26,13 @@ _CONFIG_OPTIONS = {
 
 @command("start")
 def _start(session: Session, args: argparse.Namespace) -> int:
-    import rayq
+    from rayq.cluster import start
 
     config = _broker_config(args)  # bad options fail before Ray is joined
     join_ray(args.address, args.namespace)
     if args.wait_brokers:
         _wait_for_broker_nodes(args)
-    cluster = rayq.start(
+    cluster = start(
         args.store_dir,
         args.brokers,
         namespace=args.namespace,

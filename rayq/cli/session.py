@@ -61,22 +61,22 @@ class Session:
         """Reach the deployment (once): see the module doc for the order."""
         if self._connected:
             return
-        import rayq
+        from rayq.bootstrap import connect
 
         url, key = self.target()
         if url is not None:
-            rayq.connect(url, key=key)
+            connect(url, key=key)
             self.url, self.key = url, key
         else:
             from rayq.cli.ray_join import join_ray
 
             join_ray(self._args.address, self._args.namespace)
-            rayq.connect(self._args.namespace)
+            connect(self._args.namespace)
         self._connected = True
 
     def target(self) -> tuple[str | None, str | None]:
         """(url, key): the rayq:// URL and key to use, or (None, None) to join Ray."""
-        import rayq
+        from rayq.bootstrap import discover
 
         key = _read_key_file(self._args.key_file) if self._args.key_file else None
         url = self._args.url or os.environ.get(URL_ENV) or None
@@ -84,7 +84,7 @@ class Session:
             return url, key
         if self._args.address is not None:
             return None, None
-        found = rayq.discover()
+        found = discover()
         if found is None:
             raise ConfigError(NO_DEPLOYMENT)
         return found[0], key if key is not None else found[1]

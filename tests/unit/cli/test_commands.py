@@ -405,3 +405,35 @@ def test_console_without_its_package_is_a_clear_error(
     monkeypatch.setitem(sys.modules, "rayq.console", None)  # an import of it fails
     err = cli("console", "--url", "rayq://127.0.0.1:1", code=1)
     assert "pip install 'rayq[console]'" in err
+
+
+NO_RAY = """
+import importlib.abc, sys, tempfile
+from rayq.cli.main import main
+from rayq.testing import FakeCluster, FakeTransport
+
+class RefuseRay(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("the rayq command imported ray")
+
+with FakeCluster(tempfile.mkdtemp()) as cluster:
+    transport = FakeTransport(cluster)
+    sys.meta_path.insert(0, RefuseRay())
+    for argv in (["topic", "create", "-t", "t"], ["send", "-t", "t", "-m", "x"],
+                 ["consume", "-t", "t", "-n", "1"], ["topic", "list"], ["status"]):
+        assert main(argv, transport=transport) == 0, argv
+print("ray" in sys.modules)
+"""
+
+
+def test_the_commands_never_import_ray() -> None:
+    """topic list, send, consume, status run with any import of ray refused (a fresh
+    process: this one may have imported Ray for other tests)."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", NO_RAY], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "False"
