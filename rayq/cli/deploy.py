@@ -26,10 +26,10 @@ _CONFIG_OPTIONS = {
 
 @command("start")
 def _start(session: Session, args: argparse.Namespace) -> int:
+    config = _broker_config(args)  # bad options fail before Ray is joined
+    join_ray(args.address, args.namespace)  # first: Ray reads RAY_AUTH_MODE on import
     from rayq.cluster import start
 
-    config = _broker_config(args)  # bad options fail before Ray is joined
-    join_ray(args.address, args.namespace)
     if args.wait_brokers:
         _wait_for_broker_nodes(args)
     cluster = start(
@@ -87,6 +87,7 @@ class _UsageError(ConfigError):
 
 @command("stop")
 def _stop(session: Session, args: argparse.Namespace) -> int:
+    join_ray(args.address, args.namespace)  # first: Ray reads RAY_AUTH_MODE on import
     from rayq.actors.protocol import ClientRequest, broker_actor_name
     from rayq.actors.protocol.config import REPLICA_SEPARATOR
     from rayq.cluster import Cluster, running_actors
@@ -94,7 +95,6 @@ def _stop(session: Session, args: argparse.Namespace) -> int:
     from rayq.transport.context import CALL_TIMEOUT_S
     from rayq.transport.ray_actors import RayTransport
 
-    join_ray(args.address, args.namespace)
     prefix = broker_actor_name("")
     replicas = [a[len(prefix) :] for a in running_actors(args.namespace) if a.startswith(prefix)]
     if not replicas:

@@ -40,9 +40,10 @@ if TYPE_CHECKING:
 def main(argv: list[str] | None = None, *, transport: Transport | None = None) -> int:
     """Run ``rayq <argv>``; the exit code. ``transport``: reach the deployment over it
     (a test's ``rayq.testing.FakeTransport``) instead of connecting."""
+    parser = make_argument_parser()
     try:
-        args = fill_defaults(make_argument_parser().parse_args(argv))
-        _check_usage(args)
+        args = fill_defaults(parser.parse_args(argv))
+        _check_usage(parser, args)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -65,9 +66,8 @@ def main(argv: list[str] | None = None, *, transport: Transport | None = None) -
             sys.modules["ray"].shutdown()
 
 
-def _check_usage(args: argparse.Namespace) -> None:
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see (exit code 2, one line)."""
-    parser = make_argument_parser()
     if args.command == "offset":
         from rayq.cli.messages import reset_target
 
