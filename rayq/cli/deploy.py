@@ -41,7 +41,7 @@ def _start(session: Session, args: argparse.Namespace) -> int:
         config=config,
     )
     print(
-        f"rayq running in Ray namespace {args.namespace!r}: brokers {cluster.broker_names} "
+        f"rayq running in namespace {args.namespace!r}: brokers {cluster.broker_names} "
         f"(replicas {cluster.replicas})"
     )
     if cluster.store_dir is not None:
@@ -109,7 +109,7 @@ def _stop(session: Session, args: argparse.Namespace) -> int:
         brokers = [r for r in replicas if REPLICA_SEPARATOR not in r]
     slaves = [r for r in replicas if r not in brokers]
     Cluster(args.namespace, brokers, None, owns_ray=False, replicas=[*brokers, *slaves]).shutdown()
-    print(f"rayq stopped in Ray namespace {args.namespace!r}")
+    print(f"rayq stopped in namespace {args.namespace!r}")
     return 0
 
 

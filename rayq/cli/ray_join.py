@@ -38,7 +38,7 @@ _AUTH_FAILURE: Final = re.compile(r"Unauthenticated|InvalidAuthToken|Authenticat
 def join_ray(address: str | None, namespace: str) -> None:
     """``ray.init(address, namespace)`` as a quiet driver; BrokerUnavailableError (or
     PermissionDeniedError for a refused token) in one line when it fails."""
-    target = address or "auto"
+    target = address or os.environ.get("RAY_ADDRESS") or "auto"
     _use_token_if_available()  # before Ray is imported: it reads the mode then
     _check_reachable(target)
     import ray

@@ -6,8 +6,9 @@
    else ``$RAYQ_KEY``, else the ``rayq.key`` file in ``$RAYQ_HOME`` or ``./rayq-data``
    (``rayq.connect`` looks there);
 2. ``rayq.discover()``: the ``rayq.url`` and ``rayq.key`` files ``rayq start`` wrote;
-3. ``--address``: join that Ray cluster as a driver (``rayq.cli.ray_join``: slower, and
-   the only way for ``start`` and ``stop``, which place or end actors).
+3. ``--address`` (or ``$RAY_ADDRESS``): join that Ray cluster as a driver
+   (``rayq.cli.ray_join``: slower, and the only way for ``start`` and ``stop``, which
+   place or end actors).
 
 Over a ``rayq://`` URL nothing imports Ray: a call costs a socket round trip, not a
 Ray driver's start. ``--access-key``/``--secret-key`` (or ``$RAYQ_ACCESS_KEY``/
@@ -35,12 +36,13 @@ if TYPE_CHECKING:
     from rayq.transport.base import Transport
 
 URL_ENV = "RAYQ_URL"
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
 ACCESS_KEY_ENV = "RAYQ_ACCESS_KEY"
 SECRET_KEY_ENV = "RAYQ_SECRET_KEY"
 NO_DEPLOYMENT = (
     "no rayq deployment to talk to: pass --url rayq://HOST:PORT (or set $RAYQ_URL), run "
     "this where `rayq start` wrote rayq.url (./rayq-data, or $RAYQ_HOME), or pass "
-    "--address to join its Ray cluster"
+    "--address (or set $RAY_ADDRESS) to join its Ray cluster"
 )
 
 
@@ -85,9 +87,11 @@ class Session:
         if self._args.address is not None:
             return None, None
         found = discover()
-        if found is None:
-            raise ConfigError(NO_DEPLOYMENT)
-        return found[0], key if key is not None else found[1]
+        if found is not None:
+            return found[0], key if key is not None else found[1]
+        if os.environ.get(RAY_ADDRESS_ENV):
+            return None, None  # join the Ray cluster it names
+        raise ConfigError(NO_DEPLOYMENT)
 
     # ------------------------------------------------------------ clients
     @property

@@ -4,6 +4,7 @@ no deployment: parsing only)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
@@ -158,3 +159,62 @@ def test_a_usage_error_is_one_line_and_exit_code_2(
     out, err = capsys.readouterr()
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and "error:" in err
+
+
+# ------------------------------------------------------ finding the deployment
+
+KEY = "ab" * 32
+
+
+@pytest.fixture()
+def no_deployment_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
+    """No RAYQ_*/RAY_ADDRESS variables and an empty working directory."""
+    for name in ("RAYQ_URL", "RAYQ_KEY", "RAYQ_HOME", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def target(*argv: str) -> tuple[str | None, str | None]:
+    from rayq.cli.session import Session
+
+    return Session(parse(*argv, "status")).target()
+
+
+def test_the_deployment_is_found_by_url_then_files_then_ray(
+    no_deployment_env: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--url or $RAYQ_URL, else rayq.url/rayq.key in $RAYQ_HOME or ./rayq-data, else
+    --address or $RAY_ADDRESS (join Ray: no URL); --key-file overrides the key."""
+    home = no_deployment_env / "rayq-data"
+    home.mkdir()
+    (home / "rayq.url").write_text("rayq://10.0.0.5:9876\n")
+    (home / "rayq.key").write_text(KEY + "\n")
+    assert target() == ("rayq://10.0.0.5:9876", KEY)
+    key_file = no_deployment_env / "other.key"
+    key_file.write_text("cd" * 32)
+    assert target("--key-file", str(key_file)) == ("rayq://10.0.0.5:9876", "cd" * 32)
+    assert target("--url", "rayq://h:1") == ("rayq://h:1", None)  # connect finds the key
+    monkeypatch.setenv("RAYQ_URL", "rayq://env:2")
+    assert target() == ("rayq://env:2", None)
+    monkeypatch.delenv("RAYQ_URL")
+    assert target("--address", "10.0.0.5:6379") == (None, None)
+    (home / "rayq.url").unlink()
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert target() == (None, None)
+
+
+def test_no_deployment_to_find_is_one_line_and_exit_1(
+    no_deployment_env: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["topic", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--url rayq://HOST:PORT" in err
+
+
+def test_an_unreadable_key_file_is_one_line_and_exit_1(
+    no_deployment_env: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["topic", "list", "--url", "rayq://h:1", "--key-file", "nosuch.key"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read the key file 'nosuch.key'" in err
