@@ -139,12 +139,12 @@ def _console(session: Session, args: argparse.Namespace) -> int:
         )
     try:
         console = importlib.import_module("rayq.console")
-    except ImportError as exc:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it: exit 0
+            console.serve(
+                host=args.host, port=args.port, url=url, key=key, credentials=session.credentials
+            )
+    except ImportError as exc:  # rayq.console, or the web packages it serves with
         raise ConfigError(
-            f"the web console is not installed ({exc}): pip install 'rayq[console]'"
+            f"the web console needs the console extra ({exc}): pip install 'rayq[console]'"
         ) from None
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends it: exit 0
-        console.serve(
-            host=args.host, port=args.port, url=url, key=key, credentials=session.credentials
-        )
     return 0
