@@ -90,8 +90,8 @@ def check_format(text: str) -> str:
 
 @command("consume")
 def _consume(session: Session, args: argparse.Namespace) -> int:
-    admin = session.admin
-    queues = admin.route(args.topic).read_queues()  # TopicNotFoundError for unknown topics
+    # TopicNotFoundError for an unknown topic, before anything else
+    queues = session.admin.route(args.topic).read_queues()
     consumer = _consumer(session, args, queues)
     try:
         _loop(args, consumer, _position(session, args, consumer))
@@ -106,20 +106,22 @@ def _consume(session: Session, args: argparse.Namespace) -> int:
     return 0
 
 
-def _consumer(session: Session, args: argparse.Namespace, queues: list[MessageQueue]) -> Any:
+def _consumer(
+    session: Session, args: argparse.Namespace, queues: list[MessageQueue]
+) -> PullConsumer:
+    """Started: the tool group's, assigned every queue; or the group's share of them."""
     from rayq.actors.protocol import ConsumeFromWhere
 
     if args.group is None:
         consumer = session.pull_consumer(READER_GROUP, auto_commit=False)
         consumer.assign(queues)
+        for mq in queues:  # placeholders (no offset lookup): ``_position`` seeks each
+            consumer.seek(mq, 0)
     else:
         consumer = session.pull_consumer(
             args.group, auto_commit=False, consume_from=ConsumeFromWhere.FIRST_OFFSET
         )
         consumer.subscribe(args.topic)
-    if args.group is None:
-        for mq in queues:  # placeholders: ``_position`` seeks each before the first poll
-            consumer.seek(mq, 0)
     consumer.start()
     return consumer
 
@@ -133,7 +135,9 @@ def _position(
     start, value = args.start
     if args.group is None and start == "default":
         start = "earliest"
-    at_time = session.admin.offsets_at(args.topic, value) if start == "time" and value else {}
+    at_time = (
+        session.admin.offsets_at(args.topic, value) if start == "time" and value is not None else {}
+    )
     for mq in assigned:
         s = stats.get(mq)
         lo, hi = (s.min_offset, s.max_offset) if s is not None else (0, 0)

@@ -238,6 +238,7 @@ def test_consume_from_latest_an_offset_and_a_time(cli: Cli) -> None:
     at = cli.lines("consume", "-t", "one", "--from", str(stored))
     assert at[-1]["queue_offset"] == 2 and len(at) <= 3
     assert cli.lines("consume", "-t", "one", "--from", "2999-01-01T00:00:00") == []
+    assert len(cli.lines("consume", "-t", "one", "--from", "1970-01-01T00:00:00")) == 3
 
 
 def test_consume_json_prints_a_binary_body_as_base64(cli: Cli) -> None:
