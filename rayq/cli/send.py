@@ -43,6 +43,8 @@ def _send(session: Session, args: argparse.Namespace) -> int:
         if args.body is not None:
             _print_results([producer.send(_message(args, args.body.encode()))])
             return 0
+        if sys.stdin.isatty():
+            print("one message per line; Ctrl-D ends", file=sys.stderr)
         sent = 0
         for lines in _stdin_chunks(sys.stdin.buffer):
             messages = [_line_message(args, line, sent + i + 1) for i, line in enumerate(lines)]
