@@ -220,6 +220,11 @@ def start(
     ``rayq_broker:<replica>`` resource: ``<name>`` a master, ``<name>#<id>`` its slave
     (``brokers`` and ``slaves`` ignored). Raises ConfigError, and leaves it alone, if a
     deployment already runs in ``namespace`` (attach to it with :func:`connect`).
+
+    The coordinator serves the bootstrap endpoint for clients outside Ray
+    (``Cluster.url``, ``rayq://host:port``); its key is kept in ``<store_dir>/rayq.key``
+    (made once, mode 0600) and the URL written to ``<store_dir>/rayq.url``
+    (rayq/bootstrap.py).
     """
     if placement not in ("local", "resource"):
         raise ConfigError(f"placement must be 'local' or 'resource', got {placement!r}")

@@ -35,6 +35,7 @@ from rayq.store.errors import ClientError, ClosedError, ConfigError, RayqError
 from rayq.store.names import validate_group, validate_topic
 from rayq.transport.context import ClientContext
 from rayq.transport.ray_actors import RayReply, spawn_consumer
+from rayq.transport.remote import RemoteTransport
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,12 @@ class PushConsumer:
             cfg = config or ClientConfig()
             offsets_path(cfg.offset_store_dir, cfg.instance_name, group)
         self._ctx = ClientContext(config, namespace)
+        if isinstance(self._ctx.transport, RemoteTransport):
+            raise ConfigError(
+                "a PushConsumer runs its consumer as a Ray actor, and this process is "
+                "connected from outside Ray (rayq.connect('rayq://...')): use a PullConsumer "
+                "or a SimpleConsumer here, or a PushConsumer in a Ray driver"
+            )
         self.client_id = self._ctx.client_id
         self._subscriptions: dict[str, str | MessageSelector] = {}
         self._listener: Callable[..., Any] | None = None

@@ -13,6 +13,8 @@ import pytest
 
 import rayq
 from rayq.actors.protocol.config import ClientConfig
+from rayq.bootstrap import KEY_FILE, parse_url, read_key
+from rayq.transport.remote import RemoteTransport
 
 NAMESPACE = "rayq-test-acl"
 BROKER_OVERRIDES = {"acl_enable": True}
@@ -165,3 +167,32 @@ def test_a_hostile_driver_without_credentials_or_server_key_changes_nothing(
     assert hostile.changed(before, hostile.snapshot(NAMESPACE, [TOPIC], ["acl-cg"], admin)) == []
     with rayq.Producer("acl-pg", namespace=NAMESPACE, config=ClientConfig(credentials=APP)) as p:
         assert p.send(rayq.Message(topic=TOPIC, body=b"after")).status is rayq.SendStatus.SEND_OK
+
+
+def test_outside_ray_the_key_opens_the_sockets_and_the_acl_still_decides(
+    deployment: rayq.Cluster,
+) -> None:
+    """A client with the deployment key but no credentials reads and changes nothing;
+    an account reaches what its rules allow, as inside Ray."""
+    assert deployment.store_dir is not None
+    host, port = parse_url(deployment.url)
+    key = read_key(deployment.store_dir / KEY_FILE)
+    transport = RemoteTransport(deployment.url, host, port, key)
+    try:
+        nobody = rayq.Admin(transport=transport)
+        with pytest.raises(rayq.PermissionDeniedError):
+            nobody.topics()
+        with pytest.raises(rayq.PermissionDeniedError):
+            nobody.create_topic("acl-outside", queues=1)
+        with pytest.raises(rayq.PermissionDeniedError):
+            nobody.reset_offsets("acl-cg", TOPIC, "earliest", execute=True)
+        app = rayq.Admin(config=ClientConfig(credentials=APP), transport=transport)
+        with pytest.raises(rayq.PermissionDeniedError):
+            app.create_topic("acl-outside", queues=1)  # no admin account
+        ops = rayq.Admin(config=ClientConfig(credentials=ADMIN), transport=transport)
+        assert TOPIC in ops.topics() and "acl-outside" not in ops.topics()
+        config = ClientConfig(credentials=APP)
+        with rayq.Producer("acl-pg", config=config, transport=transport) as producer:
+            assert producer.send(rayq.Message(TOPIC, b"outside")).status is rayq.SendStatus.SEND_OK
+    finally:
+        transport.close()

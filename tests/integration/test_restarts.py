@@ -30,12 +30,15 @@ from rayq.actors.coordinator_ray import RayPeers
 from rayq.actors.protocol import (
     COORDINATOR_NAME,
     BrokerInfo,
+    ClientRequest,
     MemberRequest,
     broker_actor_name,
     flusher_actor_name,
     hold_actor_name,
 )
+from rayq.bootstrap import KEY_FILE, parse_url, read_key
 from rayq.cluster import server_actor
+from rayq.transport.remote import RemoteTransport
 
 pytestmark = pytest.mark.integration
 
@@ -287,7 +290,12 @@ def test_a_restarted_hold_service_answers_held_pulls(admin: rayq.Admin) -> None:
         flow.traffic.paused.clear()
 
 
-def test_a_restarted_coordinator_serves_routes_and_groups_at_once(admin: rayq.Admin) -> None:
+def test_a_restarted_coordinator_serves_routes_and_groups_at_once(
+    cluster: rayq.Cluster, admin: rayq.Admin
+) -> None:
+    assert cluster.store_dir is not None
+    host, port = parse_url(cluster.url)
+    outside = RemoteTransport(cluster.url, host, port, read_key(cluster.store_dir / KEY_FILE))
     with flowing(admin) as flow:
         topic, group = flow.traffic.topic, flow.push.group
         coordinator = actor(COORDINATOR_NAME)
@@ -306,6 +314,16 @@ def test_a_restarted_coordinator_serves_routes_and_groups_at_once(admin: rayq.Ad
                 return False
 
         wait_for(routes_served, RECOVER_S, "a new producer to send and a new Admin to see topics")
+
+        def served_outside_ray() -> bool:  # the bootstrap endpoint, on the same port again
+            try:
+                return topic in outside.coordinator().topics(ClientRequest()).result(5).names
+            except rayq.RayqError:
+                return False
+
+        wait_for(served_outside_ray, RECOVER_S, "a client outside Ray to reconnect")
+        assert ray.get(coordinator.bootstrap.remote(), timeout=30) == cluster.url
+        outside.close()
 
         def group_served() -> bool:
             members = ray.get(coordinator.group_members.remote(members_of), timeout=30).members

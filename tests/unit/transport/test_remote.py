@@ -121,6 +121,8 @@ def test_connect_by_url_makes_every_later_client_use_it(deployment: Deployment) 
         with pytest.raises(rayq.ConfigError, match="transport='ray' needs Ray"):
             make_transport("ray", "any-namespace")
         assert rayq.Admin().topics() == []
+        with pytest.raises(rayq.ConfigError, match="runs its consumer as a Ray actor"):
+            rayq.PushConsumer("cg")
     finally:
         bootstrap.disconnect()
     assert remote() is None
