@@ -438,3 +438,52 @@ def test_the_commands_never_import_ray() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "False"
+
+
+ACL_RULES = """
+[[accounts]]
+access_key = "root"
+secret_key = "root-secret-0000"
+admin = true
+
+[[accounts]]
+access_key = "reader"
+secret_key = "reader-secret-2222"
+default_topic_perm = "DENY"
+default_group_perm = "DENY"
+topic_perms = ["orders=SUB"]
+"""
+
+
+def test_with_acl_on_the_commands_sign_with_the_keys_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No keys: refused; --access-key/--secret-key or the environment: allowed as far as
+    the account's permissions go."""
+    from rayq.actors.protocol.config import BrokerConfig, ClientConfig
+    from rayq.store import StoreConfig
+
+    for name in ("RAYQ_ACCESS_KEY", "RAYQ_SECRET_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "acl.toml").write_text(ACL_RULES)
+    config = BrokerConfig(
+        store=StoreConfig.for_tests(), acl_enable=True, acl_file=str(tmp_path / "acl.toml")
+    )
+    with FakeCluster(tmp_path / "store", config=config) as cluster:
+        root = rayq.Admin(
+            transport=FakeTransport(cluster),
+            config=ClientConfig(
+                credentials=rayq.Credentials(access_key="root", secret_key="root-secret-0000")
+            ),
+        )
+        root.create_topic("orders", queues=1)
+        cli = Cli(cluster, capsys)
+        assert "rayq topic list" in cli("topic", "list", code=1)
+        admin_keys = ("--access-key", "root", "--secret-key", "root-secret-0000")
+        assert "orders" in cli("topic", "list", *admin_keys)
+        assert cli("send", "-t", "orders", "-m", "x", *admin_keys).startswith("SEND_OK")
+        monkeypatch.setenv("RAYQ_ACCESS_KEY", "reader")
+        monkeypatch.setenv("RAYQ_SECRET_KEY", "reader-secret-2222")
+        err = cli("send", "-t", "orders", "-m", "y", code=1)
+        assert "rayq send" in err
+        assert [s.max_offset for s in root.topic_stats("orders")] == [1]
