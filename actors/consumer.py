@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from rayq.actors.metrics import REPORT_INTERVAL_S, record_tally
+from rayq.actors.metrics import CONSUMER_COUNTERS, REPORT_INTERVAL_S, ZeroSeeds, record_tally
 from rayq.actors.protocol import MessageQueue
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class ConsumerActor:
     async def start(self) -> bool:
         """Join the group; the coordinator then assigns queues."""
         await self.service.start(ray.get_runtime_context().current_actor)
+        seed_counters(self.service)
         self._tasks = [asyncio.create_task(every(s, fn)) for s, fn in timers(self.service)]
         return True
 
@@ -95,6 +96,16 @@ async def every(interval_s: float, fn: Callable[[], Awaitable[Any]]) -> None:
             await fn()
         except Exception:
             logger.exception("consumer timer %s failed", getattr(fn, "__name__", fn))
+
+
+def seed_counters(service: Any) -> None:
+    """The consumed and failed counters of each subscribed topic, at 0 from the start."""
+    try:
+        ZeroSeeds({"group": service.group}).seed(
+            CONSUMER_COUNTERS, ((topic,) for topic in service.filters)
+        )
+    except Exception:  # metrics must never stop a consumer
+        logger.exception("consumer %s: could not create its counters", service.group)
 
 
 async def report_metrics(service: Any) -> None:

@@ -1,13 +1,13 @@
 """rayq's metrics, recorded with ``ray.util.metrics`` so that Ray's own Prometheus
 export carries them (each node's metrics agent, at ``--metrics-export-port``).
 
-Every metric is declared once, in ``SPECS``. Ray's exporter prefixes each name with
-``ray_`` and gives each counter the ``_total`` suffix, so ``rayq_put_messages`` is
-scraped as ``ray_rayq_put_messages_total``; ``Spec.exported`` is that name and
-``EXPORTED_FAMILIES`` lists them all (the dashboard test checks its queries against
-it). Ray adds its own labels (``SessionName``, ``NodeAddress``, ``WorkerId``...); ours
-are few and bounded: broker, topic, group, slave (a broker id), mode. Never a
-message, key or client id.
+Every metric is declared once, in ``SPECS`` (actors/protocol/metrics.py). Ray's exporter
+prefixes each name with ``ray_`` and gives each counter the ``_total`` suffix, so
+``rayq_put_messages`` is scraped as ``ray_rayq_put_messages_total``; ``Spec.exported``
+is that name and ``EXPORTED_FAMILIES`` lists them all (the dashboard test checks its
+queries against it). Ray adds its own labels (``SessionName``, ``NodeAddress``,
+``WorkerId``...); ours are few and bounded: broker, topic, group, slave (a broker id),
+mode, queue_id. Never a message, key or client id.
 
 The hot paths (a put, a pull, a listener call) only add to a ``Tally``
 (store/tally.py): a dict lookup, no Ray call. The broker's and consumer's
@@ -23,171 +23,36 @@ its rebalances directly (a few a minute at most).
     coordinator rayq_rebalances                                       (actors/coordinator.py)
     consumer    rayq_consumed_messages, rayq_consume_failed_messages,
                 rayq_listener_latency_seconds                         (actors/consumer.py)
+    clients     rayq_client_send_latency_seconds, rayq_client_send_errors,
+                rayq_client_receive_lag_messages,
+                rayq_client_listener_seconds                          (rayq/metrics.py)
+
+Every counter whose labels are known exists from the start at 0 (``zero_counter``):
+a broker's per topic and group for those it holds (at start and as they appear), a
+push consumer's per subscribed topic, a client's send errors per topic it sends to.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from collections.abc import Iterable
+from typing import Any
 
-import msgspec
-
+from rayq.actors.protocol.metrics import (
+    CONSUMER_COUNTERS,
+    EXPORTED_FAMILIES,
+    LATENCY_BOUNDARIES,
+    LISTENER_BOUNDARIES,
+    PER_GROUP_COUNTERS,
+    PER_TOPIC_COUNTERS,
+    RAY_PREFIX,
+    REPORT_INTERVAL_S,
+    SPEC_BY_NAME,
+    SPECS,
+    Spec,
+    make_metric,
+    record_zero,
+)
 from rayq.store.tally import Tally
-
-REPORT_INTERVAL_S: Final[float] = 2.0  # how often an actor hands its tally to Ray
-
-RAY_PREFIX: Final[str] = "ray_"  # what Ray's exporter puts before every name
-
-# Seconds. Puts and pulls take about a millisecond through Ray on this machine.
-LATENCY_BOUNDARIES: Final[tuple[float, ...]] = (
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-)
-LISTENER_BOUNDARIES: Final[tuple[float, ...]] = (
-    0.0001,
-    0.001,
-    0.005,
-    0.01,
-    0.05,
-    0.1,
-    0.5,
-    1.0,
-    5.0,
-    15.0,
-    60.0,
-)
-
-Kind = Literal["counter", "gauge", "histogram"]
-
-
-class Spec(msgspec.Struct, frozen=True):
-    """One metric: its name as recorded, its kind, help text and label names."""
-
-    name: str
-    kind: Kind
-    help: str
-    tags: tuple[str, ...]
-    boundaries: tuple[float, ...] = ()
-
-    @property
-    def exported(self) -> str:
-        """The family name Prometheus scrapes (a histogram adds _bucket/_sum/_count)."""
-        suffix = "_total" if self.kind == "counter" else ""
-        return f"{RAY_PREFIX}{self.name}{suffix}"
-
-
-_BT = ("broker", "topic")
-SPECS: Final[tuple[Spec, ...]] = (
-    Spec("rayq_put_messages", "counter", "Messages appended, per topic.", _BT),
-    Spec("rayq_put_bytes", "counter", "Record bytes appended, per topic.", _BT),
-    Spec("rayq_pull_messages", "counter", "Messages returned by pulls, per topic.", _BT),
-    Spec("rayq_pull_bytes", "counter", "Record bytes returned by pulls, per topic.", _BT),
-    Spec(
-        "rayq_put_latency_seconds",
-        "histogram",
-        "Broker time of one put call (a batch), with the sync flush and slave waits.",
-        _BT,
-        LATENCY_BOUNDARIES,
-    ),
-    Spec(
-        "rayq_pull_latency_seconds",
-        "histogram",
-        "Broker time of one pull call (read only; a parked pull's wait is not in it).",
-        ("broker",),
-        LATENCY_BOUNDARIES,
-    ),
-    Spec(
-        "rayq_consumer_lag_messages",
-        "gauge",
-        "Max offset minus committed offset, summed over the topic's queues on this broker "
-        "(RocketMQ exporter's rocketmq_group_diff).",
-        ("broker", "group", "topic"),
-    ),
-    Spec(
-        "rayq_retry_messages",
-        "counter",
-        "Messages sent back to %RETRY%<group>.",
-        ("broker", "group"),
-    ),
-    Spec(
-        "rayq_dlq_messages",
-        "counter",
-        "Messages sent to the dead-letter topic %DLQ%<group>.",
-        ("broker", "group"),
-    ),
-    Spec(
-        "rayq_parked_pulls", "gauge", "Pulls parked on the broker waiting for appends.", ("broker",)
-    ),
-    Spec(
-        "rayq_disk_usage_ratio",
-        "gauge",
-        "Used fraction of the store's file system (writes are refused past disk_warning_ratio).",
-        ("broker",),
-    ),
-    Spec(
-        "rayq_replication_lag_bytes",
-        "gauge",
-        "Commit-log bytes a slave lacks, as its master sees it.",
-        ("broker", "slave"),
-    ),
-    Spec(
-        "rayq_replication_lag_seconds",
-        "gauge",
-        "Age of the oldest record a slave lacks, as its master sees it.",
-        ("broker", "slave"),
-    ),
-    Spec(
-        "rayq_flush_latency_seconds",
-        "histogram",
-        "One flush round (mode=async) or group commit (mode=sync) of the flusher.",
-        ("broker", "mode"),
-        LATENCY_BOUNDARIES,
-    ),
-    Spec(
-        "rayq_flush_dirty_bytes",
-        "gauge",
-        "Commit-log bytes written but not yet durable, at the start of a flush round.",
-        ("broker",),
-    ),
-    Spec(
-        "rayq_rebalances",
-        "counter",
-        "Rebalances carried out by the coordinator, per group.",
-        ("group",),
-    ),
-    Spec(
-        "rayq_consumed_messages",
-        "counter",
-        "Messages a push consumer's listener consumed successfully.",
-        ("group", "topic"),
-    ),
-    Spec(
-        "rayq_consume_failed_messages",
-        "counter",
-        "Messages a push consumer's listener failed (sent back or retried).",
-        ("group", "topic"),
-    ),
-    Spec(
-        "rayq_listener_latency_seconds",
-        "histogram",
-        "One call of a push consumer's listener.",
-        ("group",),
-        LISTENER_BOUNDARIES,
-    ),
-)
-
-SPEC_BY_NAME: Final[dict[str, Spec]] = {s.name: s for s in SPECS}
-EXPORTED_FAMILIES: Final[frozenset[str]] = frozenset(s.exported for s in SPECS)
 
 _made: dict[str, Any] = {}  # one Ray metric object per name and process
 
@@ -199,15 +64,7 @@ def metric(name: str) -> Any:
         return found
     from ray.util import metrics as ray_metrics
 
-    spec = SPEC_BY_NAME[name]
-    made: ray_metrics.Metric
-    if spec.kind == "counter":
-        made = ray_metrics.Counter(spec.name, spec.help, spec.tags)
-    elif spec.kind == "gauge":
-        made = ray_metrics.Gauge(spec.name, spec.help, spec.tags)
-    else:
-        made = ray_metrics.Histogram(spec.name, spec.help, list(spec.boundaries), spec.tags)
-    _made[name] = made
+    made = _made[name] = make_metric(SPEC_BY_NAME[name], ray_metrics)
     return made
 
 
@@ -229,6 +86,27 @@ def record_tally(
             tags = _tags(histogram, fixed, key)
             for value in values:
                 hist.observe(value, tags)
+
+
+def zero_counter(name: str, tags: dict[str, str]) -> None:
+    """The series ``tags`` of the counter ``name`` at 0 (``record_zero``)."""
+    record_zero(metric(name), tags)
+
+
+class ZeroSeeds:
+    """The counter series created at 0 so far by one actor: each (counter, labels) once."""
+
+    def __init__(self, fixed: dict[str, str]) -> None:
+        self.fixed = fixed
+        self._done: set[tuple[str, tuple[str, ...]]] = set()
+
+    def seed(self, counters: tuple[str, ...], keys: Iterable[tuple[str, ...]]) -> None:
+        """``counters`` at 0 for each label key (the labels after ``fixed``, in order)."""
+        for key in keys:
+            for name in counters:
+                if (name, key) not in self._done:
+                    zero_counter(name, _tags(name, self.fixed, key))
+                    self._done.add((name, key))
 
 
 def _tags(name: str, fixed: dict[str, str], key: tuple[str, ...]) -> dict[str, str]:
@@ -267,6 +145,7 @@ class BrokerMetrics:
         self.lags = GaugeSet("rayq_consumer_lag_messages", self.fixed)
         self.replica_bytes = GaugeSet("rayq_replication_lag_bytes", self.fixed)
         self.replica_seconds = GaugeSet("rayq_replication_lag_seconds", self.fixed)
+        self.zeros = ZeroSeeds(self.fixed)
 
     def report(
         self,
@@ -275,9 +154,14 @@ class BrokerMetrics:
         parked: int,
         disk_ratio: float,
         replicas: dict[str, tuple[int, float]],
+        topics: Iterable[str] = (),
+        groups: Iterable[str] = (),
     ) -> None:
         """Drain the tallies into Ray; set the gauges. ``replicas``: slave id ->
-        (lag in bytes, lag in seconds)."""
+        (lag in bytes, lag in seconds). The counters of the ``topics`` and ``groups`` the
+        broker knows are created at 0 first (once each)."""
+        self.zeros.seed(PER_TOPIC_COUNTERS, ((t,) for t in topics))
+        self.zeros.seed(PER_GROUP_COUNTERS, ((g,) for g in groups))
         record_tally(
             self.puts,
             self.fixed,
@@ -296,3 +180,25 @@ class BrokerMetrics:
         metric("rayq_disk_usage_ratio").set(disk_ratio, self.fixed)
         self.replica_bytes.set_all({(s,): float(b) for s, (b, _) in replicas.items()})
         self.replica_seconds.set_all({(s,): sec for s, (_, sec) in replicas.items()})
+
+
+# The declarations, re-exported: what the server actors and tests import from here.
+__all__ = [
+    "CONSUMER_COUNTERS",
+    "EXPORTED_FAMILIES",
+    "LATENCY_BOUNDARIES",
+    "LISTENER_BOUNDARIES",
+    "PER_GROUP_COUNTERS",
+    "PER_TOPIC_COUNTERS",
+    "RAY_PREFIX",
+    "REPORT_INTERVAL_S",
+    "SPECS",
+    "SPEC_BY_NAME",
+    "BrokerMetrics",
+    "GaugeSet",
+    "Spec",
+    "ZeroSeeds",
+    "metric",
+    "record_tally",
+    "zero_counter",
+]

@@ -19,7 +19,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000)
     args = parser.parse_args()
     n = args.messages
-    # A throwaway store: rayq.start() alone keeps it under the Ray session directory.
+    # A throwaway store: rayq.start() alone keeps its store in $RAYQ_HOME or ./rayq-data.
     with tempfile.TemporaryDirectory(prefix="rayq-quickstart-") as store_dir:
         cluster = rayq.start(store_dir)
         try:

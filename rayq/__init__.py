@@ -6,7 +6,8 @@ General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.s
   (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer, SimpleConsumer and
   their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
   Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
-  ``cli/``, ``testing/`` (an in-process cluster over the real server objects).
+  ``cli/``, ``testing/`` (an in-process cluster over the real server objects),
+  ``metrics`` (client-side metrics, in-process and through Ray).
   ``rayq.cluster`` starts or attaches to a deployment. Reaches the server only
   through ``rayq.actors.protocol`` and a transport; never opens store files.
 * ``rayq.actors`` (folder ``actors/``): the server side. ``protocol/`` is the wire
@@ -100,6 +101,9 @@ _LAZY = {
     "connect": "rayq.bootstrap",
     "discover": "rayq.bootstrap",
     "start": "rayq.cluster",
+    "ClientMetrics": "rayq.metrics",
+    "LatencyHistogram": "rayq.metrics",
+    "client_metrics": "rayq.metrics",
 }
 
 
@@ -130,6 +134,7 @@ __all__ = [
     "BrokerUnavailableError",
     "ClientConfig",
     "ClientError",
+    "ClientMetrics",
     "ClosedError",
     "Cluster",
     "ConfigError",
@@ -151,6 +156,7 @@ __all__ = [
     "InvalidReceiptHandleError",
     "InvalidRequestError",
     "InvalidTopicError",
+    "LatencyHistogram",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -187,6 +193,7 @@ __all__ = [
     "TransactionProducer",
     "TransactionStatus",
     "all_error_classes",
+    "client_metrics",
     "connect",
     "discover",
     "start",

@@ -3,7 +3,8 @@
 ``start`` is the embedded default: in the current Ray driver (``ray.init`` with
 ``address="local"`` unless Ray is already initialized) it starts the coordinator
 and ``brokers`` brokers, each with its flusher and pull-hold actor, on this node,
-with stores under ``store_dir`` (default: ``rayq`` in the Ray session directory).
+with stores under ``store_dir`` (default: ``$RAYQ_HOME``, else ``./rayq-data``, kept
+across starts; one line on stderr says where, through the ``rayq.start`` logger).
 ``connect`` only checks that a deployment is running in the namespace.
 
 On a multi-node cluster, ``start(placement="resource")`` starts one broker on every
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,15 +37,24 @@ from rayq.actors.protocol import (
     hold_actor_name,
     replica_actor_names,
 )
-from rayq.actors.protocol.config import NAMESPACE, REPLICA_SEPARATOR, BrokerConfig, BrokerRole
+from rayq.actors.protocol.config import (
+    NAMESPACE,
+    REPLICA_SEPARATOR,
+    BrokerConfig,
+    BrokerRole,
+    replica_name,
+)
 from rayq.actors.protocol.server_key import ServerKey, Signed
 from rayq.actors.pull_hold import spawn_hold
-from rayq.bootstrap import KEY_FILE, URL_FILE, deployment_key, remove_url, write_url
-from rayq.store.errors import BrokerUnavailableError, ConfigError
+from rayq.bootstrap import KEY_FILE, URL_FILE, deployment_key, home, remove_url, write_url
+from rayq.store.errors import BrokerUnavailableError, ConfigError, RayqError, StoreLockedError
+from rayq.store.message_store import ensure_unlocked
+from rayq.transport.choice import forget_transports
 from rayq.transport.namespace import current_namespace as current_namespace
 from rayq.transport.namespace import set_current_namespace
 
 logger = logging.getLogger(__name__)
+START_LOGGER = "rayq.start"  # the one line saying where the stores are (``announce``)
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
@@ -92,6 +101,7 @@ class Cluster:
                 _stop(actor_name, self.namespace, self._server_key)
         _stop(COORDINATOR_NAME, self.namespace, None)
         _wait_gone(self.namespace)
+        forget_transports(self.namespace)
         if self.store_dir is not None and self.url:
             with contextlib.suppress(OSError):
                 if (self.store_dir / URL_FILE).read_text().strip() == self.url:
@@ -183,9 +193,9 @@ def running_actors(namespace: str) -> list[str]:
 
 
 def default_store_dir() -> Path:
-    node = getattr(ray._private.worker, "_global_node", None)  # the Ray session of this driver
-    base = node.get_session_dir_path() if node is not None else tempfile.gettempdir()
-    return Path(base) / "rayq"
+    """Where ``start()`` keeps its stores when given no ``store_dir``: ``$RAYQ_HOME`` if
+    set, else ``./rayq-data`` in the working directory (absolute: brokers run elsewhere)."""
+    return home().absolute()
 
 
 def broker_nodes() -> dict[str, str]:
@@ -206,7 +216,7 @@ def start(
     store_dir: str | os.PathLike[str] | None = None,
     brokers: int = 1,
     *,
-    config: BrokerConfig | None = None,
+    config: BrokerConfig | str | os.PathLike[str] | None = None,
     namespace: str = NAMESPACE,
     address: str | None = None,
     placement: str = "local",
@@ -214,8 +224,12 @@ def start(
 ) -> Cluster:
     """Start a coordinator and brokers; returns the Cluster.
 
-    ``placement="local"``: ``brokers`` brokers on this node, each a master (its role from
-    ``config.broker_role``) and ``slaves`` slaves (ids 1..slaves) replicating it.
+    ``store_dir``: where the brokers keep their stores (default: :func:`default_store_dir`).
+    ``config``: the masters' ``BrokerConfig``, or the path of a TOML file of its fields
+    (``BrokerConfig.from_toml``). ``placement="local"``: ``brokers`` brokers on this
+    node, each a master (its role from ``config.broker_role``) and ``slaves`` slaves
+    (ids 1..slaves) replicating it. A store that a running deployment holds is a
+    StoreLockedError before anything starts.
     ``placement="resource"``: one broker replica per node with a
     ``rayq_broker:<replica>`` resource: ``<name>`` a master, ``<name>#<id>`` its slave
     (``brokers`` and ``slaves`` ignored). Raises ConfigError, and leaves it alone, if a
@@ -230,8 +244,13 @@ def start(
         raise ConfigError(f"placement must be 'local' or 'resource', got {placement!r}")
     if not isinstance(brokers, int) or isinstance(brokers, bool) or not 1 <= brokers <= 26:
         raise ConfigError(f"brokers must be an int in 1..26, got {brokers!r}")
+    if isinstance(config, str | os.PathLike):
+        config = BrokerConfig.from_toml(config)
     if config is not None and not isinstance(config, BrokerConfig):
-        raise ConfigError(f"config must be a rayq.BrokerConfig, got {type(config).__name__}")
+        raise ConfigError(
+            "config must be a rayq.BrokerConfig or the path of a TOML file, got "
+            f"{type(config).__name__}"
+        )
     if not isinstance(slaves, int) or isinstance(slaves, bool) or not 0 <= slaves <= 8:
         raise ConfigError(f"slaves must be an int in 0..8, got {slaves!r}")
     if config is not None and not config.broker_role.is_master:
@@ -262,6 +281,13 @@ def start(
         )
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     base = config or BrokerConfig()
+    if placement == "local":
+        try:
+            _check_stores_free(root, base, brokers, slaves)
+        except RayqError:
+            if owns_ray:
+                ray.shutdown()
+            raise
     node_id = ray.get_runtime_context().get_node_id()
     key = ServerKey.new()  # this deployment's: every server actor holds it (server_key.py)
     _KEYS[namespace] = key
@@ -329,15 +355,10 @@ def start(
         if broker_id == 0:
             names.append(name)
     set_current_namespace(namespace)
-    logger.info(
-        "rayq started: %d broker(s) %s (replicas %s), stores under %s, clients outside "
-        "Ray connect to %s (key in %s)",
-        len(names),
-        names,
-        replicas,
-        root,
-        url,
-        root / KEY_FILE,
+    announce(
+        f"rayq started: {len(names)} broker(s) {names}, stores under {root}"
+        + (" (store_dir= or $RAYQ_HOME to change)" if store_dir is None else "")
+        + f"; clients outside Ray connect to {url} (key in {root / KEY_FILE})"
     )
     cluster = Cluster(
         namespace,
@@ -349,6 +370,44 @@ def start(
     )
     cluster.url = url
     return cluster
+
+
+def _check_stores_free(root: Path, config: BrokerConfig, brokers: int, slaves: int) -> None:
+    """StoreLockedError (before any actor starts) if a running deployment holds the store
+    of one of the brokers ``start`` would run on this node: its broker would fail to open
+    it again and again until the start timed out."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(brokers):
+        name = config.broker_name if brokers == 1 else f"{config.broker_name}-{i}"
+        for broker_id in range(slaves + 1):
+            store = root / replica_name(name, broker_id)
+            if not store.is_dir():
+                continue
+            try:
+                ensure_unlocked(store)
+            except StoreLockedError:
+                raise StoreLockedError(
+                    f"rayq.start: the store {store} is held by a running rayq deployment "
+                    "(another namespace or Ray cluster on this machine): shut that one down "
+                    "first, attach to it with rayq.connect(), or start with another store_dir "
+                    "(or $RAYQ_HOME)",
+                    path=str(store),
+                ) from None
+
+
+def announce(line: str) -> None:
+    """``line`` at INFO on the ``rayq.start`` logger. When the application configured no
+    logging at all, a stderr handler is added to that logger first, so the line shows;
+    ``logging.getLogger("rayq.start").setLevel(logging.WARNING)`` silences it."""
+    log = logging.getLogger(START_LOGGER)
+    if not log.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False  # a root handler added later would print it twice
+        if log.level == logging.NOTSET:
+            log.setLevel(logging.INFO)
+    log.info("%s", line)
 
 
 def _warn_few_slaves(config: BrokerConfig, plan: list[tuple[str, int, int, str]]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import os
 import typing
 from typing import Annotated, Any, Final, TypeVar
 
@@ -105,6 +106,14 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def from_dict(cls, values: dict[str, Any]) -> StoreConfig:
         """Build from plain values (TOML/JSON); errors name the offending field."""
         return convert_config(values, cls, "store config")
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> StoreConfig:
+        """The settings of a TOML file, one key per field; ConfigError naming the file and
+        the key for an unknown key or a bad value (store/config_file.py)."""
+        from .config_file import config_from_toml
+
+        return config_from_toml(path, cls)
 
     def replace(self, **changes: Any) -> StoreConfig:
         return StoreConfig.from_dict({**msgspec.structs.asdict(self), **changes})

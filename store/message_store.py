@@ -911,6 +911,13 @@ def _lock(root: Path) -> int:
     return fd
 
 
+def ensure_unlocked(root: Path) -> None:
+    """StoreLockedError if a MessageStore (in any process of this machine) holds the store
+    directory ``root`` open; the lock is let go again at once."""
+    if (root / "lock").exists():
+        _unlock(_lock(root))
+
+
 def _unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)

@@ -6,6 +6,7 @@ Frozen msgspec Structs with RocketMQ's defaults and field names in snake_case.
 from __future__ import annotations
 
 import enum
+import os
 from typing import Annotated, Any
 
 import msgspec
@@ -15,6 +16,7 @@ from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, DelayLevels
 from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
 from rayq.store.config import check_fields, convert_config
+from rayq.store.config_file import config_from_toml
 from rayq.store.errors import ConfigError
 from rayq.store.names import validate_instance_name
 
@@ -180,6 +182,14 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> BrokerConfig:
         return convert_config(values, cls, "broker config")
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> BrokerConfig:
+        """The settings of a TOML file (RocketMQ's ``broker.conf``): every field a key,
+        the store's in a ``[store]`` table (``examples/broker.toml``). ConfigError naming
+        the file and the key for an unknown key or a bad value, and for a file that is
+        missing, unreadable or not TOML."""
+        return config_from_toml(path, cls)
 
 
 class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from rayq.actors.protocol.config import BrokerConfig
@@ -86,6 +86,8 @@ class Reporter(Protocol):
         parked: int,
         disk_ratio: float,
         replicas: dict[str, tuple[int, float]],
+        topics: Iterable[str] = (),
+        groups: Iterable[str] = (),
     ) -> None: ...
 
 
@@ -107,6 +109,10 @@ class BrokerRuntime:
         """Start the timers (once) and register with the coordinator now."""
         if not self.tasks:
             self.tasks = [asyncio.create_task(c) for c in self._loops()]
+            try:  # the counters exist (at 0) from the start, not from the first timer
+                self.report_metrics()
+            except Exception:
+                logger.exception("broker %s: first metrics report failed", self.server.name)
         return await self.endpoint.register()
 
     def _loops(self) -> list[Coroutine[Any, Any, None]]:
@@ -173,6 +179,8 @@ class BrokerRuntime:
             parked=len(self.endpoint.polling.parked),
             disk_ratio=store.disk.ratio,
             replicas=replicas,
+            topics=self.server.tables.topics.names(),
+            groups=self.server.tables.subscription_groups.names(),
         )
 
     async def _schedule_loop(self) -> None:

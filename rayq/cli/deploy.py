@@ -8,7 +8,9 @@ import contextlib
 import importlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from rayq.bootstrap import KEY_FILE, URL_FILE
 from rayq.cli.ray_join import join_ray
@@ -16,17 +18,13 @@ from rayq.cli.registry import command
 from rayq.cli.session import Session
 from rayq.store.errors import BrokerUnavailableError, ConfigError
 
-# ``rayq start`` options that a --config file sets instead (BrokerConfig fields)
-_CONFIG_OPTIONS = {
-    "role": "--role",
-    "min_in_sync_replicas": "--min-in-sync-replicas",
-    "no_failover": "--no-failover",
-}
+if TYPE_CHECKING:
+    from rayq.actors.protocol.config import BrokerConfig
 
 
 @command("start")
 def _start(session: Session, args: argparse.Namespace) -> int:
-    config = _broker_config(args)  # bad options fail before Ray is joined
+    config = broker_config(args)  # a bad file fails before Ray is joined
     join_ray(args.address, args.namespace)  # first: Ray reads RAY_AUTH_MODE on import
     from rayq.cluster import start
 
@@ -59,30 +57,19 @@ def _print_where(store_dir: Path) -> None:
         print(f"elsewhere: export RAYQ_URL={url} RAYQ_KEY=$(cat {key_file})")
 
 
-def _broker_config(args: argparse.Namespace) -> Any:
-    """``--config FILE`` (a path ``rayq.start`` reads), else a BrokerConfig from the
-    replication options; a usage error (exit 2) when both are given."""
-    given = [flag for dest, flag in _CONFIG_OPTIONS.items() if getattr(args, dest) is not None]
-    if args.config is not None:
-        if given:
-            raise _UsageError(
-                f"{', '.join(given)} cannot be combined with --config: set "
-                "broker_role, min_in_sync_replicas and auto_failover in the config file"
-            )
-        return args.config
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """The masters' config: ``--config FILE`` (``BrokerConfig.from_toml``: ConfigError
+    naming the key of a bad one) or the defaults, with ``--role``,
+    ``--min-in-sync-replicas`` and ``--no-failover`` over it when given."""
     from rayq.actors.protocol.config import BrokerConfig, BrokerRole
 
-    return BrokerConfig(
-        broker_role=BrokerRole(args.role or "ASYNC_MASTER"),
-        auto_failover=not args.no_failover,
-        min_in_sync_replicas=args.min_in_sync_replicas or 1,
-    )
-
-
-class _UsageError(ConfigError):
-    """A usage error found after parsing (exit code 2)."""
-
-    exit_code = 2
+    config = BrokerConfig.from_toml(args.config) if args.config else BrokerConfig()
+    overrides = {
+        "broker_role": BrokerRole(args.role) if args.role else None,
+        "auto_failover": False if args.no_failover else None,
+        "min_in_sync_replicas": args.min_in_sync_replicas,
+    }
+    return msgspec.structs.replace(config, **{k: v for k, v in overrides.items() if v is not None})
 
 
 @command("stop")

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None, *, transport: Transport | None = None) -
     except RayqError as exc:
         message = " ".join(str(exc).split())
         print(f"rayq {what}: {message}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", 1))
+        return 1
     except KeyboardInterrupt:
         print(f"rayq {what}: interrupted", file=sys.stderr)
         return 130

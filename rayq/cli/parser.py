@@ -200,7 +200,12 @@ def _add_start(sub: Any, conn: argparse.ArgumentParser) -> None:
         parents=[conn],
         help="start a coordinator and brokers on a running Ray cluster, and exit",
     )
-    cmd.add_argument("--config", metavar="FILE", help="broker config file (TOML: BrokerConfig)")
+    cmd.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of BrokerConfig fields (as examples/broker.toml); the --role, "
+        "--min-in-sync-replicas and --no-failover given override it",
+    )
     cmd.add_argument("--brokers", type=int, default=1, help="brokers to start (1..26)")
     cmd.add_argument(
         "--store-dir", default=None, help="store directory (default: $RAYQ_HOME or ./rayq-data)"
@@ -231,19 +236,18 @@ def _add_start(sub: Any, conn: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--role",
         choices=("ASYNC_MASTER", "SYNC_MASTER"),
-        help="the masters' replication role (default ASYNC_MASTER)",
+        help="the masters' replication role (default: the config's, else ASYNC_MASTER)",
     )
     cmd.add_argument(
         "--min-in-sync-replicas",
         type=positive_int,
         metavar="K",
         help="with --role SYNC_MASTER: slaves that must have a send before it is "
-        "acknowledged (default 1)",
+        "acknowledged (default: the config's, else 1)",
     )
     cmd.add_argument(
         "--no-failover",
-        action="store_const",
-        const=True,
+        action="store_true",
         help="never promote a slave (it then serves reads only)",
     )
 

@@ -6,7 +6,8 @@ return ``(ConsumeStatus.CONSUME_SUCCESS, ack_index)``: messages up to and includ
 orderly listener returns a ``ConsumeOrderlyStatus``. An exception, ``None`` or
 anything else counts as RECONSUME_LATER (or SUSPEND_CURRENT_QUEUE_A_MOMENT) and is
 logged; it never reaches the consumer actor. Each listener call's time goes to the
-runner's ``timings`` tally, when it has one (the consumer actor reports it).
+runner's ``timings`` tally, when it has one (the consumer actor reports it), and to
+the client metrics of its group (rayq/metrics.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rayq.metrics import RECORDER
 from rayq.store.message import MessageExt
 from rayq.store.tally import Tally
 
@@ -48,21 +50,27 @@ class ListenerRunner:
         orderly: bool,
         batch_max: int,
         timings: Tally | None = None,
+        group: str = "",
     ) -> None:
         self.listener = listener
         self.orderly = orderly
         self.batch_max = batch_max
         self.timings = timings
+        self.group = group  # its calls' times go to the client metrics too, if set
 
     def _call(self, msgs: list[MessageExt]) -> Any:
         """The listener on ``msgs``, timed."""
-        if self.timings is None:
+        if self.timings is None and not self.group:
             return self.listener(msgs)
         started = time.perf_counter()
         try:
             return self.listener(msgs)
         finally:
-            self.timings.observe((), time.perf_counter() - started)
+            took = time.perf_counter() - started
+            if self.timings is not None:
+                self.timings.observe((), took)
+            if self.group:
+                RECORDER.listened(self.group, took)
 
     def run_concurrently(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """Consume ``msgs``; the ones that failed."""

@@ -84,6 +84,7 @@ from rayq.consumer.start_offsets import (
     fresh_start_offsets,
     queue_ends,
 )
+from rayq.metrics import RECORDER
 from rayq.service_state import ServiceState
 from rayq.store.codec import decode_records
 from rayq.store.errors import (
@@ -393,6 +394,7 @@ class PullConsumer:
             )
         s.offset = resp.next_offset
         s.epoch = epoch_after(s.epoch, resp)
+        RECORDER.lag(self.group, mq, resp.max_offset - resp.next_offset)
         if resp.status is not PullStatus.FOUND:
             return []
         msgs = decode_records(resp.buffer, broker_name=mq.broker_name)
@@ -574,6 +576,7 @@ class PullConsumer:
 
     def _drop(self, mq: MessageQueue) -> None:
         self._cancel(self._queues.pop(mq))
+        RECORDER.drop_lag(self.group, mq)
 
     def _set_topic_queues(
         self, topic: str, mqs: list[MessageQueue], tf: TagFilter | SqlFilter

@@ -61,6 +61,7 @@ from rayq.actors.protocol import (
 from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull import PULL_STALE_GRACE_S
 from rayq.consumer.selector import filter_type
+from rayq.metrics import RECORDER
 from rayq.store.errors import RayqError
 from rayq.transport.base import Reply
 
@@ -387,6 +388,7 @@ class PullRounds:
             self._offset_illegal(mq, pq, resp)
             return False
         pq.epoch = epoch_after(pq.epoch, resp)
+        RECORDER.lag(self.group, mq, resp.max_offset - resp.next_offset)
         pq.found = found = resp.status is PullStatus.FOUND
         pq.backlog = found and resp.records_left
         if found:

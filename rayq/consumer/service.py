@@ -60,6 +60,7 @@ from rayq.consumer.process_queue import ProcessQueue
 from rayq.consumer.pull_loop import PullRounds
 from rayq.consumer.selector import to_filter
 from rayq.consumer.start_offsets import fresh_start_offsets
+from rayq.metrics import RECORDER
 from rayq.store import properties as P
 from rayq.store.codec import decode_records
 from rayq.store.errors import GroupNotFoundError
@@ -121,7 +122,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         # (topic,): consumed, failed; listener call times (the actor reports them)
         self.tally = Tally()
         self.runner = ListenerRunner(
-            listener, orderly, config.consume_message_batch_max_size, self.tally
+            listener, orderly, config.consume_message_batch_max_size, self.tally, group
         )
         self.pool = ThreadPoolExecutor(config.consume_thread, thread_name_prefix=f"rayq-{group}")
         self.generation = -1
@@ -269,6 +270,7 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         for mq in mqs:
             pq = self.queues.pop(mq)
             pq.drop()
+            RECORDER.drop_lag(self.group, mq)
             for task in self.tasks.pop(mq, []):
                 task.cancel()
             self.offsets.forget(mq)

@@ -45,6 +45,7 @@ class Put:
         "attempt",
         "avoid",
         "batch",
+        "born",
         "call",
         "deadline",
         "first_sequence",
@@ -74,6 +75,7 @@ class Put:
         self.fixed, self.movable = fixed, not fixed
         self.producer_id, self.first_sequence = producer_id, first_sequence
         self.attempt, self.started, self.deadline, self.not_before = 0, 0.0, 0.0, 0.0
+        self.born = 0.0  # when its first attempt started (client send latency)
         self.avoid: set[str] = set()
         self.call: Any = None  # the PutCall in flight (produce_sender.py)
 

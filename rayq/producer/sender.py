@@ -35,6 +35,7 @@ from typing import Protocol
 import msgspec
 
 from rayq.actors.protocol import BatchSendResult, MessageQueue, SendResult
+from rayq.metrics import RECORDER
 from rayq.producer.accumulator import Put
 from rayq.producer.routes import QueueSelector
 from rayq.producer.validation import too_large
@@ -166,14 +167,18 @@ class Sender:
         try:
             batch = self._encoded(put)
             put.started = time.monotonic()
+            if not put.born:
+                put.born = put.started
             put.call = self._start_put(put.queue.broker_name, batch)
         except RayqError as exc:
             put.call = _FailedCall(exc)
         put.deadline = put.started + self.policy.timeout_s
 
     def succeeded(self, put: Put) -> None:
+        now = time.monotonic()
         if self.selector is not None:
-            self.selector.faults.record(put.queue.broker_name, time.monotonic() - put.started)
+            self.selector.faults.record(put.queue.broker_name, now - put.started)
+        RECORDER.sent(put.topic, now - (put.born or put.started))
 
     # ---------------------------------------------------- the retry policy
     def after_failure(self, put: Put, err: BaseException) -> BaseException | None:
@@ -189,9 +194,11 @@ class Sender:
             if retriable:
                 self._note_fault(queue)
         if not retriable:
+            RECORDER.send_failed(queue.topic)
             return err
         put.attempt += 1
         if put.attempt >= self.policy.attempts:
+            RECORDER.send_failed(queue.topic)
             return self._final_error(put, err)
         if not put.movable:
             logger.info("put to %s failed (%s); retrying it there", queue, err)
@@ -205,6 +212,7 @@ class Sender:
             put.queue = self.selector.pick(queue.topic, put.avoid)
         except RayqError as pick_err:  # no route now: try the same queue once more
             if not pick_err.retriable:
+                RECORDER.send_failed(queue.topic)
                 return pick_err
             logger.info("send to %s failed (%s), no other queue now: %s", queue, err, pick_err)
             return None

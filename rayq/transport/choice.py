@@ -71,3 +71,16 @@ def make_transport(configured: str, namespace: str) -> Transport:
         if found is None:
             found = _shared[key] = DirectTransport(namespace)
         return found
+
+
+def forget_transports(namespace: str) -> None:
+    """Close and drop this process's shared transports to ``namespace``: the deployment
+    there was shut down, and a new one started in the same namespace (same Ray session)
+    has other actors; clients made after it get fresh transports."""
+    with _lock:
+        gone = [key for key in _shared if key[0] == namespace]
+        closing = [_shared.pop(key) for key in gone]
+    for transport in closing:
+        close = getattr(transport, "close", None)
+        if close is not None:
+            close()

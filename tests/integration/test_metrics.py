@@ -24,6 +24,8 @@ pytestmark = pytest.mark.integration
 NAMESPACE = "rayq-test-metrics"
 TOPIC = "metered"
 GROUP = "metered-cg"
+IDLE_TOPIC = "idle"  # created, never used: its counters are exported at 0
+IDLE_GROUP = "idle-cg"
 BATCHES = 3
 PER_BATCH = 40
 SENT = BATCHES * PER_BATCH  # one of them is b"fail": retried once, then dead-lettered
@@ -102,7 +104,10 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], A
 
 
 def _workload() -> rayq.PushConsumer:
-    rayq.Admin().create_topic(TOPIC, queues=2)
+    admin = rayq.Admin()
+    admin.create_topic(TOPIC, queues=2)
+    admin.create_topic(IDLE_TOPIC, queues=1)
+    admin.create_group(IDLE_GROUP)
     consumer = rayq.PushConsumer(
         GROUP, consume_from=rayq.ConsumeFromWhere.FIRST_OFFSET, max_reconsume_times=1
     )
@@ -139,6 +144,20 @@ EXPECTED: list[tuple[str, dict[str, str], Callable[[float], bool]]] = [
     ("ray_rayq_flush_latency_seconds_count", {"mode": "async"}, lambda v: v >= 1),
     ("ray_rayq_replication_lag_bytes", {"broker": "broker-a", "slave": "1"}, lambda v: v >= 0),
     ("ray_rayq_replication_lag_seconds", {"broker": "broker-a", "slave": "1"}, lambda v: v >= 0),
+    # counters exported at 0 before their first event
+    ("ray_rayq_put_messages_total", {"topic": IDLE_TOPIC}, lambda v: v == 0),
+    ("ray_rayq_pull_bytes_total", {"topic": IDLE_TOPIC}, lambda v: v == 0),
+    ("ray_rayq_retry_messages_total", {"group": IDLE_GROUP}, lambda v: v == 0),
+    ("ray_rayq_dlq_messages_total", {"group": IDLE_GROUP}, lambda v: v == 0),
+    # client side: this driver's producer, the push consumer actor's pulls and listener
+    ("ray_rayq_client_send_latency_seconds_count", {"topic": TOPIC}, lambda v: v == BATCHES),
+    ("ray_rayq_client_send_errors_total", {"topic": TOPIC}, lambda v: v == 0),
+    (
+        "ray_rayq_client_receive_lag_messages",
+        {"group": GROUP, "topic": TOPIC, "queue_id": "0"},
+        lambda v: v == 0,
+    ),
+    ("ray_rayq_client_listener_seconds_count", {"group": GROUP}, lambda v: v >= 1),
 ]
 
 
@@ -153,7 +172,8 @@ def _misses(samples: Samples) -> list[str]:
 
 def test_every_rayq_metric_family_is_exported_with_the_counts_sent(scraped) -> None:
     """Given 120 messages sent (one failing twice) and consumed, when /metrics is
-    scraped, expect every family of actors/metrics.py, counts equal to what was sent."""
+    scraped, expect every family of actors/metrics.py (the clients' too), counts equal
+    to what was sent, and the counters of an idle topic and group at 0."""
     deadline = time.monotonic() + EXPORT_WAIT_S
     while True:
         families, samples = scraped()

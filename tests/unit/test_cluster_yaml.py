@@ -73,3 +73,16 @@ def test_the_commented_cloud_variant_is_valid_yaml() -> None:
     assert {"rayq_broker:broker-a", "rayq_broker:broker-b"} <= {
         r for t in types.values() for r in t["resources"]
     }
+
+
+def test_rayq_start_gets_the_broker_config_file_mounted_on_every_node() -> None:
+    """The head's ``rayq start --config`` names a file that file_mounts copies from the
+    checkout, and that file is a valid BrokerConfig."""
+    import rayq
+
+    config = load()
+    start = next(c for c in config["head_start_ray_commands"] if "rayq start" in c)
+    target = re.search(r"--config (\S+)", start)
+    assert target is not None, start
+    source = config["file_mounts"][target.group(1)]
+    assert isinstance(rayq.BrokerConfig.from_toml(ROOT / source), rayq.BrokerConfig)

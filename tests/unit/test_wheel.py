@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def test_the_wheel_carries_rayqs_spark_jar_and_a_jvm_loads_it(tmp_path: Path) ->
 
     with zipfile.ZipFile(wheel) as whl:
         assert JAR in whl.namelist()
+        assert "rayq/py.typed" in whl.namelist()  # PEP 561: checkers use rayq's types
         built_with = json.loads(whl.read(BUILT_WITH))
         jar = tmp_path / jar_build.JAR_NAME
         jar.write_bytes(whl.read(JAR))
@@ -99,3 +101,38 @@ def test_the_wheel_carries_rayqs_spark_jar_and_a_jvm_loads_it(tmp_path: Path) ->
     loaded = subprocess.run(java, capture_output=True, text=True, timeout=300, check=False)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert loaded.stdout.split() == ["rayq"]
+
+
+# Builds the sdist of the checkout in the working directory with the in-tree backend.
+BUILD_SDIST = """
+import sys
+sys.path.insert(0, "build_backend")
+import rayq_build
+print(rayq_build.build_sdist(sys.argv[1]))
+"""
+
+
+def test_the_sdist_and_the_wheels_built_from_it_carry_py_typed(tmp_path: Path) -> None:
+    """PEP 561's marker is in the sdist, and declared as package data of ``rayq`` (so a
+    wheel built from it has it; test_the_wheel_carries... checks a built wheel)."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=NOT_SOURCES, symlinks=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", BUILD_SDIST, str(tmp_path / "dist")],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    sdist = tmp_path / "dist" / done.stdout.split()[-1]
+    with tarfile.open(sdist) as tar:
+        names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
+    assert "rayq/py.typed" in names
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["rayq"]

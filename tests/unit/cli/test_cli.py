@@ -57,20 +57,54 @@ def test_read_commands_take_json_and_write_commands_refuse_it() -> None:
 def test_start_keeps_its_options_and_takes_a_config_file() -> None:
     args = parse("start", "--brokers", "2", "--store-dir", "/s", "--config", "broker.toml")
     assert (args.brokers, args.store_dir, args.config) == (2, "/s", "broker.toml")
-    assert (args.placement, args.slaves, args.role, args.no_failover) == ("local", 0, None, None)
+    assert (args.placement, args.slaves, args.role, args.no_failover) == ("local", 0, None, False)
     args = parse("start", "--slaves", "1", "--role", "SYNC_MASTER", "--no-failover")
     assert (args.slaves, args.role, args.no_failover) == (1, "SYNC_MASTER", True)
     with pytest.raises(SystemExit):
         make_argument_parser().parse_args(["start", "--role", "SLAVE"])
 
 
-def test_start_refuses_replication_options_next_to_a_config_file(
-    capsys: pytest.CaptureFixture[str],
+def test_start_takes_slaves_role_and_failover() -> None:
+    """Replication options: slaves per broker, the masters' role, failover off."""
+    parser = make_argument_parser()
+    args = parser.parse_args(["start"])
+    # None: the --config file's, else BrokerConfig's default (ASYNC_MASTER, 1)
+    assert (args.slaves, args.role, args.no_failover) == (0, None, False)
+    args = parser.parse_args(["start", "--slaves", "1", "--role", "SYNC_MASTER", "--no-failover"])
+    assert (args.slaves, args.role, args.no_failover) == (1, "SYNC_MASTER", True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["start", "--role", "SLAVE"])  # slaves come from --slaves/resources
+    assert parser.parse_args(["start"]).min_in_sync_replicas is None
+    args = parser.parse_args(["start", "--slaves", "2", "--min-in-sync-replicas", "2"])
+    assert args.min_in_sync_replicas == 2
+
+
+def test_start_reads_a_config_file_and_the_options_given_override_it(tmp_path: Any) -> None:
+    """--config FILE is BrokerConfig.from_toml; --role, --min-in-sync-replicas and
+    --no-failover, when given, win over it."""
+    from rayq.cli.deploy import broker_config
+
+    toml = tmp_path / "broker.toml"
+    toml.write_text('broker_role = "SYNC_MASTER"\nmin_in_sync_replicas = 2\n')
+    config = broker_config(parse("start", "--config", str(toml)))
+    assert (config.broker_role.value, config.min_in_sync_replicas) == ("SYNC_MASTER", 2)
+    assert config.auto_failover is True
+    config = broker_config(
+        parse("start", "--config", str(toml), "--role", "ASYNC_MASTER", "--no-failover")
+    )
+    assert (config.broker_role.value, config.min_in_sync_replicas) == ("ASYNC_MASTER", 2)
+    assert config.auto_failover is False
+    assert broker_config(parse("start")).broker_role.value == "ASYNC_MASTER"
+
+
+def test_start_with_a_bad_config_file_is_one_line_and_exit_1_before_ray(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--role and --config both: exit 2 before Ray is joined."""
-    assert main(["start", "--config", "b.toml", "--role", "SYNC_MASTER"]) == 2
+    toml = tmp_path / "broker.toml"
+    toml.write_text("no_such_setting = 1\n")
+    assert main(["start", "--config", str(toml)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--role" in err and "config file" in err
+    assert err.count("\n") == 1 and "no_such_setting" in err
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from rayq.store.batch import encode_batch
 from rayq.store.tally import Tally
 
 IDS = UniqIdGenerator()
-LABELS = {"broker", "topic", "group", "slave", "mode"}
+LABELS = {"broker", "topic", "group", "slave", "mode", "queue_id"}
 
 
 class FakeMetric:
