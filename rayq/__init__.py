@@ -6,8 +6,9 @@ General layout (imports only point down: ``rayq`` -> ``rayq.actors`` -> ``rayq.s
   (Producer, TransactionProducer), ``consumer/`` (PushConsumer, PullConsumer, SimpleConsumer and
   their engines), ``admin/``, ``transport/`` (the seam to the server: typed clients,
   Ray actor calls), ``connectors/`` (Spark, the JVM source and sink, Ray Data),
-  ``cli/``, ``testing/`` (an in-process cluster over the real server objects),
-  ``metrics`` (client-side metrics, in-process and through Ray).
+  ``cli/``, ``trace/`` (message trace: records, their writer, ``Admin.trace``),
+  ``testing/`` (an in-process cluster over the real server objects), ``metrics``
+  (client-side metrics, in-process and through Ray).
   ``rayq.cluster`` starts or attaches to a deployment. Reaches the server only
   through ``rayq.actors.protocol`` and a transport; never opens store files.
 * ``rayq.actors`` (folder ``actors/``): the server side. ``protocol/`` is the wire
@@ -94,6 +95,7 @@ _LAZY = {
     "QueueStats": "rayq.actors.protocol.broker",
     "SendResult": "rayq.actors.protocol.broker",
     "SendStatus": "rayq.actors.protocol.enums",
+    "TraceEvent": "rayq.trace",
     "TransactionListener": "rayq.producer.transaction",
     "TransactionProducer": "rayq.producer.transaction",
     "TransactionStatus": "rayq.actors.protocol.enums",
@@ -189,6 +191,7 @@ __all__ = [
     "SubscriptionGroupConfig",
     "TagFilter",
     "TopicNotFoundError",
+    "TraceEvent",
     "TransactionListener",
     "TransactionProducer",
     "TransactionStatus",

@@ -301,13 +301,13 @@ def index_columns(topic: str, props: Properties) -> tuple[list[int], list[int]]:
     if all(keys) and P.KEY_SEPARATOR not in "".join(keys):  # one key each: no split needed
         hashes += map(crc32c, map(str.encode, keys), repeat(seed))
         owners += range(len(keys))
-    elif any(keys):
+    elif any(keys):  # many keys in one record (a trace record's): hashed in bulk
         for i, value in enumerate(keys):
-            for k in value.split(P.KEY_SEPARATOR) if value else ():
-                if not k:
-                    continue
-                hashes.append(crc32c(k.encode(), seed))
-                owners.append(i)
+            if not value:
+                continue
+            split = [k for k in value.split(P.KEY_SEPARATOR) if k]
+            hashes += map(crc32c, map(str.encode, split), repeat(seed))
+            owners += repeat(i, len(split))
     if all(uniq_keys):
         hashes += map(crc32c, props.uniq_bytes or map(str.encode, uniq_keys), repeat(seed))
         owners += range(len(uniq_keys))

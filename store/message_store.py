@@ -102,6 +102,7 @@ logger = logging.getLogger(__name__)
 QueueKey = tuple[str, int]
 QUEUE_ID_MAX = codec.QUEUE_ID_MAX
 INDEX_BATCH = 8192  # index entries are buffered and written this many at a time
+VIEW_CANDIDATES_MAX = 32  # view_message: messages of a topic whose KEYS hold the id, read
 
 
 T = TypeVar("T")
@@ -687,9 +688,11 @@ class MessageStore:
             if msg is not None and msg.offset_msg_id == msg_id.upper():
                 return msg
         for t in [topic] if topic else self.topics():
-            found = self.query_message(t, msg_id, max_num=1)
-            if found:
-                return found[0]
+            # by its unique id only: a message whose KEYS hold that id (a trace record)
+            # is another message
+            for msg in self.query_message(t, msg_id, max_num=VIEW_CANDIDATES_MAX):
+                if msg.msg_id == msg_id:
+                    return msg
         return None
 
     # --------------------------------------------------------------- offsets

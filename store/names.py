@@ -11,7 +11,8 @@ System topics use RocketMQ's names, which the pattern accepts: ``%RETRY%<group>`
 Which topics a client may write (RocketMQ's ``TopicValidator``): none of
 ``SYSTEM_TOPICS`` or a ``rmq_sys_`` name (the broker's own topics; RocketMQ's producer
 says "The topic[...] is conflict with system topic"), and no ``%RETRY%``/``%DLQ%``
-topic (only the broker's send-back writes those). ``check_client_write_topic`` is the
+topic (only the broker's send-back writes those); ``RMQ_SYS_TRACE_TOPIC`` is the one
+system topic clients write (message trace records). ``check_client_write_topic`` is the
 one check, made by the producer, the Arrow writer and ``Broker.put``; the broker's
 send-back and delayed delivery append through other paths and are not affected.
 Consumers may still read retry and dead-letter topics.
@@ -46,6 +47,9 @@ SYSTEM_TOPIC_PREFIX: Final[str] = "rmq_sys_"
 TRANS_HALF_TOPIC: Final[str] = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final[str] = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC: Final[str] = "TRANS_CHECK_MAX_TIME_TOPIC"
+# Message trace records (rayq/trace/): a system topic that clients write, as RocketMQ's
+# RMQ_SYS_TRACE_TOPIC is (it is not in RocketMQ's NOT_ALLOWED_SEND_TOPIC_SET).
+TRACE_TOPIC: Final[str] = "RMQ_SYS_TRACE_TOPIC"
 NO_QUEUE_TOPICS: Final[frozenset[str]] = frozenset({TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC})
 # RocketMQ's TopicValidator.SYSTEM_TOPIC_SET: topics of the broker itself.
 SYSTEM_TOPICS: Final[frozenset[str]] = frozenset(
@@ -57,7 +61,7 @@ SYSTEM_TOPICS: Final[frozenset[str]] = frozenset(
         "SELF_TEST_TOPIC",
         TRANS_HALF_TOPIC,
         TRANS_OP_HALF_TOPIC,
-        "RMQ_SYS_TRACE_TOPIC",
+        TRACE_TOPIC,
         TRANS_CHECK_MAX_TIME_TOPIC,
     }
 )
@@ -134,6 +138,21 @@ def validate_instance_name(name: object) -> str:
     return name
 
 
+def check_trace_topic(topic: object) -> str:
+    """Return ``topic`` if trace records may go there (``ClientConfig.trace_topic``): a
+    legal name a client may write (``RMQ_SYS_TRACE_TOPIC`` or a topic of the user's
+    own), else raise ConfigError naming the field."""
+    try:
+        return check_client_write_topic(validate_topic(topic))
+    except (InvalidTopicError, PermissionDeniedError) as exc:
+        raise ConfigError(
+            f"trace_topic={topic!r} cannot hold trace records: {exc}; use the default "
+            f"{TRACE_TOPIC!r} or a topic name of your own",
+            field="trace_topic",
+            value=repr(topic),
+        ) from None
+
+
 def retry_topic(group: str) -> str:
     """``%RETRY%<group>``: where ``group``'s failed messages wait to be consumed again."""
     return _group_topic(RETRY_GROUP_TOPIC_PREFIX, group)
@@ -170,7 +189,7 @@ def check_client_write_topic(topic: str) -> str:
             "when a consumer sends a message back; send to a topic of your own",
             topic=topic,
         )
-    if is_system_topic(topic):
+    if is_system_topic(topic) and topic != TRACE_TOPIC:
         raise PermissionDeniedError(
             f"the topic {topic!r} is conflict with system topic (RocketMQ's words): the "
             f"broker uses it (system topics are {sorted(SYSTEM_TOPICS)} and "

@@ -18,7 +18,7 @@ from rayq.store import DEFAULT_STORE_CONFIG, FlushDiskType, StoreConfig
 from rayq.store.config import check_fields, convert_config
 from rayq.store.config_file import config_from_toml
 from rayq.store.errors import ConfigError
-from rayq.store.names import validate_instance_name
+from rayq.store.names import TRACE_TOPIC, check_trace_topic, validate_instance_name
 
 NAMESPACE = "rayq"
 TRANSPORTS = frozenset({"", "direct", "ray"})  # ClientConfig.transport
@@ -232,10 +232,15 @@ class ClientConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # How broker calls travel: "direct" (the brokers' socket data plane), "ray" (actor
     # calls), or "" for the environment variable RAYQ_TRANSPORT, else "direct"
     transport: str = ""
+    # Message trace (RocketMQ msgTrace, rayq/trace/): this client records its sends and
+    # consumes to trace_topic (Admin.trace reads them); off by default.
+    trace_enable: bool = False
+    trace_topic: str = TRACE_TOPIC
 
     def __post_init__(self) -> None:
         check_fields(self)
         validate_instance_name(self.instance_name)
+        check_trace_topic(self.trace_topic)
         if self.transport not in TRANSPORTS:
             raise ConfigError(
                 f"transport={self.transport!r} is not one of {sorted(TRANSPORTS)}: "

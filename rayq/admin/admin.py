@@ -69,7 +69,9 @@ from rayq.store.errors import (
     TopicNotFoundError,
 )
 from rayq.store.message import MessageExt
-from rayq.store.names import dlq_topic, validate_group, validate_topic
+from rayq.store.names import check_trace_topic, dlq_topic, validate_group, validate_topic
+from rayq.trace.lookup import trace_of
+from rayq.trace.records import TraceEvent
 from rayq.transport.base import BrokerClient, Reply, Transport
 from rayq.transport.context import ClientContext, bind
 
@@ -543,6 +545,15 @@ class Admin:
             f"no message with id {msg_id!r} on any broker (wrong id, or removed by retention)",
             msg_id=msg_id,
         )
+
+    def trace(self, msg_id: str, *, trace_topic: str | None = None) -> list[TraceEvent]:
+        """The timeline of the message ``msg_id``, oldest first: its send, store and
+        consumes as traced clients recorded them (``ClientConfig(trace_enable=True)``)
+        in ``trace_topic`` (default: this Admin's ``ClientConfig.trace_topic``). [] for a
+        stored message no traced client touched; InvalidMessageError for an id with
+        neither a message nor a trace."""
+        topic = self._ctx.config.trace_topic if trace_topic is None else trace_topic
+        return trace_of(self, msg_id, check_trace_topic(topic))
 
     def get_message(
         self, topic: str, queue_id: int, queue_offset: int, broker_name: str | None = None

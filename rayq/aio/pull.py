@@ -75,6 +75,8 @@ class PullConsumer(sync_pull.PullConsumer):
                     req = ClientRequest(client_id=self.client_id)
                     left = self._ctx.coordinator.leave_shares(req).wait()
                     await asyncio.wait_for(left, sync_pull.OFFSET_CALL_TIMEOUT_S)
+            if self._tracer is not None:
+                await asyncio.to_thread(self._close_tracer)
 
     async def __aenter__(self) -> PullConsumer:
         if self._service_state is ServiceState.CREATE_JUST:

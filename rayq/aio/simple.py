@@ -11,6 +11,9 @@ from typing import Any
 
 from rayq.actors.protocol.pop import AckRequest
 from rayq.consumer.simple import (
+    ACK,
+    CHANGE_INVISIBLE_DURATION,
+    NACK,
     PopConsumerCore,
     Received,
     check_max_messages,
@@ -19,6 +22,7 @@ from rayq.consumer.simple import (
 )
 from rayq.service_state import ServiceState
 from rayq.store.errors import BrokerUnavailableError, RayqError
+from rayq.trace.tracer import now_ms
 from rayq.transport.context import CALL_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
@@ -136,7 +140,9 @@ class SimpleConsumer(PopConsumerCore):
     async def ack(self, msg: Received) -> None:
         """Settle ``msg`` (InvalidReceiptHandleError if it is not in flight any more)."""
         self._check_open()
+        began_ms = now_ms()
         await self.ack_handles([handle_of(msg)], msg.topic)
+        self._traced([msg], ACK, began_ms)
 
     async def ack_handles(self, receipt_handles: list[str], topic: str) -> None:
         """Settle several messages of one broker at once: all, or none with the reason."""
@@ -148,12 +154,15 @@ class SimpleConsumer(PopConsumerCore):
         """Settle many messages with one call per broker (per broker: all or none); with
         ``defer``, on the next receive from each broker (``rayq.SimpleConsumer.ack_many``)."""
         self._check_open()
+        msgs, began_ms = list(msgs), now_ms()
         if defer:
             full = self._defer(msgs)
             if full:
                 await self._send_acks(self._flush_requests(full))
+            self._traced(msgs, ACK, began_ms)
             return
         await self._send_acks(self._ack_many_requests(msgs))
+        self._traced(msgs, ACK, began_ms)
 
     async def flush_acks(self) -> None:
         """Send the deferred acks now (one call per broker and topic)."""
@@ -177,8 +186,10 @@ class SimpleConsumer(PopConsumerCore):
 
     async def _change(self, msg: Received, invisible_ms: int, release: bool) -> None:
         broker, req = self._change_request(msg, invisible_ms, release)
+        began_ms = now_ms()
         got = await self._ctx.broker_calls_async({broker: lambda c: c.change_invisibility(req)})
         msg.receipt_handle = got[broker].handles[0]
+        self._traced([msg], NACK if release else CHANGE_INVISIBLE_DURATION, began_ms)
 
 
 __all__ = ["ReceivedMessage", "SimpleConsumer"]

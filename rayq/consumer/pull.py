@@ -100,10 +100,13 @@ from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import validate_group, validate_topic
 from rayq.store.sql92 import SqlFilter
+from rayq.trace.tracer import Tracer, now_ms
 from rayq.transport.base import Reply, Transport
 from rayq.transport.context import ClientContext, bind
 
 logger = logging.getLogger(__name__)
+
+POLLED = "POLLED"  # the trace status of a message poll returned
 
 OFFSET_MAX = 2**63 - 1  # a queue offset is a signed 64-bit int on the wire and on disk
 OFFSET_CALL_TIMEOUT_S = 30.0  # offset queries and commits
@@ -164,6 +167,8 @@ class PullConsumer:
             self._ctx, group, broadcasting=model is MessageModel.BROADCASTING
         )
         self.client_id = self._ctx.client_id
+        # message trace: each poll's messages, when trace_enable
+        self._tracer = Tracer.open(self._config, group, self.client_id, namespace, transport)
         self._subscriptions: dict[str, TagFilter | SqlFilter] = {}
         self._listeners: dict[str, QueueListener | None] = {}
         self._manual = False
@@ -273,6 +278,11 @@ class PullConsumer:
             if self._subscriptions and self.model is MessageModel.CLUSTERING:
                 with suppress(RayqError):
                     self._ctx.coordinator.leave_shares(ClientRequest(client_id=self.client_id))
+            self._close_tracer()
+
+    def _close_tracer(self) -> None:
+        if self._tracer is not None:
+            self._tracer.close()  # its trace records written first
 
     def __enter__(self) -> PullConsumer:
         return self
@@ -398,9 +408,11 @@ class PullConsumer:
         if resp.status is not PullStatus.FOUND:
             return []
         msgs = decode_records(resp.buffer, broker_name=mq.broker_name)
-        if s.tag_filter.tags is None:
-            return msgs
-        return [m for m in msgs if s.tag_filter.matches_tags(m.tags)]
+        if s.tag_filter.tags is not None:
+            msgs = [m for m in msgs if s.tag_filter.matches_tags(m.tags)]
+        if self._tracer is not None:
+            self._tracer.consumed(msgs, POLLED, now_ms())
+        return msgs
 
     def _pull_failed(self, mq: MessageQueue, s: _QueueState, exc: BaseException) -> None:
         logger.warning(

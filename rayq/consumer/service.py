@@ -67,6 +67,7 @@ from rayq.store.errors import GroupNotFoundError
 from rayq.store.message import MessageExt
 from rayq.store.names import retry_topic
 from rayq.store.tally import Tally
+from rayq.trace.tracer import Tracer
 from rayq.transport.base import Transport
 from rayq.transport.context import ClientContext
 
@@ -152,6 +153,9 @@ class ConsumeService(PullRounds, OrderlyConsumption):
         """Everything ``start`` does but joining the group: the client context, the
         offset store, the retry topic. (Tests then ``assign`` queues themselves.)"""
         self.ctx = ClientContext(self.config, self.namespace, self.transport, self.client_id)
+        self.runner.tracer = Tracer.open(  # message trace: each listener call
+            self.config, self.group, self.client_id, self.namespace, self.transport
+        )
         if self.broadcasting:
             await self._check_broadcast_allowed()
             self.offsets = LocalOffsetStore(
@@ -454,6 +458,8 @@ class ConsumeService(PullRounds, OrderlyConsumption):
             if task is not None:
                 task.cancel()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.runner.tracer is not None:
+            await asyncio.to_thread(self.runner.tracer.close)  # its records written first
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -62,10 +62,15 @@ from rayq.store.filters import TagFilter
 from rayq.store.message import MessageExt
 from rayq.store.names import RETRY_GROUP_TOPIC_PREFIX, validate_group, validate_topic
 from rayq.store.sql92 import SqlFilter
+from rayq.trace.tracer import Tracer, now_ms
 from rayq.transport.base import Transport
 from rayq.transport.context import CALL_TIMEOUT_S, ClientContext
 
 logger = logging.getLogger(__name__)
+
+# Trace statuses of a POP consumer's steps (rayq/trace/records.py)
+RECEIVED, ACK, NACK = "RECEIVED", "ACK", "NACK"
+CHANGE_INVISIBLE_DURATION = "CHANGE_INVISIBLE_DURATION"
 
 
 class Received(MessageExt):
@@ -205,6 +210,8 @@ class PopConsumerCore:
         self._consume_from = consume_from
         self._ctx = ClientContext(config, namespace, transport)
         self.client_id = self._ctx.client_id
+        # message trace: receives and settlements, when trace_enable
+        self._tracer = Tracer.open(self._ctx.config, group, self.client_id, namespace, transport)
         self._subscriptions: dict[str, TagFilter | SqlFilter] = {}
         self._turns = itertools.count()
         self._service_state = ServiceState.CREATE_JUST
@@ -250,6 +257,13 @@ class PopConsumerCore:
 
     def _shutdown(self) -> None:
         self._service_state = ServiceState.SHUTDOWN_ALREADY
+        if self._tracer is not None:
+            self._tracer.close()  # its trace records written first
+
+    def _traced(self, msgs: Iterable[Received], status: str, began_ms: int) -> None:
+        """Trace a step (``status``) of ``msgs`` that began at ``began_ms``."""
+        if self._tracer is not None:
+            self._tracer.consumed(list(msgs), status, began_ms, now_ms() - began_ms)
 
     # ------------------------------------------------------- receive plan
     def _receive_plan(self, max_messages: int, invisible_duration: float) -> ReceivePlan:
@@ -351,12 +365,13 @@ class PopConsumerCore:
             return []
         got = received_as(self.received_class, resp.buffer, broker, resp.handles, self)
         f = self._subscriptions[topic]
-        if f.tags is None:
-            return got
-        stray = [m.receipt_handle for m in got if not f.matches_tags(m.tags)]
-        if stray:
-            self._strays.append((topic, broker, stray))
-        return [m for m in got if f.matches_tags(m.tags)]
+        if f.tags is not None:
+            stray = [m.receipt_handle for m in got if not f.matches_tags(m.tags)]
+            if stray:
+                self._strays.append((topic, broker, stray))
+            got = [m for m in got if f.matches_tags(m.tags)]
+        self._traced(got, RECEIVED, now_ms())
+        return got
 
     # ------------------------------------------------------------- settle
     def _ack_request(self, topic: str, handles: list[str]) -> tuple[str, AckRequest]:
@@ -481,7 +496,9 @@ class SimpleConsumer(PopConsumerCore):
         """Settle ``msg``: it is not delivered again. InvalidReceiptHandleError if it is
         not in flight any more (acknowledged already, or its lease ended)."""
         self._check_open()
+        began_ms = now_ms()
         self.ack_handles([handle_of(msg)], msg.topic)
+        self._traced([msg], ACK, began_ms)
 
     def ack_handle(self, receipt_handle: str, topic: str) -> None:
         """``ack`` by receipt handle (a str that may travel to another process)."""
@@ -501,12 +518,15 @@ class SimpleConsumer(PopConsumerCore):
         A deferred ack the broker refuses is logged, not raised; if it is lost with a
         failed receive, its message comes again when its lease ends."""
         self._check_open()
+        msgs, began_ms = list(msgs), now_ms()
         if defer:
             full = self._defer(msgs)
             if full:
                 self._send_acks(self._flush_requests(full))
+            self._traced(msgs, ACK, began_ms)
             return
         self._send_acks(self._ack_many_requests(msgs))
+        self._traced(msgs, ACK, began_ms)
 
     def flush_acks(self) -> None:
         """Send the deferred acks now (one call per broker and topic)."""
@@ -531,8 +551,10 @@ class SimpleConsumer(PopConsumerCore):
 
     def _change(self, msg: Received, invisible_ms: int, release: bool) -> None:
         broker, req = self._change_request(msg, invisible_ms, release)
+        began_ms = now_ms()
         got = self._ctx.broker_calls({broker: lambda c: c.change_invisibility(req)})
         msg.receipt_handle = got[broker].handles[0]
+        self._traced([msg], NACK if release else CHANGE_INVISIBLE_DURATION, began_ms)
 
 
 def handle_of(msg: object) -> str:

@@ -125,7 +125,7 @@ class AsyncSends:
         except Exception as exc:
             self._failed(put, exc)
             return
-        self.sender.succeeded(put)
+        self.sender.succeeded(put, res)
         for fut, result in zip(put.futures, results(put.queue, res), strict=True):
             if fut.set_running_or_notify_cancel():
                 fut.set_result(result)

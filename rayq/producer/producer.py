@@ -50,6 +50,7 @@ from rayq.store import InnerMessage, Message, UniqIdGenerator
 from rayq.store import properties as P
 from rayq.store.errors import BrokerUnavailableError, ClosedError
 from rayq.store.names import validate_group
+from rayq.trace.tracer import Tracer
 from rayq.transport.base import Transport
 from rayq.transport.context import ClientContext
 
@@ -113,6 +114,10 @@ class Producer:
         self._async = AsyncSends(self.group, self._sender, accumulator)
         self._idempotence = Idempotence(self.client_id) if idempotent else None
         self._serial: ThreadPoolExecutor | None = None
+        # message trace (rayq/trace/): every put the broker answers, when trace_enable
+        self._tracer = self._sender.tracer = Tracer.open(
+            cfg, self.group, self.client_id, namespace, transport
+        )
 
     def __repr__(self) -> str:
         state = "shut down" if self._closed else "started" if self._ctx else "new"
@@ -133,6 +138,8 @@ class Producer:
         self._async.close((cfg.retries + 1) * cfg.send_timeout_ms / 1000 + 5)
         if self._serial is not None:
             self._serial.shutdown(wait=True)
+        if self._tracer is not None:
+            self._tracer.close()  # its trace records written first
 
     def __enter__(self) -> Producer:
         self.start()

@@ -47,6 +47,7 @@ from rayq.store.errors import (
     RayqError,
     TopicNotFoundError,
 )
+from rayq.trace.tracer import Tracer
 from rayq.transport.base import BrokerClient, Reply
 
 logger = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class Sender:
     ) -> None:
         self.name, self.policy, self._directory, self.selector = name, policy, directory, selector
         self._limits = (max_body_bytes, max_properties_bytes, batch_max_bytes)
+        self.tracer: Tracer | None = None  # message trace: told of every answered put
 
     def _start_put(self, broker_name: str, batch: EncodedBatch) -> PutCall:
         """THE broker call of the produce path: one ``Broker.put``, not waited for."""
@@ -174,11 +176,14 @@ class Sender:
             put.call = _FailedCall(exc)
         put.deadline = put.started + self.policy.timeout_s
 
-    def succeeded(self, put: Put) -> None:
+    def succeeded(self, put: Put, res: BatchSendResult) -> None:
+        """``put`` was answered with ``res``: note the broker's latency, trace it."""
         now = time.monotonic()
         if self.selector is not None:
             self.selector.faults.record(put.queue.broker_name, now - put.started)
         RECORDER.sent(put.topic, now - (put.born or put.started))
+        if self.tracer is not None and put.msgs is not None:
+            self.tracer.sent(put.msgs, put.queue, res)
 
     # ---------------------------------------------------- the retry policy
     def after_failure(self, put: Put, err: BaseException) -> BaseException | None:
@@ -264,7 +269,7 @@ class Sender:
                     raise final from None
                 await asyncio.sleep(max(0.0, put.not_before - time.monotonic()))
                 continue
-            self.succeeded(put)
+            self.succeeded(put, res)
             return res
 
     def pipeline(self, puts: Iterable[Put], depth: int) -> Iterator[tuple[Put, BatchSendResult]]:
@@ -290,5 +295,5 @@ class Sender:
                     self.launch(again)
                 continue
             inflight.popleft()
-            self.succeeded(put)
+            self.succeeded(put, res)
             yield put, res

@@ -126,6 +126,7 @@ class TransactionProducer(Producer):
             max_properties_bytes=V.MAX_PROPERTIES_BYTES,
             batch_max_bytes=self.config.batch_max_bytes,
         )
+        self._halves.tracer = self._tracer  # the half message's put is traced as a send
         self._half_ids = Idempotence(self.client_id)
         self._stop = threading.Event()
         self._checker: threading.Thread | None = None
@@ -193,6 +194,8 @@ class TransactionProducer(Producer):
         else:
             state = self._ask(self.listener.execute_local_transaction, msg, arg)
         self._end(queue, key, half.msg_id, state, from_check=False, wait=False)
+        if self._tracer is not None:  # the end: a send event whose status is the state
+            self._tracer.ended(inner, half.msg_id, queue, state.value)
         return msgspec.structs.replace(
             half, local_state=state, transaction_id=half.msg_id, transaction_offset=key
         )

@@ -246,7 +246,7 @@ def test_the_schedule_topic_is_not_a_client_topic(server: BrokerServer) -> None:
 
 @pytest.mark.parametrize(
     "topic",
-    ["%RETRY%cg", "%DLQ%cg", "TBW102", "RMQ_SYS_TRACE_TOPIC", "OFFSET_MOVED_EVENT", "rmq_sys_x"],
+    ["%RETRY%cg", "%DLQ%cg", "TBW102", "OFFSET_MOVED_EVENT", "rmq_sys_x"],
 )
 def test_client_puts_to_system_retry_and_dead_letter_topics_are_refused(
     server: BrokerServer, topic: str
@@ -259,6 +259,16 @@ def test_client_puts_to_system_retry_and_dead_letter_topics_are_refused(
     assert back(server, (m.commitlog_offset, -1)).topics == ["%DLQ%cg"]  # send-back writes it
     assert [d.body for d in read(server, "%DLQ%cg")] == [b"fine"]
     assert server.topic_config("%DLQ%cg").read_queue_nums == 1  # and it can be read
+
+
+def test_clients_may_write_the_trace_topic_the_one_system_topic_they_write(
+    server: BrokerServer,
+) -> None:
+    """RMQ_SYS_TRACE_TOPIC holds message trace records, which clients write (as in
+    RocketMQ, where it is a system topic but not one clients may not send to)."""
+    [m] = send(server, b"record", topic="RMQ_SYS_TRACE_TOPIC")
+    assert [d.body for d in read(server, "RMQ_SYS_TRACE_TOPIC")] == [b"record"]
+    assert m.topic == "RMQ_SYS_TRACE_TOPIC"
 
 
 def test_a_scheduled_batch_through_the_broker_put(server: BrokerServer) -> None:
