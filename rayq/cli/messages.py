@@ -12,7 +12,6 @@ import msgspec
 from rayq.cli.output import emit, message_dict, pick, render_message, show, spinner, utc
 from rayq.cli.registry import command
 from rayq.cli.session import Session
-from rayq.store.errors import ConfigError
 from rayq.store.properties import DLQ_ORIGIN_TOPIC
 
 # ---------------------------------------------------------------- messages
@@ -63,10 +62,8 @@ _TRACE_COLUMNS = [
 
 @command("message", "trace")
 def _message_trace(session: Session, args: argparse.Namespace) -> int:
-    trace = getattr(session.admin, "trace", None)  # Admin.trace: the trace helper's part
-    if trace is None:
-        raise ConfigError("this rayq has no message trace (Admin.trace)")
-    events = [msgspec.to_builtins(e) for e in trace(args.msg_id)]
+    found = session.admin.trace(args.msg_id, trace_topic=args.trace_topic)
+    events = [msgspec.to_builtins(e) for e in found]
     rows = [[utc(e["timestamp_ms"]), *pick([e], _TRACE_COLUMNS)[0]] for e in events]
     title = f"trace of {args.msg_id}" + ("" if events else " (none recorded)")
     show(args, events, title, ["time (UTC)", *_TRACE_COLUMNS], rows)

@@ -118,7 +118,13 @@ ACTIONS: dict[tuple[str, str], tuple[str, bool, list[Arg]]] = {
     ("message", "trace"): (
         "a message's trace: its send, store and each consume, oldest first",
         True,
-        [MSG_ID],
+        [
+            MSG_ID,
+            (
+                ("--trace-topic",),
+                {"help": "the topic the traced clients wrote to (default RMQ_SYS_TRACE_TOPIC)"},
+            ),
+        ],
     ),
     ("offset", "reset"): (
         "move a group's offsets on a topic (a dry run unless --execute)",

@@ -487,3 +487,24 @@ def test_with_acl_on_the_commands_sign_with_the_keys_given(
         err = cli("send", "-t", "orders", "-m", "y", code=1)
         assert "rayq send" in err
         assert [s.max_offset for s in root.topic_stats("orders")] == [1]
+
+
+def test_message_trace_shows_a_traced_messages_timeline(cli: Cli) -> None:
+    from rayq.actors.protocol.config import ClientConfig
+
+    cli.admin.create_topic("orders", queues=1)
+    traced = ClientConfig(trace_enable=True)
+    with rayq.Producer("pg", config=traced, transport=cli.transport) as producer:
+        sent = producer.send(rayq.Message("orders", b"x", keys=["k1"]))
+    events = cli.json("message", "trace", "--id", sent.msg_id)
+    assert [(e["kind"], e["group"], e["queue_offset"]) for e in events] == [
+        ("send", "pg", sent.queue_offset),
+        ("store", "pg", sent.queue_offset),
+    ]
+    assert "store" in cli("message", "trace", "--id", sent.msg_id)
+    with rayq.Producer("pg", transport=cli.transport) as producer:
+        plain = producer.send(rayq.Message("orders", b"y"))
+    assert cli.json("message", "trace", "--id", plain.msg_id) == []
+    err = cli("message", "trace", "--id", "0123456789ABCDEF0123456789ABCDEF", code=1)
+    assert err.startswith("rayq message trace")
+    assert cli.json("message", "trace", "--id", sent.msg_id, "--trace-topic", "other") == []
