@@ -508,3 +508,31 @@ def test_message_trace_shows_a_traced_messages_timeline(cli: Cli) -> None:
     err = cli("message", "trace", "--id", "0123456789ABCDEF0123456789ABCDEF", code=1)
     assert err.startswith("rayq message trace")
     assert cli.json("message", "trace", "--id", sent.msg_id, "--trace-topic", "other") == []
+
+
+def test_console_serves_with_the_deployment_and_account_given(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rayq console hands rayq.console.serve the host, port, URL, key and ACL account;
+    Ctrl-C ends it with exit code 0."""
+    import types
+
+    served: list[dict[str, Any]] = []
+
+    def serve(**options: Any) -> None:
+        served.append(options)
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "rayq.console", types.SimpleNamespace(serve=serve))
+    key = "ab" * 32
+    monkeypatch.setenv("RAYQ_KEY", key)
+    cli("console", "--url", "rayq://10.0.0.5:9876", "--port", "8181",
+        "--access-key", "ak", "--secret-key", "sk")  # fmt: skip
+    [options] = served
+    assert (options["host"], options["port"], options["url"]) == (
+        "127.0.0.1",
+        8181,
+        "rayq://10.0.0.5:9876",
+    )
+    assert options["key"] is None  # the console finds it as rayq.connect does ($RAYQ_KEY)
+    assert options["credentials"] == rayq.Credentials(access_key="ak", secret_key="sk")
