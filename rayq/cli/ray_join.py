@@ -6,7 +6,8 @@ needs ``RAY_AUTH_MODE=token`` and the token (``~/.ray/auth_token``, ``$RAY_AUTH_
 or ``$RAY_AUTH_TOKEN_PATH``), or Ray's C++ client prints a ``gcs_client`` error line
 per retry for ~20 s and gives up. ``join_ray`` sets ``RAY_AUTH_MODE=token`` when it
 is unset and a token is there, checks that something listens at a ``host:port``
-address (5 s at most, where Ray would wait for minutes), and runs ``ray.init`` with
+address (5 s at most, where Ray would wait for minutes), gives Ray's own connection
+tries 5 s rather than 20 (``GCS_TRIES_ENV``), and runs ``ray.init`` with
 file descriptor 2 captured: Ray's C++ lines are dropped, anything else is passed
 on, and a failure becomes one ``BrokerUnavailableError`` that says what to do.
 """
@@ -27,6 +28,11 @@ from rayq.store.errors import BrokerUnavailableError, PermissionDeniedError
 
 AUTH_MODE_ENV: Final = "RAY_AUTH_MODE"
 REACH_TIMEOUT_S: Final = 5.0
+# How many 1 s tries Ray's driver makes to reach the GCS (Ray's default: 20). Something
+# answers at the address by then (checked first), so what still fails (a refused
+# token) fails within this many seconds; a value the user set is kept.
+GCS_TRIES_ENV: Final = "RAY_gcs_server_port_wait_time_s"
+GCS_TRIES: Final = "5"
 # Lines of Ray's C++ core and its Python start-up notices: never shown.
 _RAY_NOISE: Final = re.compile(
     r"^\[\d{4}-\d\d-\d\d |gcs_client|GcsClient|core_worker|raylet|"
@@ -41,6 +47,7 @@ def join_ray(address: str | None, namespace: str) -> None:
     target = address or os.environ.get("RAY_ADDRESS") or "auto"
     _use_token_if_available()  # before Ray is imported: it reads the mode then
     _check_reachable(target)
+    os.environ.setdefault(GCS_TRIES_ENV, GCS_TRIES)
     import ray
 
     if ray.is_initialized():
