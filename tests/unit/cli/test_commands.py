@@ -536,3 +536,19 @@ def test_console_serves_with_the_deployment_and_account_given(
     )
     assert options["key"] is None  # the console finds it as rayq.connect does ($RAYQ_KEY)
     assert options["credentials"] == rayq.Credentials(access_key="ak", secret_key="sk")
+
+
+def test_cluster_health_exits_1_when_an_actor_fails(cli: Cli) -> None:
+    """A broker past the disk FAIL limit is FAIL and the exit code 1, the records still
+    printed. (The fake's flusher reports no flush lag, so its health is never all OK.)"""
+
+    def disk(ratio: str) -> tuple[int, str]:
+        cli.capsys.readouterr()
+        argv = ["cluster", "health", "--json", "--disk-fail-ratio", ratio]
+        code = main(argv, transport=cli.transport)
+        records = json.loads(cli.capsys.readouterr().out)
+        broker = next(r for r in records if r["kind"] == "broker")
+        return code, next(c["level"] for c in broker["checks"] if c["name"] == "disk_ratio")
+
+    assert disk("1")[1] == "OK"
+    assert disk("0") == (1, "FAIL")
