@@ -1,28 +1,45 @@
-"""The ``rayq`` commands about the deployment itself: ``cluster list``/``health``,
-``broker status``/``config``, and ``send``/``consume`` for a quick test message
-(registered with ``rayq.cli.ops.command``; output helpers from there)."""
+"""The ``rayq`` commands about the deployment itself: ``status``, ``cluster
+list``/``health`` and ``broker status``/``config``, over ``rayq.Admin``."""
 
 from __future__ import annotations
 
 import argparse
-import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
 from rayq.actors.protocol.config import replica_name
-from rayq.admin.admin import Admin
 from rayq.admin.health import HealthLevel, HealthLimits
-from rayq.cli.ops import command, emit, message_dict, pick, show, spinner, utc
-from rayq.store.errors import InvalidMessageError
+from rayq.cli.output import emit, pick, show, utc
+from rayq.cli.registry import command
+from rayq.cli.session import Session
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@command("status")
+def _status(session: Session, args: argparse.Namespace) -> int:
+    """The brokers (live masters) and topics, in two lines."""
+    admin = session.admin
+    brokers = sorted({e.broker_name for e in admin.broker_table() if not e.lost})
+    data = {"url": session.url, "brokers": brokers, "topics": admin.topics()}
+    if args.json:
+        emit(args, data, lambda out: None)
+        return 0
+    if session.url:
+        print(f"deployment: {session.url}")
+    print(f"brokers: {data['brokers']}")
+    print(f"topics: {data['topics']}")
+    return 0
+
 
 # ----------------------------------------------------------------- cluster
 
 
 @command("cluster", "list")
-def _cluster_list(admin: Admin, args: argparse.Namespace) -> int:
+def _cluster_list(session: Session, args: argparse.Namespace) -> int:
+    admin = session.admin
     entries = admin.broker_table()
     names = [replica_name(e.broker_name, e.broker_id) for e in entries]
     statuses = admin.statuses([n for n, e in zip(names, entries, strict=True) if not e.lost])
@@ -66,13 +83,15 @@ _STYLE = {HealthLevel.OK: "green", HealthLevel.WARN: "yellow", HealthLevel.FAIL:
 
 
 @command("cluster", "health")
-def _cluster_health(admin: Admin, args: argparse.Namespace) -> int:
+def _cluster_health(session: Session, args: argparse.Namespace) -> int:
     limits = HealthLimits(
         disk_warn_ratio=args.disk_warn_ratio, disk_fail_ratio=args.disk_fail_ratio
     )
-    records = admin.health(limits)
+    records = session.admin.health(limits)
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         table = Table(title="health", title_justify="left")
         for name in ("actor", "level", "check", "value", "reason"):
             table.add_column(name, overflow="fold")
@@ -92,8 +111,8 @@ def _cluster_health(admin: Admin, args: argparse.Namespace) -> int:
 
 
 @command("broker", "status")
-def _broker_status(admin: Admin, args: argparse.Namespace) -> int:
-    status = admin.broker_status(args.broker)
+def _broker_status(session: Session, args: argparse.Namespace) -> int:
+    status = session.admin.broker_status(args.broker)
     data = msgspec.to_builtins(msgspec.structs.replace(status, config={}))
     info = status.info
     rows: list[list[Any]] = [
@@ -125,8 +144,8 @@ def _broker_status(admin: Admin, args: argparse.Namespace) -> int:
 
 
 @command("broker", "config")
-def _broker_config(admin: Admin, args: argparse.Namespace) -> int:
-    config = admin.broker_status(args.broker).config
+def _broker_config(session: Session, args: argparse.Namespace) -> int:
+    config = session.admin.broker_status(args.broker).config
     show(args, config, f"config of {args.broker}", ["setting", "value"], _flatten(config))
     return 0
 
@@ -139,56 +158,3 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> list[list[Any]]:
         else:
             rows.append([f"{prefix}{key}", value])
     return rows
-
-
-# ------------------------------------------------------- send and consume
-
-
-@command("send")
-def _send(admin: Admin, args: argparse.Namespace) -> int:
-    from rayq.producer.producer import Producer
-    from rayq.store import Message
-
-    props = {}
-    for item in args.property:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidMessageError(f"--property takes KEY=VALUE, got {item!r}")
-        props[key] = value
-    keys = [k for k in args.keys.split(",") if k]
-    producer = Producer("rayq_cli_producer", namespace=args.namespace)
-    try:
-        result = producer.send(
-            Message(args.topic, args.body.encode(), tags=args.tags, keys=keys, properties=props)
-        )
-    finally:
-        producer.shutdown()
-    print(
-        f"{result.status.value} msg_id={result.msg_id} broker={result.queue.broker_name} "
-        f"queue={result.queue.queue_id} offset={result.queue_offset}"
-    )
-    return 0
-
-
-@command("consume")
-def _consume(admin: Admin, args: argparse.Namespace) -> int:
-    from rayq.actors.protocol import ConsumeFromWhere
-    from rayq.consumer.pull import PullConsumer
-
-    start = ConsumeFromWhere.FIRST_OFFSET if args.start == "first" else ConsumeFromWhere.LAST_OFFSET
-    consumer = PullConsumer(args.group, consume_from=start, namespace=args.namespace)
-    got: list[dict[str, Any]] = []
-    try:
-        consumer.subscribe(args.topic)
-        consumer.start()
-        deadline = time.monotonic() + args.timeout
-        with spinner(f"waiting for messages of {args.topic}"):
-            while len(got) < args.count and time.monotonic() < deadline:
-                batch = consumer.poll(timeout=min(1.0, max(deadline - time.monotonic(), 0.0)))
-                got += [message_dict(m) for m in batch]
-        consumer.commit()
-    finally:
-        consumer.shutdown()
-    columns = ["msg_id", "broker_name", "queue_id", "queue_offset", "tags", "body"]
-    show(args, got, f"consumed from {args.topic} as {args.group}", columns, pick(got, columns))
-    return 0
