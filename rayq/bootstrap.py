@@ -154,7 +154,7 @@ def connect(
     if address is not None:
         raise ConfigError("address= is Ray's; a rayq:// URL says where the deployment is")
     host, port = parse_url(namespace)
-    raw = _key_for(namespace, key)
+    raw = find_key(namespace, key)
     from rayq.transport.choice import set_remote
     from rayq.transport.remote import RemoteTransport
 
@@ -168,7 +168,9 @@ def disconnect() -> None:
     set_remote(None)
 
 
-def _key_for(url: str, key: str | bytes | None) -> bytes:
+def find_key(url: str, key: str | bytes | None = None) -> bytes:
+    """The key to reach ``url`` with: ``key`` (hex or bytes), else ``$RAYQ_KEY``, else
+    ``rayq.key`` in ``$RAYQ_HOME`` or ``./rayq-data``; ConfigError if none or a bad one."""
     if key is not None:
         return parse_key(key)
     env = os.environ.get("RAYQ_KEY", "").strip()
@@ -178,8 +180,8 @@ def _key_for(url: str, key: str | bytes | None) -> bytes:
     if path.exists():
         return read_key(path)
     raise ConfigError(
-        f"no key to connect to {url}: pass key=..., set RAYQ_KEY, or set RAYQ_HOME to the "
-        f"deployment's store directory (its {KEY_FILE} file)"
+        f"no key to connect to {url}: pass key= (the hex digits of the deployment's "
+        f"{KEY_FILE}), set RAYQ_KEY, or set RAYQ_HOME to the deployment's store directory"
     )
 
 
@@ -190,6 +192,7 @@ __all__ = [
     "deployment_key",
     "disconnect",
     "discover",
+    "find_key",
     "home",
     "parse_key",
     "parse_url",

@@ -21,7 +21,6 @@ account, say), else such a login has none, which a deployment with ACL on refuse
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from typing import Any
 
@@ -33,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from rayq.actors.protocol.auth import Credentials
 from rayq.actors.protocol.config import ClientConfig
-from rayq.bootstrap import KEY_FILE, connect, discover, home, parse_key, read_key
+from rayq.bootstrap import connect, discover, find_key, parse_key
 from rayq.console import pages
 from rayq.console.rates import RateMeter
 from rayq.console.sessions import DEFAULT_IDLE_S, DEFAULT_MAX_AGE_S, SessionTable
@@ -115,25 +114,10 @@ def attach(url: str | None, key: str | bytes | None) -> bytes:
             )
         url, key = found
     if key is None:
-        key = _found_key(url)
+        key = find_key(url)
     raw = parse_key(key, "key")
     connect(url, key=raw)
     return raw
-
-
-def _found_key(url: str) -> bytes:
-    """The key ``rayq.connect`` would use for ``url``: ``$RAYQ_KEY``, else ``rayq.key``
-    in ``$RAYQ_HOME`` or ``./rayq-data``."""
-    env = os.environ.get("RAYQ_KEY", "").strip()
-    if env:
-        return parse_key(env, "RAYQ_KEY")
-    path = home() / KEY_FILE
-    if path.exists():
-        return read_key(path)
-    raise ConfigError(
-        f"no key for {url}: pass key= (the hex digits of the deployment's {KEY_FILE}), "
-        f"set RAYQ_KEY, or set RAYQ_HOME to the deployment's store directory"
-    )
 
 
 def serve(
