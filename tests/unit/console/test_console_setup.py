@@ -25,7 +25,9 @@ def _no_deployment_around(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 def test_without_a_deployment_or_a_key_it_says_how_to_name_one() -> None:
     with pytest.raises(rayq.ConfigError, match="no rayq deployment to serve: pass url= and key="):
         rayq.console.create_app()
-    with pytest.raises(rayq.ConfigError, match=re.escape("no key to connect to rayq://127.0.0.1:1")):
+    with pytest.raises(
+        rayq.ConfigError, match=re.escape("no key to connect to rayq://127.0.0.1:1")
+    ):
         attach("rayq://127.0.0.1:1", None)
 
 
