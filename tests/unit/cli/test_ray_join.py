@@ -16,7 +16,11 @@ def test_token_mode_is_set_when_a_token_is_there_and_the_mode_is_unset(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        monkeypatch.delenv(name, raising=False)
+        # set, then deleted: monkeypatch records each name's value from before the test
+        # (a delenv of an unset name records nothing, and the mode the code sets below
+        # would then outlive the test and break every later Ray start of the process)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(tmp_path))
     ray_join._use_token_if_available()
     assert "RAY_AUTH_MODE" not in ray_join.os.environ  # no token: left alone
